@@ -1,0 +1,39 @@
+# trtspec: two commands from a fresh clone.
+#   make demo   set-up, then the whole pipeline on SmolLM2 with a real Triton server (CPU)
+#   make test   the test suite (what CI runs)
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup demo demo-eagle3 test test-fast lint clean
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	# torch pinned first: a loose pin would pull a multi-GB CUDA build
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+	$(BIN)/trtspec models fetch smollm2
+
+demo: setup
+	PATH=$(CURDIR)/$(BIN):$$PATH bash scripts/demo.sh ngram
+
+demo-eagle3: setup
+	PATH=$(CURDIR)/$(BIN):$$PATH bash scripts/demo.sh eagle3
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow and not e2e"
+
+lint: $(STAMP)
+	$(BIN)/ruff check trtspec tests scripts
+
+clean:
+	rm -rf work model_repository/*/ engines/*/ .pytest_cache

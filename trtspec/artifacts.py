@@ -1,0 +1,201 @@
+"""On-disk layout and manifests: the only place in trtspec that builds artifact paths.
+
+Layout (relative to the current directory unless the spec gives absolute paths):
+
+    <workdir>/checkpoints/{target, target-fp8, target-fp8-trtllm, eagle3, draft, draft-fp8}/
+    <workdir>/server/         tritonserver log, pid file, backend directory
+    <workdir>/reports/        bench, tune and training reports
+    <build.output_dir>/<engine name>/engine.json (+ backend artifacts)
+    <serve.repository>/       the Triton model repository
+    $TRTSPEC_CACHE (default ~/.cache/trtspec)/models/<name>/   converted model sources
+
+Every artifact directory carries manifest.json: what it is, the tool versions, the settings and
+the sha256 of its inputs. `atomic_dir()` writes into a temporary sibling and renames it into
+place, so an interrupted stage never leaves a half-written artifact behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trtspec import __version__
+from trtspec.errors import TrtSpecError
+
+MANIFEST = "manifest.json"
+ENGINE_JSON = "engine.json"
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt")
+
+
+def cache_root() -> Path:
+    """Where converted model sources are cached: $TRTSPEC_CACHE or ~/.cache/trtspec."""
+    return Path(os.environ.get("TRTSPEC_CACHE") or Path.home() / ".cache" / "trtspec")
+
+
+def model_cache_dir(name: str) -> Path:
+    return cache_root() / "models" / name
+
+
+def downloads_dir() -> Path:
+    return cache_root() / "downloads"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Every path a pipeline stage reads or writes, derived from the spec."""
+
+    workdir: Path
+    engines_dir: Path
+    repository: Path
+
+    @classmethod
+    def from_spec(cls, spec: Any) -> Layout:
+        return cls(workdir=Path(spec.workdir), engines_dir=Path(spec.build.output_dir),
+                   repository=Path(spec.serve.repository))
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.workdir / "checkpoints"
+
+    def checkpoint(self, kind: str) -> Path:
+        """kind: target | target-fp8 | target-fp8-trtllm | eagle3 | draft | draft-fp8."""
+        return self.checkpoints / kind
+
+    def engine_dir(self, name: str) -> Path:
+        return self.engines_dir / name
+
+    @property
+    def server_dir(self) -> Path:
+        return self.workdir / "server"
+
+    @property
+    def server_log(self) -> Path:
+        return self.server_dir / "tritonserver.log"
+
+    @property
+    def server_pid(self) -> Path:
+        return self.server_dir / "server.json"
+
+    @property
+    def backend_dir(self) -> Path:
+        return self.server_dir / "backends"
+
+    @property
+    def reports(self) -> Path:
+        return self.workdir / "reports"
+
+    def report_dir(self, name: str) -> Path:
+        return self.reports / name
+
+
+def engine_name(model_name: str, mode: str, backend: str, fp8: bool) -> str:
+    """engines/<name>: e.g. smollm2-ngram-cpu, llama-3.1-8b-eagle3-fp8-trtllm."""
+    return "-".join([model_name, mode] + (["fp8"] if fp8 else []) + [backend])
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def weights_sha256(directory: Path) -> str:
+    """sha256 over the weight files of a checkpoint directory (names and contents, sorted).
+
+    A hash of hashes keeps it stable across copies and independent of config edits.
+    """
+    directory = Path(directory)
+    files = sorted(p for p in directory.rglob("*") if p.is_file() and p.name.endswith(WEIGHT_SUFFIXES))
+    if not files:
+        raise TrtSpecError(f"{directory}: no weight files found", fix="point at a checkpoint with *.safetensors")
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(str(path.relative_to(directory)).encode())
+        digest.update(sha256_file(path).encode())
+    return digest.hexdigest()
+
+
+def tool_versions() -> dict[str, str | None]:
+    """Versions of the tools that shape an artifact (None where not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    versions: dict[str, str | None] = {"trtspec": __version__}
+    for package in ("torch", "transformers", "nvidia-modelopt", "tensorrt_llm", "tritonclient"):
+        try:
+            versions[package] = version(package)
+        except PackageNotFoundError:
+            versions[package] = None
+    return versions
+
+
+def write_manifest(directory: Path, kind: str, **fields: Any) -> dict[str, Any]:
+    """Write manifest.json: kind, creation time, tool versions, and the caller's fields."""
+    manifest = {"kind": kind, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "versions": tool_versions(), **fields}
+    write_json(Path(directory) / MANIFEST, manifest)
+    return manifest
+
+
+def read_manifest(directory: Path) -> dict[str, Any] | None:
+    """The manifest of an artifact directory, or None when it has none."""
+    path = Path(directory) / MANIFEST
+    if not path.exists():
+        return None
+    return read_json(path)
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(Path(path).read_text())
+    except json.JSONDecodeError as error:
+        raise TrtSpecError(f"{path}: not valid JSON ({error})", fix="delete it and re-run the stage") from None
+
+
+def write_json(path: Path, data: Any) -> None:
+    Path(path).write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def is_up_to_date(directory: Path, inputs: dict[str, Any]) -> bool:
+    """True when `directory` exists and its manifest recorded exactly these `inputs`.
+
+    Stages call this to skip a re-run with the same inputs (and say so).
+    """
+    manifest = read_manifest(directory)
+    return manifest is not None and manifest.get("inputs") == json.loads(json.dumps(inputs))
+
+
+@contextlib.contextmanager
+def atomic_dir(final: Path) -> Iterator[Path]:
+    """Yield a temporary directory beside `final`; on success it replaces `final` in one rename.
+
+    On any exception the temporary directory is removed and `final` is left as it was.
+    """
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    try:
+        yield staging
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    old = None
+    if final.exists() or final.is_symlink():
+        old = final.with_name(f".{final.name}.old-{os.getpid()}")
+        os.replace(final, old)
+    os.replace(staging, final)
+    if old is not None:
+        if old.is_dir() and not old.is_symlink():
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            old.unlink()

@@ -1,0 +1,83 @@
+"""The `trtspec` command line: a click group whose subcommands load lazily.
+
+Each stage has its own module in this package with one short command function; the group
+imports a module only when its command runs, so `trtspec --help` stays instant. The group maps
+TrtSpecError to one line per problem on stderr and the error's exit code; set TRTSPEC_DEBUG=1
+for the traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import click
+
+from trtspec import __version__
+from trtspec.errors import TrtSpecError
+
+# command name -> (module, attribute, one-line help shown by `trtspec --help`)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "init": ("trtspec.cli.init_cmd", "init", "Write a commented trtspec.yaml that runs the demo as is."),
+    "spec": ("trtspec.cli.spec_cmd", "spec", "Check or show the resolved spec."),
+    "models": ("trtspec.cli.models_cmd", "models", "List, fetch and inspect model sources."),
+    "convert": ("trtspec.cli.convert_cmd", "convert", "ModelOpt: FP8 PTQ, EAGLE-3 head training, draft pairing."),
+    "build": ("trtspec.cli.build_cmd", "build", "Build engines for the cpu, trtllm or trtllm-engine backend."),
+    "plan": ("trtspec.cli.build_cmd", "plan", "GPU memory plan for the spec (weights, KV cache, headroom)."),
+    "deploy": ("trtspec.cli.deploy_cmd", "deploy", "Render the Triton model repository and start the server."),
+    "infer": ("trtspec.cli.infer_cmd", "infer", "Send one prompt to the server and stream the answer."),
+    "generate": ("trtspec.cli.generate_cmd", "generate", "Generate in-process with the cpu engine (no server)."),
+    "bench": ("trtspec.cli.bench_cmd", "bench", "Measure latency, throughput and acceptance (vs baseline)."),
+    "tune": ("trtspec.cli.bench_cmd", "tune", "Choose max_draft_len by measured tokens/s and record it."),
+}
+
+
+class LazyGroup(click.Group):
+    """Imports a subcommand's module only when that subcommand is used."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS:
+            return None
+        module_name, attribute, _ = COMMANDS[name]
+        return getattr(importlib.import_module(module_name), attribute)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # Short help from the table, so listing commands imports nothing.
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, help_text) for name, (_, _, help_text) in COMMANDS.items()])
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except TrtSpecError as error:
+            if os.environ.get("TRTSPEC_DEBUG") == "1":
+                raise
+            for line in str(error).splitlines():
+                click.secho(f"error: {line}", fg="red", err=True)
+            sys.exit(error.exit_code)
+
+
+EPILOG = """\b
+The pipeline, on the embedded default (CPU, real Triton, SmolLM2):
+  trtspec init                     # writes trtspec.yaml (model smollm2, mode ngram, backend cpu)
+  trtspec models fetch smollm2
+  trtspec convert                  # checkpoints (FP8, EAGLE-3 head, draft) as the spec asks
+  trtspec build                    # engines/<name>/
+  trtspec deploy                   # model_repository/ + tritonserver on 127.0.0.1
+  trtspec infer "What is the capital of France?"
+  trtspec bench --baseline
+  trtspec deploy stop
+
+Every command takes -c/--config (default ./trtspec.yaml); its flags override the file.
+Set TRTSPEC_DEBUG=1 to see tracebacks.
+"""
+
+
+@click.group(cls=LazyGroup, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="trtspec")
+def main() -> None:
+    """trtspec: a Hugging Face LLM to a speculative-decoding service on Triton + TensorRT-LLM."""

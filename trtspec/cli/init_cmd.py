@@ -1,0 +1,24 @@
+"""`trtspec init`: write a commented example spec."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from trtspec.errors import TrtSpecError
+
+
+@click.command(epilog="\b\nExamples:\n  trtspec init\n  trtspec init -o my-model.yaml --force")
+@click.option("-o", "--output", default="trtspec.yaml", show_default=True, type=click.Path(dir_okay=False),
+              help="Where to write the spec.")
+@click.option("--force", is_flag=True, help="Overwrite an existing file.")
+def init(output: str, force: bool) -> None:
+    """Write a commented trtspec.yaml whose defaults run the demo as is."""
+    from trtspec.spec_template import render_template
+
+    path = Path(output)
+    if path.exists() and not force:
+        raise TrtSpecError(f"{path} already exists", fix="pass --force to overwrite it")
+    path.write_text(render_template())
+    click.echo(f"Wrote {path}. Next: trtspec spec check -c {path}")

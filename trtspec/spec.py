@@ -1,0 +1,309 @@
+"""The trtspec spec: one validated description of the whole pipeline.
+
+`load_spec()` is the only YAML reader in trtspec. It validates once, at the boundary, and turns
+every pydantic problem into a `field.path: message (got value)` line inside a SpecError. Deeper
+code trusts the Spec it is given. Checks that need the model itself (for example tp_size
+dividing the KV heads) live with the code that loads the model.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from trtspec.errors import SpecError
+
+DEFAULT_CONFIG = "trtspec.yaml"
+
+Mode = Literal["eagle3", "draft-target", "ngram", "none"]
+Backend = Literal["cpu", "trtllm", "trtllm-engine"]
+
+# Modes each backend can serve (DESIGN.md, mode x backend table).
+BACKEND_MODES: dict[str, tuple[str, ...]] = {
+    "cpu": ("eagle3", "draft-target", "ngram", "none"),
+    "trtllm": ("eagle3", "draft-target", "ngram", "none"),
+    "trtllm-engine": ("draft-target", "none"),
+}
+BACKEND_REFUSALS: dict[tuple[str, str], str] = {
+    ("trtllm-engine", "eagle3"): "EAGLE-3 needs the LLM-API backend; use build.backend: trtllm",
+    ("trtllm-engine", "ngram"): "n-gram lookup is served by the LLM-API backend; use build.backend: trtllm",
+}
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_attribute_docstrings=True)
+
+
+class ModelSpec(_Section):
+    source: str = "smollm2"
+    """Target model: a Hugging Face directory, a .gguf file, or the alias `smollm2`."""
+    name: str | None = None
+    """Short name used in artifact paths; derived from the source when empty."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Weights dtype for the cpu engine and calibration (float32 is fastest on most CPUs)."""
+    trust_remote_code: bool = False
+    """Allow custom modelling code from the checkpoint. Off unless you trust the source."""
+
+
+class Eagle3Training(_Section):
+    prompts: str | None = None
+    """JSONL prompt file ({"prompt": ...} per line) the target answers to make training data;
+    empty uses the set shipped in the package."""
+    num_samples: int = Field(400, ge=1, le=1_000_000)
+    """Self-distilled answers to generate from the prompts."""
+    answer_tokens: int = Field(128, ge=8, le=8192)
+    """New tokens the target generates per training answer."""
+    max_steps: int = Field(2000, ge=1)
+    """Upper bound on optimizer steps."""
+    max_minutes: float = Field(15.0, gt=0, le=10_000)
+    """Wall-clock budget for training; training stops at whichever limit comes first."""
+    learning_rate: float = Field(1e-3, gt=0, lt=1)
+    """Peak learning rate."""
+    batch_size: int = Field(8, ge=1, le=4096)
+    """Sequences per optimizer step."""
+    seq_len: int = Field(256, ge=16, le=32768)
+    """Training sequence length (padded)."""
+    draft_vocab_size: int | None = Field(None, ge=16)
+    """Reduced draft vocabulary (with a d2t map built from token frequencies); empty keeps the
+    target's vocabulary."""
+    checkpoint_every: int = Field(100, ge=1)
+    """Save a resumable checkpoint every N steps."""
+    seed: int = 0
+    """Seed for data order and initialisation."""
+
+
+class SpeculativeSpec(_Section):
+    mode: Mode = "ngram"
+    """eagle3 | draft-target | ngram | none (baseline, no speculation)."""
+    max_draft_len: int = Field(4, ge=1, le=64)
+    """Most draft tokens proposed per step; engines are built for this many."""
+    draft: str | None = None
+    """Draft model source for draft-target mode (HF directory, .gguf, or alias)."""
+    ngram_min: int = Field(1, ge=1, le=16)
+    """Shortest suffix n-gram to look up in the prompt and generated text."""
+    ngram_max: int = Field(3, ge=1, le=16)
+    """Longest suffix n-gram to look up (tried first)."""
+    dynamic_draft: bool = False
+    """Grow the draft after full acceptance, shrink it after a rejection."""
+    confidence_threshold: float = Field(0.0, ge=0.0, lt=1.0)
+    """Stop drafting when the drafter's probability of its token drops below this (0 = never)."""
+    acceptance_floor: float = Field(0.0, ge=0.0, le=1.0)
+    """Fall back to plain decoding while measured acceptance stays below this rate (0 = never)."""
+    eagle_choices: list[list[int]] | None = None
+    """Static EAGLE-3 draft tree as index paths, like TensorRT-LLM's eagle_choices; empty is a chain."""
+    eagle3: Eagle3Training = Field(default_factory=Eagle3Training)
+    """EAGLE-3 head training settings (convert --mode eagle3)."""
+
+
+class QuantizationSpec(_Section):
+    fp8: bool = False
+    """Quantize target weights (and the draft's) to FP8 with ModelOpt PTQ."""
+    fp8_kv_cache: bool = False
+    """Store the KV cache in FP8 (GPU backends)."""
+    calibration_prompts: str | None = None
+    """JSONL prompt file for calibration; empty uses the set shipped in the package."""
+    calibration_size: int = Field(32, ge=1, le=100_000)
+    """Number of calibration prompts."""
+
+
+class BuildSpec(_Section):
+    backend: Backend = "cpu"
+    """cpu (trtspec's PyTorch engine) | trtllm (LLM API, GPU) | trtllm-engine (legacy TensorRT engines)."""
+    output_dir: str = "engines"
+    """Directory that holds one subdirectory per built engine."""
+    max_batch_size: int = Field(8, ge=1, le=4096)
+    """Most requests batched in flight."""
+    max_input_len: int = Field(1024, ge=1)
+    """Longest prompt in tokens."""
+    max_seq_len: int = Field(2048, ge=2)
+    """Longest prompt plus output in tokens."""
+    max_num_tokens: int = Field(8192, ge=1)
+    """Most tokens in one engine step across the batch."""
+    tokens_per_block: int = Field(32, ge=1)
+    """Paged KV cache block size in tokens (a power of two)."""
+    tp_size: int = Field(1, ge=1, le=64)
+    """Tensor-parallel GPUs."""
+    pp_size: int = Field(1, ge=1, le=64)
+    """Pipeline-parallel GPUs."""
+    gpu: Literal["h100", "h200"] = "h100"
+    """GPU the memory planner plans for."""
+    free_gpu_memory_fraction: float = Field(0.9, gt=0, le=1)
+    """Share of free GPU memory given to the KV cache."""
+
+    @model_validator(mode="after")
+    def _check_lengths(self) -> BuildSpec:
+        problems = []
+        if self.max_input_len >= self.max_seq_len:
+            problems.append(f"build.max_input_len: must be less than build.max_seq_len "
+                            f"({self.max_seq_len}) (got {self.max_input_len})")
+        if self.tokens_per_block & (self.tokens_per_block - 1):
+            problems.append(f"build.tokens_per_block: must be a power of two (got {self.tokens_per_block})")
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+
+class ServeSpec(_Section):
+    host: str = "127.0.0.1"
+    """Address the server binds; loopback unless you mean to expose it."""
+    http_port: int = Field(8000, ge=1, le=65535)
+    """HTTP/REST port (health, metadata)."""
+    grpc_port: int = Field(8001, ge=1, le=65535)
+    """gRPC port (tritonclient streaming)."""
+    metrics_port: int = Field(8002, ge=1, le=65535)
+    """Prometheus metrics port."""
+    repository: str = "model_repository"
+    """Where `deploy` renders the Triton model repository."""
+    instance_count: int = Field(1, ge=1, le=64)
+    """Model instances (cpu backend: engine copies serving requests in parallel)."""
+    max_queue_delay_us: int = Field(0, ge=0)
+    """Dynamic batching queue delay in microseconds."""
+    streaming: bool = True
+    """Serve decoupled (streaming) responses."""
+    startup_timeout_s: float = Field(120.0, gt=0)
+    """How long to wait for /v2/health/ready."""
+
+    @model_validator(mode="after")
+    def _distinct_ports(self) -> ServeSpec:
+        ports = [self.http_port, self.grpc_port, self.metrics_port]
+        if len(set(ports)) != 3:
+            raise ValueError(f"serve: http_port, grpc_port and metrics_port must differ (got {ports})")
+        return self
+
+
+class BenchSpec(_Section):
+    prompts: str | None = None
+    """JSONL prompt file ({"category", "prompt"} per line); empty uses the set shipped in the package."""
+    concurrency: list[int] = Field(default_factory=lambda: [1, 2, 4])
+    """Concurrent request counts to measure."""
+    max_tokens: int = Field(128, ge=1)
+    """New tokens per request."""
+    num_prompts: int | None = Field(None, ge=1)
+    """Use only the first N prompts; empty uses all."""
+
+    @model_validator(mode="after")
+    def _positive_concurrency(self) -> BenchSpec:
+        bad = [c for c in self.concurrency if c < 1]
+        if not self.concurrency or bad:
+            raise ValueError(f"bench.concurrency: must be a non-empty list of positive integers (got {self.concurrency})")
+        return self
+
+
+class Spec(_Section):
+    model: ModelSpec = Field(default_factory=ModelSpec)
+    """The target model."""
+    speculative: SpeculativeSpec = Field(default_factory=SpeculativeSpec)
+    """How drafts are made and checked."""
+    quantization: QuantizationSpec = Field(default_factory=QuantizationSpec)
+    """FP8 weights and KV cache."""
+    build: BuildSpec = Field(default_factory=BuildSpec)
+    """Engine settings."""
+    serve: ServeSpec = Field(default_factory=ServeSpec)
+    """Triton server settings."""
+    bench: BenchSpec = Field(default_factory=BenchSpec)
+    """Benchmark settings."""
+    workdir: str = "work"
+    """Checkpoints, server logs and reports go here."""
+
+    @model_validator(mode="after")
+    def _check_combinations(self) -> Spec:
+        problems = []
+        mode, backend = self.speculative.mode, self.build.backend
+        if mode not in BACKEND_MODES[backend]:
+            problems.append(f"speculative.mode: {mode} cannot run on build.backend {backend} "
+                            f"({BACKEND_REFUSALS[(backend, mode)]}) (got {mode})")
+        if mode == "draft-target" and not self.speculative.draft:
+            problems.append("speculative.draft: draft-target mode needs a draft model source (got nothing)")
+        if self.speculative.ngram_min > self.speculative.ngram_max:
+            problems.append(f"speculative.ngram_min: must not exceed speculative.ngram_max "
+                            f"({self.speculative.ngram_max}) (got {self.speculative.ngram_min})")
+        if backend == "trtllm-engine" and mode != "none" and self.build.max_batch_size > 512:
+            problems.append(f"build.max_batch_size: speculative TensorRT engines allow at most 512 "
+                            f"(got {self.build.max_batch_size})")
+        if self.quantization.fp8_kv_cache and backend == "cpu":
+            problems.append("quantization.fp8_kv_cache: the cpu backend keeps its KV cache in the model dtype; "
+                            "set it only for trtllm or trtllm-engine (got true)")
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+    @property
+    def model_name(self) -> str:
+        """The short model name used in artifact paths."""
+        if self.model.name:
+            return self.model.name
+        return Path(self.model.source.rstrip("/")).name.removesuffix(".gguf").lower()
+
+
+def _format_problem(error: dict[str, Any]) -> str:
+    path = ".".join(str(p) for p in error["loc"]) or "spec"
+    message = error["msg"]
+    if error["type"] == "extra_forbidden":
+        message = "unknown key; remove it or check the spelling (trtspec spec show lists every key)"
+    elif error["type"] == "literal_error":
+        message = message.replace("Input should be", "must be one of")
+    if error["type"] == "value_error":
+        # Our own cross-field validators already write whole `field.path: message` lines.
+        return message.removeprefix("Value error, ")
+    return f"{path}: {message} (got {error.get('input')!r})"
+
+
+def validate_spec(data: dict[str, Any]) -> Spec:
+    """Validate a plain dict into a Spec, raising SpecError with one line per problem."""
+    if not isinstance(data, dict):
+        raise SpecError([f"spec: the top level must be a mapping of sections (got {type(data).__name__})"])
+    try:
+        return Spec.model_validate(data)
+    except ValidationError as error:
+        lines: list[str] = []
+        for problem in error.errors():
+            lines.extend(_format_problem(problem).splitlines())
+        raise SpecError(lines) from None
+
+
+def set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set `data["a"]["b"] = value` for dotted key "a.b", creating sections as needed."""
+    *parents, leaf = dotted.split(".")
+    node = data
+    for key in parents:
+        node = node.setdefault(key, {})
+    node[leaf] = value
+
+
+def load_spec(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Spec:
+    """Read a YAML spec, apply flag overrides (dotted keys; None values are skipped), validate.
+
+    With no path, ./trtspec.yaml is read when it exists and the defaults are used otherwise; a
+    path given explicitly must exist.
+    """
+    import yaml
+
+    explicit = path is not None
+    path = Path(path if explicit else DEFAULT_CONFIG)
+    data: dict[str, Any] = {}
+    if path.exists():
+        try:
+            loaded = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as error:
+            mark = getattr(error, "problem_mark", None)
+            where = f" line {mark.line + 1}" if mark else ""
+            raise SpecError([f"{path}:{where} is not valid YAML ({getattr(error, 'problem', error)})"]) from None
+        if loaded is not None:
+            data = loaded
+    elif explicit:
+        raise SpecError([f"{path}: no such spec file; create one with `trtspec init`"])
+    if not isinstance(data, dict):
+        raise SpecError([f"{path}: the top level must be a mapping of sections (got {type(data).__name__})"])
+    for dotted, value in (overrides or {}).items():
+        if value is not None:
+            set_dotted(data, dotted, value)
+    return validate_spec(data)
+
+
+def spec_to_yaml(spec: Spec) -> str:
+    """The resolved spec as YAML, every field shown."""
+    import yaml
+
+    return yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False)

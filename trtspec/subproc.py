@@ -1,0 +1,132 @@
+"""The only place in trtspec that runs a subprocess.
+
+Every external command (pip, trtllm-build, tritonserver, docker, kubectl) goes through `run()` or
+`start()`. Both take the command as a list, never a shell string, honour dry-run by printing the
+command instead of running it, and turn a failure into a SubprocessError carrying the tail of
+stderr so the user sees why without digging through logs.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from trtspec.errors import SubprocessError, ToolMissingError
+
+STDERR_TAIL_LINES = 20
+
+
+@dataclass(frozen=True)
+class Result:
+    command: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def format_command(command: list[str]) -> str:
+    """A command line a person can paste into a shell."""
+    return shlex.join(str(part) for part in command)
+
+
+def tail(text: str, lines: int = STDERR_TAIL_LINES) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def run(command: list[str], *, timeout: float | None = None, cwd: str | Path | None = None,
+        env: dict[str, str] | None = None, dry_run: bool = False, check: bool = True) -> Result:
+    """Run `command` to completion and capture its output.
+
+    With dry_run the command is only printed. A non-zero exit raises SubprocessError (when
+    check) naming the command and the last lines of its stderr.
+    """
+    command = [str(part) for part in command]
+    if dry_run:
+        print(format_command(command))
+        return Result(command, 0, "", "")
+    try:
+        completed = subprocess.run(command, cwd=cwd, env=_merged_env(env), timeout=timeout,
+                                   capture_output=True, text=True)
+    except FileNotFoundError:
+        raise ToolMissingError(f"{command[0]}: not found on PATH", fix="install it or use --dry-run") from None
+    except subprocess.TimeoutExpired:
+        raise SubprocessError(f"`{format_command(command)}` did not finish within {timeout:.0f} s") from None
+    result = Result(command, completed.returncode, completed.stdout, completed.stderr)
+    if check and completed.returncode != 0:
+        raise SubprocessError(f"`{format_command(command)}` failed with exit code {completed.returncode}:\n"
+                              f"{tail(completed.stderr or completed.stdout)}")
+    return result
+
+
+def start(command: list[str], *, log_path: str | Path, cwd: str | Path | None = None,
+          env: dict[str, str] | None = None) -> int:
+    """Start `command` in the background in its own process group, logging to log_path; return its pid."""
+    command = [str(part) for part in command]
+    log_path = Path(log_path)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        try:
+            process = subprocess.Popen(command, cwd=cwd, env=_merged_env(env), stdout=log,
+                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                       start_new_session=True)
+        except FileNotFoundError:
+            raise ToolMissingError(f"{command[0]}: not found", fix="check the installation") from None
+    return process.pid
+
+
+def is_running(pid: int) -> bool:
+    """True while process `pid` exists and is not a zombie."""
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+        return state != "Z"
+    except OSError:
+        return True
+
+
+def stop(pid: int, *, timeout: float = 15.0) -> bool:
+    """Stop the process group led by `pid`: SIGTERM, then SIGKILL after timeout. True if it was running."""
+    if not is_running(pid):
+        return False
+    _signal_group(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        _reap(pid)
+        if not is_running(pid):
+            return True
+        time.sleep(0.1)
+    _signal_group(pid, signal.SIGKILL)
+    _reap(pid)
+    return True
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def _reap(pid: int) -> None:
+    # Children we started ourselves stay zombies until waited for.
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def _merged_env(env: dict[str, str] | None) -> dict[str, str] | None:
+    if env is None:
+        return None
+    return {**os.environ, **env}

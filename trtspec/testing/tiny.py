@@ -1,0 +1,72 @@
+"""Tiny seeded random Llama checkpoints: real transformers models, small enough for unit tests.
+
+`make_tiny_llama(path, seed=...)` writes config.json (with `architectures` set, as ModelOpt's
+exporters need), safetensors weights and a tokenizer that shares SmolLM2's vocabulary layout
+only in size: a byte-level tokenizer built offline from a fixed word list, so text round-trips
+and two models built with the same vocab_size share token ids.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+TINY_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 512,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 1024,
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": False,
+}
+
+
+def make_tokenizer(vocab_size: int):
+    """A byte-level BPE tokenizer with exactly `vocab_size` tokens, trained on a fixed text."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    corpus = [
+        "the quick brown fox jumps over the lazy dog. " * 4,
+        "speculative decoding drafts tokens and the target verifies them in one pass. " * 4,
+        "What is the capital of France? The capital of France is Paris. " * 4,
+        "def add(a, b):\n    return a + b\n" * 4,
+        "1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 " * 4,
+    ]
+    tokenizer = Tokenizer(models.BPE(unk_token=None))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=special, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tokenizer.train_from_iterator(corpus, trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|im_end|>", bos_token="<|im_start|>",
+                                   pad_token="<|endoftext|>", unk_token="<|endoftext|>")
+    fast.chat_template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+                          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    return fast
+
+
+def make_tiny_llama(path: str | Path, *, seed: int = 0, **overrides: Any) -> Path:
+    """Write a seeded random LlamaForCausalLM checkpoint (+ tokenizer) to `path`; return it."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    path = Path(path)
+    settings = {**TINY_DEFAULTS, **overrides}
+    tokenizer = make_tokenizer(settings["vocab_size"])
+    config = LlamaConfig(**settings, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                         pad_token_id=tokenizer.pad_token_id)
+    config.architectures = ["LlamaForCausalLM"]
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config).eval()
+    # Random init gives near-uniform logits; sharpen them so greedy paths are decisive and drafts
+    # from a related model actually agree sometimes.
+    with torch.no_grad():
+        model.lm_head.weight.mul_(8.0)
+    model.save_pretrained(path, safe_serialization=True)
+    tokenizer.save_pretrained(path)
+    return path
