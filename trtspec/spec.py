@@ -244,6 +244,8 @@ def _format_problem(error: dict[str, Any]) -> str:
         message = "unknown key; remove it or check the spelling (trtspec spec show lists every key)"
     elif error["type"] == "literal_error":
         message = message.replace("Input should be", "must be one of")
+    else:
+        message = message.replace("Input should be", "must be")
     if error["type"] == "value_error":
         # Our own cross-field validators already write whole `field.path: message` lines.
         return message.removeprefix("Value error, ")

@@ -1,0 +1,87 @@
+"""Model sources: HF directories are checked, corrupt inputs refused in one line, SmolLM2 is real."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from click.testing import CliRunner
+
+from trtspec.cli import main
+from trtspec.errors import ModelSourceError
+from trtspec.models import check_checkpoint, resolve_model
+
+
+def copy_model(src, tmp_path, name="m"):
+    return shutil.copytree(src, tmp_path / name)
+
+
+def test_hf_directory_resolves_with_hash(tiny_llama):
+    info = resolve_model(str(tiny_llama))
+    assert info.path == tiny_llama
+    assert len(info.sha256) == 64
+    assert info.summary()["num_hidden_layers"] == 4
+    assert resolve_model(str(tiny_llama)).sha256 == info.sha256
+
+
+def test_missing_config_is_refused(tiny_llama, tmp_path):
+    model = copy_model(tiny_llama, tmp_path)
+    (model / "config.json").unlink()
+    with pytest.raises(ModelSourceError, match="no config.json"):
+        check_checkpoint(model, name="m")
+
+
+def test_truncated_safetensors_is_refused(tiny_llama, tmp_path):
+    model = copy_model(tiny_llama, tmp_path)
+    weights = model / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ModelSourceError, match="truncated safetensors"):
+        check_checkpoint(model, name="m")
+
+
+def test_garbage_safetensors_is_refused(tiny_llama, tmp_path):
+    model = copy_model(tiny_llama, tmp_path)
+    (model / "model.safetensors").write_bytes(b"\xff" * 64)
+    with pytest.raises(ModelSourceError, match="corrupt safetensors"):
+        check_checkpoint(model, name="m")
+
+
+def test_not_a_causal_lm_is_refused(tiny_llama, tmp_path):
+    model = copy_model(tiny_llama, tmp_path)
+    config = json.loads((model / "config.json").read_text())
+    config["architectures"] = ["BertForSequenceClassification"]
+    (model / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelSourceError, match="not a causal LM"):
+        check_checkpoint(model, name="m")
+
+
+def test_remote_code_needs_consent(tiny_llama, tmp_path):
+    model = copy_model(tiny_llama, tmp_path)
+    config = json.loads((model / "config.json").read_text())
+    config["auto_map"] = {"AutoModelForCausalLM": "modeling_x.X"}
+    (model / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelSourceError, match="trust_remote_code"):
+        check_checkpoint(model, name="m")
+    assert check_checkpoint(model, name="m", trust_remote_code=True).name == "m"
+
+
+def test_unknown_source_is_one_line_cli_error(in_tmp):
+    result = CliRunner().invoke(main, ["models", "show", "no-such-model"])
+    assert result.exit_code == 1
+    assert result.output.count("\n") == 1 and "not a directory, a .gguf file or a known alias" in result.output
+
+
+@pytest.mark.slow
+def test_smollm2_fetch_gives_the_real_model(smollm2):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    result = CliRunner().invoke(main, ["models", "fetch", "smollm2", "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output)
+    assert summary["path"] == str(smollm2)
+    config = AutoConfig.from_pretrained(smollm2)
+    assert (config.num_hidden_layers, config.hidden_size, config.vocab_size) == (30, 576, 49152)
+    model = AutoModelForCausalLM.from_pretrained(smollm2)
+    assert model.config.architectures == ["LlamaForCausalLM"]

@@ -1,0 +1,104 @@
+"""The spec is validated once, at the boundary: every bad file gives one line naming the field."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from trtspec.errors import SpecError
+from trtspec.spec import Spec, load_spec, validate_spec
+from trtspec.spec_template import render_template
+
+# (yaml text, the field path the error must name, a fragment of the message)
+MALFORMED = [
+    ("model:\n  sorce: smollm2\n", "model.sorce", "unknown key"),
+    ("speculativ:\n  mode: ngram\n", "speculativ", "unknown key"),
+    ("speculative:\n  mode: medusa\n", "speculative.mode", "must be one of"),
+    ("speculative:\n  max_draft_len: 0\n", "speculative.max_draft_len", "greater than or equal to 1"),
+    ("speculative:\n  max_draft_len: many\n", "speculative.max_draft_len", "valid integer"),
+    ("build:\n  backend: tensorrt\n", "build.backend", "must be one of"),
+    ("build:\n  max_input_len: 4096\n  max_seq_len: 2048\n", "build.max_input_len", "less than build.max_seq_len"),
+    ("build:\n  tokens_per_block: 48\n", "build.tokens_per_block", "power of two"),
+    ("build:\n  gpu: a100\n", "build.gpu", "must be one of"),
+    ("speculative:\n  mode: eagle3\nbuild:\n  backend: trtllm-engine\n", "speculative.mode", "LLM-API backend"),
+    ("speculative:\n  mode: draft-target\n", "speculative.draft", "needs a draft model"),
+    ("speculative:\n  ngram_min: 4\n  ngram_max: 2\n", "speculative.ngram_min", "must not exceed"),
+    ("serve:\n  http_port: 8001\n  grpc_port: 8001\n", "serve", "must differ"),
+    ("serve:\n  http_port: 70000\n", "serve.http_port", "less than or equal to 65535"),
+    ("bench:\n  concurrency: [1, 0]\n", "bench.concurrency", "positive integers"),
+    ("quantization:\n  fp8: maybe\n", "quantization.fp8", "valid boolean"),
+    ("quantization:\n  fp8_kv_cache: true\n", "quantization.fp8_kv_cache", "cpu backend"),
+    ("- just\n- a list\n", "top level", "mapping"),
+    ("model: [unclosed\n", "not valid YAML", "YAML"),
+    ("speculative:\n  eagle3:\n    learning_rate: 2\n", "speculative.eagle3.learning_rate", "less than 1"),
+]
+
+
+@pytest.mark.parametrize("text,field,fragment", MALFORMED, ids=[m[1] for m in MALFORMED])
+def test_malformed_spec_names_the_field(tmp_path, text, field, fragment):
+    path = tmp_path / "trtspec.yaml"
+    path.write_text(text)
+    with pytest.raises(SpecError) as caught:
+        load_spec(path)
+    lines = str(caught.value).splitlines()
+    assert any(field in line and fragment in line for line in lines), lines
+    assert all("\n" not in line and line.strip() for line in lines)
+
+
+def test_defaults_run_the_demo():
+    spec = Spec()
+    assert (spec.model.source, spec.speculative.mode, spec.build.backend) == ("smollm2", "ngram", "cpu")
+    assert spec.serve.host == "127.0.0.1"
+    assert spec.model.trust_remote_code is False
+
+
+def test_every_field_has_a_docstring_and_a_default():
+    from pydantic import BaseModel
+
+    def walk(model_cls, prefix=""):
+        for name, field in model_cls.model_fields.items():
+            assert field.description, f"{prefix}{name} has no docstring"
+            assert not field.is_required(), f"{prefix}{name} has no default"
+            annotation = field.annotation
+            if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+                walk(annotation, f"{prefix}{name}.")
+
+    walk(Spec)
+
+
+def test_template_round_trips_to_the_defaults(tmp_path):
+    path = tmp_path / "trtspec.yaml"
+    path.write_text(render_template())
+    assert load_spec(path) == Spec()
+    assert render_template().count("\n# ") > 5  # it is commented
+
+
+def test_flags_override_the_file(tmp_path):
+    path = tmp_path / "trtspec.yaml"
+    path.write_text(yaml.safe_dump({"speculative": {"mode": "none", "max_draft_len": 3}}))
+    spec = load_spec(path, {"speculative.mode": "eagle3", "build.backend": None})
+    assert spec.speculative.mode == "eagle3"
+    assert spec.speculative.max_draft_len == 3
+    assert spec.build.backend == "cpu"
+
+
+def test_override_is_validated_too(tmp_path):
+    with pytest.raises(SpecError, match="speculative.max_draft_len"):
+        load_spec(None, {"speculative.max_draft_len": 100})
+
+
+def test_explicit_missing_file_is_an_error(tmp_path):
+    with pytest.raises(SpecError, match="no such spec file"):
+        load_spec(tmp_path / "missing.yaml")
+
+
+def test_several_problems_are_all_reported():
+    with pytest.raises(SpecError) as caught:
+        validate_spec({"model": {"bogus": 1}, "speculative": {"max_draft_len": 0}})
+    assert len(caught.value.problems) == 2
+
+
+def test_model_name_is_derived_from_the_source():
+    assert Spec().model_name == "smollm2"
+    assert validate_spec({"model": {"source": "/models/Llama-3.1-8B/"}}).model_name == "llama-3.1-8b"
+    assert validate_spec({"model": {"source": "x/TinyStories.gguf"}}).model_name == "tinystories"
