@@ -28,8 +28,10 @@ FROM python:3.11-slim AS cpu
 WORKDIR /opt/trtspec
 COPY pyproject.toml README.md ./
 COPY trtspec ./trtspec
-# torch pinned first: the CPU build, not a multi-GB CUDA one.
-RUN python -m pip install --no-cache-dir torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu \
+# torch pinned first. Pass a CPU-only wheel index with --build-arg PIP_EXTRA_INDEX_URL=... to
+# avoid the multi-GB CUDA build.
+ARG PIP_EXTRA_INDEX_URL=""
+RUN python -m pip install --no-cache-dir torch==2.13.0 \
  && python -m pip install --no-cache-dir .
 ENV TRTSPEC_CACHE=/cache/trtspec
 EXPOSE 8000 8001 8002
