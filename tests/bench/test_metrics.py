@@ -1,0 +1,153 @@
+"""Aggregation math on synthetic timings; every expected value is worked out by hand in comments."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from trtspec.bench.metrics import (
+    BASELINE,
+    SPECULATIVE,
+    RequestRecord,
+    SpecCounts,
+    accepted_histogram,
+    by_category,
+    diff_counters,
+    group_cells,
+    leviathan_speedup,
+    percentile,
+    speedups,
+    summarize_cell,
+)
+
+
+def rec(variant, index, category, chunks, tokens, e2e, spec=None, repeat=0, concurrency=1, error=None):
+    return RequestRecord(variant=variant, concurrency=concurrency, repeat=repeat, prompt_index=index,
+                         category=category, chunk_times_s=chunks, output_tokens=tokens, e2e_s=e2e,
+                         spec=spec, error=error)
+
+
+@pytest.fixture
+def records():
+    return [
+        # A: TTFT 0.1, TPOT (0.5 - 0.1) / 4 = 0.1, ITL 0.2 and 0.1; two drafts of 4: accepted 2, then 1.
+        rec(SPECULATIVE, 0, "chat", [0.1, 0.3, 0.4], 5, 0.5, SpecCounts(2, 8, 3, [2, 1, 0, 0])),
+        # B: TTFT 0.2, TPOT (0.6 - 0.2) / 2 = 0.2, ITL 0.4; one draft of 4, all accepted.
+        rec(SPECULATIVE, 1, "code", [0.2, 0.6], 3, 0.6, SpecCounts(1, 4, 4, [1, 1, 1, 1])),
+        # A failed request: counted as failed, excluded from every statistic.
+        rec(SPECULATIVE, 2, "code", [], 0, 0.05, error="ServerError: boom"),
+        # Baseline of A: TPOT (1.1 - 0.1) / 4 = 0.25.
+        rec(BASELINE, 0, "chat", [0.1, 0.35, 0.6, 0.85, 1.1], 5, 1.1),
+        # Baseline of B: TPOT (1.0 - 0.2) / 2 = 0.4.
+        rec(BASELINE, 1, "code", [0.2, 0.6, 1.0], 3, 1.0),
+    ]
+
+
+DURATIONS = {(SPECULATIVE, 1, 0): 2.0, (BASELINE, 1, 0): 4.0}
+
+
+def test_percentile_matches_numpy_linear_interpolation():
+    assert percentile([1, 2, 3, 4], 50) == 2.5
+    assert percentile([4, 1, 3, 2], 90) == pytest.approx(3.7)  # rank 0.9 * 3 = 2.7 -> 3 + 0.7
+    values = [0.3, 7.0, 2.5, 9.1, 4.4, 4.4, 0.0]
+    for q in (0, 25, 50, 90, 99, 100):
+        assert percentile(values, q) == pytest.approx(np.percentile(values, q))
+    assert math.isnan(percentile([], 50))
+
+
+def test_speculative_cell(records):
+    spec_cell, base_cell = group_cells(records, DURATIONS)
+    assert (spec_cell.variant, base_cell.variant) == (SPECULATIVE, BASELINE)
+    s = summarize_cell(spec_cell)
+    assert (s["completed"], s["failed"], s["errors"]) == (2, 1, ["ServerError: boom"])
+    assert s["total_output_tokens"] == 8
+    assert s["output_throughput"] == pytest.approx(4.0)     # 8 tokens / 2.0 s
+    assert s["request_throughput"] == pytest.approx(1.0)    # 2 requests / 2.0 s
+    # TTFT 100, 200 ms
+    assert s["mean_ttft_ms"] == pytest.approx(150)
+    assert s["median_ttft_ms"] == pytest.approx(150)
+    assert s["std_ttft_ms"] == pytest.approx(50)
+    assert s["p90_ttft_ms"] == pytest.approx(190)           # 100 + 0.9 * 100
+    assert s["p99_ttft_ms"] == pytest.approx(199)
+    assert s["mean_tpot_ms"] == pytest.approx(150)          # 100 and 200
+    # ITL 200, 100 (A) and 400 (B): sorted 100, 200, 400
+    assert s["mean_itl_ms"] == pytest.approx(700 / 3)
+    assert s["median_itl_ms"] == pytest.approx(200)
+    assert s["p90_itl_ms"] == pytest.approx(360)            # rank 1.8: 200 + 0.8 * 200
+    assert s["p99_itl_ms"] == pytest.approx(396)            # rank 1.98
+    assert s["mean_e2el_ms"] == pytest.approx(550)
+    assert s["p99_e2el_ms"] == pytest.approx(599)
+    # 3 drafts, 12 draft tokens, 7 accepted
+    assert (s["spec_decode_num_drafts"], s["spec_decode_draft_tokens"], s["spec_decode_accepted_tokens"]) == (3, 12, 7)
+    assert s["spec_decode_acceptance_rate"] == pytest.approx(100 * 7 / 12)
+    assert s["spec_decode_acceptance_length"] == pytest.approx(1 + 7 / 3)
+    assert s["spec_decode_per_position_acceptance_rates"] == pytest.approx([1, 2 / 3, 1 / 3, 1 / 3])
+    # steps accepting 0..4 tokens: A's 2 and 1, B's 4
+    assert s["spec_decode_accepted_per_step_histogram"] == [0, 1, 1, 0, 1]
+
+
+def test_baseline_cell_has_no_spec_section(records):
+    b = summarize_cell(group_cells(records, DURATIONS)[1])
+    assert b["output_throughput"] == pytest.approx(2.0)     # 8 tokens / 4.0 s
+    assert b["mean_tpot_ms"] == pytest.approx(325)          # 250 and 400
+    assert "spec_decode_acceptance_length" not in b
+
+
+def test_speedup_and_measured_over_theoretical(records):
+    results = [summarize_cell(cell) for cell in group_cells(records, DURATIONS)]
+    (row,) = speedups(results)
+    assert row["output_throughput_speedup"] == pytest.approx(2.0)   # 4 / 2 tokens/s
+    assert row["tpot_speedup"] == pytest.approx(325 / 150)
+    assert row["e2el_speedup"] == pytest.approx(1050 / 550)
+    assert row["theoretical_speedup"] == pytest.approx(10 / 3)      # AL 1 + 7/3
+    assert row["measured_over_theoretical"] == pytest.approx(0.6)   # 2 / (10/3)
+
+
+def test_speedup_is_the_median_of_per_repeat_ratios():
+    records, durations = [], {}
+    # Same 10 tokens every repeat; spec/base wall times give ratios 2.0, 1.0, 1.5 -> median 1.5.
+    for repeat, (spec_s, base_s) in enumerate([(1.0, 2.0), (3.0, 3.0), (2.0, 3.0)]):
+        for variant, seconds in ((SPECULATIVE, spec_s), (BASELINE, base_s)):
+            records.append(rec(variant, 0, "chat", [0.1, 0.2], 10, 0.3, repeat=repeat, concurrency=4))
+            durations[(variant, 4, repeat)] = seconds
+    results = [summarize_cell(cell) for cell in group_cells(records, durations)]
+    assert results[0]["output_throughput"] == pytest.approx(5.0)    # median of 10, 3.33, 5
+    (row,) = speedups(results)
+    assert row["output_throughput_speedup_by_repeat"] == pytest.approx([2.0, 1.0, 1.5])
+    assert row["output_throughput_speedup"] == pytest.approx(1.5)
+    assert math.isnan(row["theoretical_speedup"])                   # no spec counters at all
+
+
+def test_by_category(records):
+    chat, code = by_category(records)
+    assert chat["category"] == "chat"
+    assert chat["speculative_user_tokens_per_s"] == pytest.approx(10.0)   # 5 / 0.5
+    assert chat["baseline_user_tokens_per_s"] == pytest.approx(5 / 1.1)
+    assert chat["speedup"] == pytest.approx(2.2)
+    assert chat["spec_decode_acceptance_length"] == pytest.approx(2.5)   # 1 + 3/2
+    assert code["speedup"] == pytest.approx(5 / 3)                       # 3/0.6 over 3/1.0
+    assert code["speculative_requests"] == 1                             # the failed one is left out
+
+
+def test_histogram_from_positions_and_tpot_edge_cases():
+    # 5 drafts: positions say 4 accepted >= 1, 2 accepted >= 2, none accepted 3
+    assert accepted_histogram(SpecCounts(5, 15, 6, [4, 2, 0])) == [1, 2, 2, 0]
+    assert accepted_histogram(SpecCounts(5, 15, 6, None)) is None
+    single = rec(SPECULATIVE, 0, "chat", [0.2], 1, 0.2)
+    assert single.tpot_s is None and single.itls_s == []
+
+
+def test_leviathan_theorem_matches_reference_table():
+    # reference/peers-and-benchmarks.md §2.2: alpha 0.6, c 0.05, gamma 4 -> 1.92
+    assert leviathan_speedup(0.6, 4, 0.05) == pytest.approx(1.9213, abs=1e-4)
+    assert leviathan_speedup(0.8, 3, 0.30) == pytest.approx(1.55, abs=0.01)  # best gamma 3
+    assert leviathan_speedup(0.8, 4, 0.30) == pytest.approx(1.53, abs=0.01)
+    assert leviathan_speedup(1.0, 4, 0.0) == 5.0
+
+
+def test_counters_are_diffed_never_cumulative():
+    before = {"requests_total": 10, "accepted_total": 5, "label": "x"}
+    after = {"requests_total": 15, "accepted_total": 5, "new_total": 3, "label": "y"}
+    assert diff_counters(before, after) == {"requests_total": 5, "accepted_total": 0}

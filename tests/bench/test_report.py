@@ -1,0 +1,138 @@
+"""Report files are written and parse back; plots are real PNGs; the load schedule interleaves."""
+
+from __future__ import annotations
+
+import csv
+import json
+import threading
+import time
+
+import pytest
+
+from trtspec.bench.load import Chunk, run_bench, schedule
+from trtspec.bench.metrics import BASELINE, SPECULATIVE, RequestRecord, SpecCounts
+from trtspec.bench.plots import plot_acceptance, plot_throughput
+from trtspec.bench.prompts import Prompt, load_prompts
+from trtspec.bench.report import assemble_report, render_table, write_reports
+from trtspec.errors import TrtSpecError
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def synthetic_run():
+    records, durations = [], {}
+    for concurrency, spec_s, base_s in ((1, 2.0, 4.0), (4, 1.0, 1.5)):
+        for variant, seconds in ((SPECULATIVE, spec_s), (BASELINE, base_s)):
+            durations[(variant, concurrency, 0)] = seconds
+            for index, category in enumerate(["chat", "code"]):
+                spec = SpecCounts(3, 12, 5, [3, 1, 1, 0]) if variant == SPECULATIVE else None
+                records.append(RequestRecord(variant, concurrency, 0, index, category, [0.1, 0.3, 0.5], 6,
+                                             0.6 if variant == SPECULATIVE else 1.0, prompt_tokens=12, spec=spec))
+    return records, durations
+
+
+def test_report_files_parse_and_table_renders(tmp_path):
+    from rich.console import Console
+
+    records, durations = synthetic_run()
+    meta = {"model": "tiny", "mode": "ngram", "target": "engine", "num_prompts": 2, "repeats": 1, "max_tokens": 6}
+    report = assemble_report(records, durations, meta, counters_delta={"requests": 8.0})
+    paths = write_reports(tmp_path, report, [r.to_dict() for r in records])
+
+    loaded = json.loads(paths["json"].read_text())
+    assert [(r["variant"], r["max_concurrency"]) for r in loaded["results"]] == [
+        (SPECULATIVE, 1), (BASELINE, 1), (SPECULATIVE, 4), (BASELINE, 4)]
+    assert loaded["metadata"]["machine"]["cpu_count"] >= 1 and loaded["metadata"]["repeats"] == 1
+    assert [s["output_throughput_speedup"] for s in loaded["speedup"]] == [2.0, 1.5]
+    assert "spec_decode_acceptance_length" not in loaded["results"][1]          # baseline
+    assert loaded["results"][0]["spec_decode_accepted_per_step_histogram"] == [0, 4, 0, 2, 0]  # per request: one step of 3, two of 1
+    assert loaded["server_counters"] == {"requests": 8.0}
+
+    with open(paths["csv"]) as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 4 and float(rows[0]["output_throughput"]) == 6.0     # 12 tokens / 2 s
+    assert rows[1]["spec_decode_acceptance_length"] == ""                    # baseline: no spec column value
+    assert float(rows[2]["output_throughput_speedup"]) == 1.5
+    assert len(paths["requests"].read_text().splitlines()) == len(records)
+
+    console = Console(record=True, width=160)
+    console.print(render_table(report))
+    text = console.export_text()
+    assert "2.00x" in text and "1.50x" in text and "pos 0: 100%" in text
+
+
+def test_plots_are_pngs(tmp_path):
+    records, durations = synthetic_run()
+    report = assemble_report(records, durations, {"model": "tiny"})
+    throughput = plot_throughput(report["results"], report["speedup"], tmp_path / "throughput.png", "t")
+    acceptance = plot_acceptance(report["results"], tmp_path / "acceptance.png", "a")
+    for path in (throughput, acceptance):
+        data = path.read_bytes()
+        assert data[:8] == PNG_MAGIC and len(data) > 10_000
+    baseline_only = [r for r in report["results"] if r["variant"] == BASELINE]
+    assert plot_acceptance(baseline_only, tmp_path / "none.png", "a") is None
+
+
+def test_schedule_interleaves_abba_and_covers_every_prompt_once():
+    plan = schedule(5, [1, 2], repeats=2, variants=[SPECULATIVE, BASELINE])
+    firsts = [variant for conc, repeat, variant, _ in plan[::2] if conc == 1]
+    # conc 1: blocks of 2 prompts -> 3 blocks per repeat; who goes first alternates block by block
+    assert firsts == [SPECULATIVE, BASELINE, SPECULATIVE, BASELINE, SPECULATIVE, BASELINE]
+    for conc in (1, 2):
+        for repeat in (0, 1):
+            for variant in (SPECULATIVE, BASELINE):
+                seen = [i for c, r, v, idx in plan if (c, r, v) == (conc, repeat, variant) for i in idx]
+                assert sorted(seen) == [0, 1, 2, 3, 4]
+
+
+class SleepTarget:
+    """Streams `tokens` chunks, sleeping between them; records how many requests overlap."""
+
+    name = "sleep"
+
+    def __init__(self, gap_s: float):
+        self.gap_s, self.in_flight, self.peak, self.lock = gap_s, 0, 0, threading.Lock()
+
+    def stream(self, prompt, *, max_tokens, speculative, temperature, seed):
+        with self.lock:
+            self.in_flight += 1
+            self.peak = max(self.peak, self.in_flight)
+        try:
+            per_chunk = 2 if speculative else 1           # speculation: two tokens per chunk
+            for sent in range(0, max_tokens, per_chunk):
+                time.sleep(self.gap_s)
+                yield Chunk(min(per_chunk, max_tokens - sent))
+            yield Chunk(0, final=True, spec=SpecCounts(1, 2, 1, [1, 0]) if speculative else None)
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+
+    def counters(self):
+        return None
+
+
+def test_run_bench_caps_concurrency_and_stamps_chunks():
+    prompts = [Prompt(i, f"p{i}", "chat") for i in range(4)]
+    target = SleepTarget(0.01)
+    run = run_bench(target, prompts, [2], max_tokens=4, baseline=True, warmup=False)
+    assert target.peak == 2
+    assert len(run.records) == 8 and all(r.ok for r in run.records)
+    spec = [r for r in run.records if r.variant == SPECULATIVE]
+    base = [r for r in run.records if r.variant == BASELINE]
+    assert all(len(r.chunk_times_s) == 2 and r.output_tokens == 4 for r in spec)
+    assert all(len(r.chunk_times_s) == 4 for r in base)
+    # chunk stamps rise and fall within the request
+    assert all(r.chunk_times_s == sorted(r.chunk_times_s) and r.chunk_times_s[-1] <= r.e2e_s for r in run.records)
+    assert run.durations[(SPECULATIVE, 2, 0)] < run.durations[(BASELINE, 2, 0)]
+
+
+def test_packaged_and_custom_prompts(tmp_path):
+    packaged = load_prompts()
+    assert len(packaged) >= 20 and {"chat", "code"} <= {p.category for p in packaged}
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"prompt": "a"}\n\n{"prompt": "b", "category": "x"}\n')
+    assert [(p.text, p.category) for p in load_prompts(path)] == [("a", "default"), ("b", "x")]
+    assert len(load_prompts(path, num_prompts=1)) == 1
+    path.write_text('{"prompt": "a"}\n{"text": "b"}\n')
+    with pytest.raises(TrtSpecError, match="line 2"):
+        load_prompts(path)

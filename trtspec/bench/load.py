@@ -1,0 +1,125 @@
+"""The load generator: streams every prompt at each concurrency, speculative and baseline interleaved.
+
+Contract: a *target* is anything with `stream(prompt, max_tokens=, speculative=, temperature=,
+seed=)` yielding `Chunk`s, a `name`, and `counters()` returning a flat dict of monotonic
+counters (or None). This module owns the clock: it stamps each chunk as it arrives, so targets
+stay free of timing code. It never aggregates; trtspec.bench.metrics does.
+
+Interleaving: at each concurrency the prompts are cut into blocks of `block_factor x concurrency`
+prompts; every block is run once per variant, alternating which goes first (ABBA), and each
+variant's wall time is the sum of its blocks. Noise from the shared machine thus hits both
+variants alike. The cost: each block drains at its end, so throughput at concurrency c reads
+a little lower than a never-draining stream would; the same for both variants.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from trtspec.bench.metrics import BASELINE, SPECULATIVE, RequestRecord, SpecCounts, diff_counters
+from trtspec.bench.prompts import Prompt
+
+
+@dataclass
+class Chunk:
+    """One streamed response: how many new tokens it carried; the last one may carry counters."""
+
+    num_tokens: int
+    final: bool = False
+    spec: SpecCounts | None = None
+    prompt_tokens: int | None = None
+
+
+class Target(Protocol):
+    name: str
+
+    def stream(self, prompt: str, *, max_tokens: int, speculative: bool, temperature: float,
+               seed: int | None) -> Iterator[Chunk]: ...
+
+    def counters(self) -> dict[str, float] | None: ...
+
+
+@dataclass
+class BenchRun:
+    records: list[RequestRecord] = field(default_factory=list)
+    durations: dict[tuple[str, int, int], float] = field(default_factory=dict)
+    counters_delta: dict[str, float] | None = None
+
+
+def measure_request(target: Target, prompt: Prompt, variant: str, concurrency: int, repeat: int,
+                    max_tokens: int, temperature: float) -> RequestRecord:
+    """Send one request and stamp its chunks. Errors are recorded, not raised: one failed
+    request must not end a benchmark, and the report counts failures."""
+    chunk_times: list[float] = []
+    tokens, spec, prompt_tokens, error = 0, None, None, None
+    start = time.perf_counter()
+    try:
+        for chunk in target.stream(prompt.text, max_tokens=max_tokens, speculative=variant == SPECULATIVE,
+                                   temperature=temperature, seed=prompt.index):
+            now = time.perf_counter() - start
+            if chunk.num_tokens > 0:
+                chunk_times.append(now)
+                tokens += chunk.num_tokens
+            if chunk.spec is not None:
+                spec = chunk.spec
+            if chunk.prompt_tokens is not None:
+                prompt_tokens = chunk.prompt_tokens
+    except Exception as exc:  # noqa: BLE001 - any failure of one request is data, see docstring
+        error = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+    e2e = time.perf_counter() - start
+    return RequestRecord(variant=variant, concurrency=concurrency, repeat=repeat, prompt_index=prompt.index,
+                         category=prompt.category, chunk_times_s=chunk_times, output_tokens=tokens, e2e_s=e2e,
+                         prompt_tokens=prompt_tokens, spec=spec if variant == SPECULATIVE else None, error=error)
+
+
+def schedule(num_prompts: int, concurrencies: Sequence[int], repeats: int, variants: Sequence[str],
+             block_factor: int = 2) -> list[tuple[int, int, str, list[int]]]:
+    """The run order as (concurrency, repeat, variant, prompt indices) blocks. Pure, for tests."""
+    plan = []
+    for concurrency in concurrencies:
+        block = max(1, block_factor * concurrency)
+        blocks = [list(range(i, min(i + block, num_prompts))) for i in range(0, num_prompts, block)]
+        for repeat in range(repeats):
+            for number, indices in enumerate(blocks):
+                order = list(variants) if (number + repeat) % 2 == 0 else list(reversed(variants))
+                plan.extend((concurrency, repeat, variant, indices) for variant in order)
+    return plan
+
+
+def run_bench(target: Target, prompts: Sequence[Prompt], concurrencies: Sequence[int], *, max_tokens: int,
+              baseline: bool, repeats: int = 1, temperature: float = 0.0, block_factor: int = 2,
+              warmup: bool = True, on_request: Callable[[RequestRecord], Any] | None = None) -> BenchRun:
+    """Run the whole schedule; `on_request` is called after every request (progress bars)."""
+    variants = [SPECULATIVE, BASELINE] if baseline else [SPECULATIVE]
+    if warmup:  # first requests pay for lazy loading and allocator growth; keep them out of the figures
+        for variant in variants:
+            measure_request(target, prompts[0], variant, 0, -1, min(max_tokens, 8), temperature)
+    run = BenchRun()
+    lock = threading.Lock()
+    before = target.counters()
+
+    def one(prompt: Prompt, variant: str, concurrency: int, repeat: int) -> None:
+        record = measure_request(target, prompt, variant, concurrency, repeat, max_tokens, temperature)
+        with lock:
+            run.records.append(record)
+        if on_request is not None:
+            on_request(record)
+
+    for concurrency, repeat, variant, indices in schedule(len(prompts), concurrencies, repeats, variants,
+                                                          block_factor):
+        start = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=concurrency) as pool:
+            futures = [pool.submit(one, prompts[i], variant, concurrency, repeat) for i in indices]
+            for future in futures:
+                future.result()
+        key = (variant, concurrency, repeat)
+        run.durations[key] = run.durations.get(key, 0.0) + time.perf_counter() - start
+    after = target.counters()
+    if before is not None and after is not None:
+        run.counters_delta = diff_counters(before, after)
+    return run

@@ -1,0 +1,154 @@
+"""Bench reports: a rich table on the terminal, bench.json, bench.csv and requests.jsonl.
+
+bench.json mirrors `vllm bench serve --save-result`: one result per (variant, concurrency) with
+`request_throughput`, `output_throughput`, `{mean,median,std,p90,p99}_{ttft,tpot,itl,e2el}_ms`
+and the `spec_decode_*` section, plus trtspec's `speedup` and `by_category` tables and a
+`metadata` block that names the machine, the date and the repeats (ratios, not absolutes: a
+figure without its machine means nothing). This module formats; it computes nothing new.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+from trtspec import __version__
+from trtspec.bench.metrics import RequestRecord, by_category, group_cells, speedups, summarize_cell
+
+BENCH_JSON = "bench.json"
+BENCH_CSV = "bench.csv"
+REQUESTS_JSONL = "requests.jsonl"
+
+
+def machine_metadata() -> dict[str, Any]:
+    """Where and when the figures were taken."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError, AttributeError):
+        memory_gib = None
+    try:
+        load = os.getloadavg()
+    except OSError:
+        load = None
+    return {"hostname": platform.node(), "cpu": cpu, "cpu_count": os.cpu_count(),
+            "memory_gib": round(memory_gib, 1) if memory_gib else None, "load_average": load,
+            "python": platform.python_version(), "platform": platform.platform(),
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "trtspec_version": __version__}
+
+
+def assemble_report(records: list[RequestRecord], durations: dict[tuple[str, int, int], float],
+                    metadata: dict[str, Any], counters_delta: dict[str, float] | None = None) -> dict[str, Any]:
+    """bench.json's content: metadata, results per cell, speedups, categories, server counters."""
+    results = [summarize_cell(cell) for cell in group_cells(records, durations)]
+    return {"metadata": {**metadata, "machine": metadata.get("machine") or machine_metadata()},
+            "results": results, "speedup": speedups(results), "by_category": by_category(records),
+            "server_counters": counters_delta}
+
+
+def _clean(value: Any) -> Any:
+    """NaN -> None so bench.json is strict JSON (json.loads in any language reads it)."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    return value
+
+
+def write_reports(out_dir: Path, report: dict[str, Any], requests: list[dict[str, Any]]) -> dict[str, Path]:
+    """Write bench.json, bench.csv (one row per result, scalar columns) and requests.jsonl."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out_dir / BENCH_JSON, "csv": out_dir / BENCH_CSV, "requests": out_dir / REQUESTS_JSONL}
+    paths["json"].write_text(json.dumps(_clean(report), indent=2, allow_nan=False) + "\n")
+    speedup = {row["max_concurrency"]: row for row in report.get("speedup", [])}
+    rows = []
+    for result in report["results"]:
+        row = {k: v for k, v in result.items() if not isinstance(v, list | dict)}
+        extra = speedup.get(result["max_concurrency"], {})
+        row["output_throughput_speedup"] = extra.get("output_throughput_speedup")
+        rows.append(_clean(row))
+    columns: list[str] = []
+    for row in rows:
+        columns.extend(k for k in row if k not in columns)
+    with open(paths["csv"], "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    with open(paths["requests"], "w") as handle:
+        for record in requests:
+            handle.write(json.dumps(_clean(record), allow_nan=False) + "\n")
+    return paths
+
+
+def _fmt(value: Any, digits: int = 1, suffix: str = "") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.{digits}f}{suffix}"
+
+
+def render_table(report: dict[str, Any]):
+    """A rich renderable: one row per (concurrency, variant), then speedups and acceptance."""
+    from rich.console import Group
+    from rich.table import Table
+
+    meta = report["metadata"]
+    title = (f"trtspec bench: {meta.get('model')} ({meta.get('mode')}) via {meta.get('target')}, "
+             f"{meta.get('num_prompts')} prompts x {meta.get('repeats')} repeats, "
+             f"max_tokens {meta.get('max_tokens')}")
+    table = Table(title=title, caption=f"{meta['machine']['cpu']} x{meta['machine']['cpu_count']}, "
+                                       f"{meta['machine']['date']}; latencies in ms, mean / p99")
+    for name, justify in [("conc", "right"), ("variant", "left"), ("ok", "right"), ("out tok/s", "right"),
+                          ("req/s", "right"), ("TTFT", "right"), ("TPOT", "right"), ("ITL", "right"),
+                          ("E2EL", "right"), ("AL", "right"), ("accept %", "right")]:
+        table.add_column(name, justify=justify)
+    for r in report["results"]:
+        table.add_row(str(r["max_concurrency"]), r["variant"], f"{r['completed']}/{r['completed'] + r['failed']}",
+                      _fmt(r["output_throughput"]), _fmt(r["request_throughput"], 2),
+                      *[f"{_fmt(r[f'mean_{m}_ms'], 0)} / {_fmt(r[f'p99_{m}_ms'], 0)}"
+                        for m in ("ttft", "tpot", "itl", "e2el")],
+                      _fmt(r.get("spec_decode_acceptance_length"), 2), _fmt(r.get("spec_decode_acceptance_rate")))
+    parts: list[Any] = [table]
+    if report.get("speedup"):
+        speed = Table(title="speculative / baseline (same run, interleaved)")
+        for name in ("conc", "tokens/s speedup", "per repeat", "TPOT speedup", "E2EL speedup",
+                     "AL (ceiling)", "measured / ceiling"):
+            speed.add_column(name, justify="right")
+        for s in report["speedup"]:
+            speed.add_row(str(s["max_concurrency"]), _fmt(s["output_throughput_speedup"], 2, "x"),
+                          " ".join(_fmt(x, 2) for x in s["output_throughput_speedup_by_repeat"]),
+                          _fmt(s["tpot_speedup"], 2, "x"), _fmt(s["e2el_speedup"], 2, "x"),
+                          _fmt(s["theoretical_speedup"], 2), _fmt(s["measured_over_theoretical"], 2))
+        parts.append(speed)
+    if report.get("by_category"):
+        cats = Table(title="by prompt category (per-user tokens/s = output tokens / E2E latency)")
+        for name in ("conc", "category", "spec tok/s", "base tok/s", "speedup", "AL"):
+            cats.add_column(name, justify="right")
+        for c in report["by_category"]:
+            cats.add_row(str(c["max_concurrency"]), c["category"], _fmt(c.get("speculative_user_tokens_per_s")),
+                         _fmt(c.get("baseline_user_tokens_per_s")), _fmt(c.get("speedup"), 2, "x"),
+                         _fmt(c.get("spec_decode_acceptance_length"), 2))
+        parts.append(cats)
+    for r in report["results"]:
+        rates = r.get("spec_decode_per_position_acceptance_rates")
+        if rates:
+            positions = "  ".join(f"pos {i}: {100 * x:.0f}%" for i, x in enumerate(rates))
+            parts.append(f"conc {r['max_concurrency']} acceptance per position: {positions}")
+    if report.get("server_counters"):
+        parts.append(f"server counters (after - before): {len(report['server_counters'])} keys in bench.json")
+    return Group(*parts)
