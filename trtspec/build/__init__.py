@@ -1,0 +1,145 @@
+"""`trtspec build`: turn the spec (and convert's checkpoints) into engines/<name>/.
+
+One module per backend (cpu.py, trtllm.py, trtllm_engine.py), engine.json and the target/draft
+pairing in engine_json.py, pinned upstream names in upstream.py, the memory planner in planner.py.
+`build()` is the thin layer that executes: resolve inputs -> plan (GPU backends; refuse what does
+not fit) -> render every file in memory -> (dry run: stop) -> write into a staging directory,
+smoke-test or run the engine builder there -> rename into place (artifacts.atomic_dir). A re-run
+with the same inputs is skipped and says so. This package reads checkpoints and writes engines;
+it never touches the model repository or the server.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trtspec import artifacts
+from trtspec.artifacts import Layout
+from trtspec.build import engine_json as ej
+from trtspec.build.planner import ModelShape, Plan, PlanSettings, plan_memory, require_fit
+
+GPU_BACKENDS = ("trtllm", "trtllm-engine")
+
+
+@dataclass
+class BuildResult:
+    name: str
+    engine_dir: Path
+    engine: dict[str, Any]
+    files: dict[str, str] = field(default_factory=dict)   # extra rendered files: name -> content
+    plan: Plan | None = None
+    smoke: dict[str, Any] | None = None
+    verify: dict[str, Any] | None = None
+    commands: list[str] = field(default_factory=list)
+    dry_run: bool = False
+    skipped: bool = False
+    messages: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "engine_dir": str(self.engine_dir), "dry_run": self.dry_run,
+                "skipped": self.skipped, "engine": self.engine, "files": self.files,
+                "plan": self.plan.to_dict() if self.plan else None, "smoke": self.smoke, "verify": self.verify,
+                "commands": self.commands, "messages": self.messages}
+
+
+def engine_name(spec: Any) -> str:
+    return artifacts.engine_name(spec.model_name, spec.speculative.mode, spec.build.backend, spec.quantization.fp8)
+
+
+def plan_for(spec: Any, target_config: dict[str, Any], draft_config: dict[str, Any] | None = None) -> Plan:
+    """The memory plan for the spec's engines, given the target's (and draft's/head's) config.json."""
+    target = ModelShape.from_config(target_config)
+    mode = spec.speculative.mode
+    draft, role = None, "draft"
+    if mode == "eagle3":
+        draft, role = ModelShape.eagle3_head(target, draft_config), "EAGLE-3 head"
+    elif mode == "draft-target" and draft_config:
+        draft = ModelShape.from_config(draft_config)
+    return plan_memory(target, PlanSettings.from_spec(spec), draft, role)
+
+
+def plan_inputs(spec: Any) -> Plan:
+    """Resolve the spec's checkpoints and plan them (what `trtspec plan` shows)."""
+    inputs = ej.resolve_inputs(spec)
+    return plan_for(spec, inputs.base_target.config, inputs.draft.config if inputs.draft else None)
+
+
+def _manifest_inputs(spec: Any, inputs: ej.BuildInputs) -> dict[str, Any]:
+    return {"spec": {k: spec.model_dump(mode="json")[k] for k in ("model", "speculative", "quantization", "build")},
+            "target_sha256": inputs.target.sha256, "draft_sha256": inputs.draft.sha256 if inputs.draft else None}
+
+
+def build(spec: Any, *, dry_run: bool = False, verify: bool = False, force: bool = False) -> BuildResult:
+    """Build engines/<name>/ for the spec's backend; see the module docstring for the steps."""
+    from trtspec.build import cpu, trtllm, trtllm_engine
+
+    backend, mode = spec.build.backend, spec.speculative.mode
+    if backend == "trtllm-engine":
+        trtllm_engine.refuse_unsupported(mode)
+    layout = Layout.from_spec(spec)
+    name = engine_name(spec)
+    engine_dir = layout.engine_dir(name)
+    inputs = ej.resolve_inputs(spec, layout)
+    result = BuildResult(name=name, engine_dir=engine_dir, engine={}, dry_run=dry_run)
+    if backend in GPU_BACKENDS:
+        result.plan = plan_for(spec, inputs.base_target.config, inputs.draft.config if inputs.draft else None)
+        require_fit(result.plan)
+
+    draft_path = "draft" if inputs.draft is not None else None
+    if backend == "cpu":
+        result.engine = ej.engine_json(spec, name, inputs)
+    elif backend == "trtllm":
+        fields = trtllm.upstream.llm_api_fields()
+        relative = trtllm.checked_options(spec, target="target", draft=draft_path)
+        absolute = trtllm.checked_options(spec, target=str((engine_dir / "target").resolve()),
+                                          draft=str((engine_dir / "draft").resolve()) if draft_path else None)
+        result.files["llm_api_options.yaml"] = trtllm.render_yaml(absolute)
+        result.engine = ej.engine_json(spec, name, inputs, trtllm={
+            "tensorrt_llm_version": trtllm.upstream.PINNED_TRTLLM_VERSION, "field_source": fields["source"],
+            "llm_api_options_file": "llm_api_options.yaml", "llm_api_options": relative})
+    else:
+        commands = trtllm_engine.engine_commands(spec)
+        result.commands = [trtllm_engine.subproc.format_command(command) for command in commands]
+        result.files["build.sh"] = trtllm_engine.render_build_sh(commands)
+        built = trtllm_engine.trtllm_build_available() and not dry_run
+        result.engine = ej.engine_json(spec, name, inputs, target_path="hf/target", draft_path="hf/draft",
+                                       trtllm_engine=trtllm_engine.engine_section(spec, commands, built))
+    if dry_run:
+        return result
+
+    manifest_inputs = _manifest_inputs(spec, inputs)
+    if not force and artifacts.is_up_to_date(engine_dir, manifest_inputs):
+        result.skipped = True
+        result.messages.append(f"{engine_dir} is up to date with these inputs; nothing to do (--force rebuilds)")
+        return result
+
+    with artifacts.atomic_dir(engine_dir) as staging:
+        if backend == "trtllm-engine":
+            cpu.link_tree(inputs.target.path, staging / "hf" / "target")
+            if inputs.draft is not None:
+                cpu.link_tree(inputs.draft.path, staging / "hf" / "draft")
+        else:
+            cpu.write_bundle(staging, inputs)
+        for file_name, content in result.files.items():
+            (staging / file_name).write_text(content)
+        if "build.sh" in result.files:
+            (staging / "build.sh").chmod(0o755)
+        artifacts.write_json(staging / artifacts.ENGINE_JSON, result.engine)
+        if backend == "cpu":
+            result.smoke = cpu.smoke_test(staging)
+            if result.smoke["status"] == "skipped":
+                result.messages.append(f"smoke generation skipped: {result.smoke['reason']}")
+        elif backend == "trtllm" and verify:
+            result.verify = trtllm.verify(staging, result.engine["trtllm"]["llm_api_options"])
+        elif backend == "trtllm-engine":
+            if result.engine["trtllm_engine"]["built"]:
+                trtllm_engine.run_commands(commands, staging)
+            else:
+                result.messages.append(
+                    f"trtllm-build is not on PATH: wrote {engine_dir / 'build.sh'} with the exact commands; run "
+                    f"`bash {engine_dir / 'build.sh'}` inside {trtllm_engine.upstream.CONTAINER}")
+        artifacts.write_manifest(staging, "engine", inputs=manifest_inputs, backend=backend, mode=mode,
+                                 smoke=result.smoke, plan_fits=result.plan.fits if result.plan else None)
+    return result

@@ -1,0 +1,162 @@
+"""engine.json (format trtspec-engine/1) and the inputs it describes: target, draft, pairing.
+
+`resolve_inputs()` finds the checkpoints `trtspec convert` wrote (Layout.checkpoint(kind)); the
+target falls back to `resolve_model(spec.model.source)` when checkpoints/target is absent. A draft
+or EAGLE-3 head whose manifest names another target (target_sha256) is refused with
+IncompatibleArtifactError. `engine_json()` renders the contract every backend writes; backends
+add their own keys beside it (`trtllm`, `trtllm_engine`). Paths inside engine.json are relative to
+the engine directory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trtspec import __version__, artifacts
+from trtspec.artifacts import Layout
+from trtspec.errors import IncompatibleArtifactError, ModelSourceError
+
+FORMAT = "trtspec-engine/1"
+# TensorRT-LLM's names for the speculative modes (build_config.speculative_decoding_mode).
+SPECULATIVE_DECODING_MODES = {"eagle3": "eagle3", "draft-target": "draft_tokens_external",
+                              "ngram": "ngram", "none": "none"}
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """One input checkpoint directory with what engine.json records about it."""
+
+    path: Path
+    sha256: str
+    source: str
+    config: dict[str, Any]
+    manifest: dict[str, Any] | None
+    kind: str                      # target | target-fp8 | eagle3 | draft | draft-fp8 | model
+
+    @property
+    def is_fp8(self) -> bool:
+        return (self.path / "hf_quant_config.json").exists() or "quantization_config" in self.config
+
+
+@dataclass(frozen=True)
+class BuildInputs:
+    target: Checkpoint             # what the engine serves (the FP8 checkpoint when --fp8)
+    base_target: Checkpoint        # the unquantized target (what drafts are paired against)
+    draft: Checkpoint | None
+    draft_kind: str | None         # "eagle3" | "draft-model" | None
+
+
+def _from_dir(path: Path, kind: str) -> Checkpoint:
+    manifest = artifacts.read_manifest(path)
+    config = artifacts.read_json(path / "config.json") if (path / "config.json").exists() else {}
+    sha = (manifest or {}).get("weights_sha256") or artifacts.weights_sha256(path)
+    source = str((manifest or {}).get("source") or path)
+    return Checkpoint(path=path, sha256=sha, source=source, config=config, manifest=manifest, kind=kind)
+
+
+def resolve_inputs(spec: Any, layout: Layout | None = None) -> BuildInputs:
+    """The checkpoints the build reads, checked to belong together."""
+    from trtspec.models import resolve_model
+
+    layout = layout or Layout.from_spec(spec)
+    mode, fp8 = spec.speculative.mode, spec.quantization.fp8
+    target_dir = layout.checkpoint("target")
+    if target_dir.is_dir():
+        base = _from_dir(target_dir, "target")
+    else:
+        info = resolve_model(spec.model.source, trust_remote_code=spec.model.trust_remote_code, quiet=True)
+        base = Checkpoint(path=info.path, sha256=info.sha256, source=spec.model.source, config=info.config,
+                          manifest=artifacts.read_manifest(info.path), kind="model")
+    target = base
+    if fp8:
+        fp8_dir = layout.checkpoint("target-fp8")
+        if not fp8_dir.is_dir():
+            raise ModelSourceError(f"{fp8_dir}: no FP8 target checkpoint",
+                                   fix="run `trtspec convert --fp8` first (or build without --fp8)")
+        target = _from_dir(fp8_dir, "target-fp8")
+    draft, draft_kind = None, None
+    if mode == "eagle3":
+        head_dir = layout.checkpoint("eagle3")
+        if not head_dir.is_dir():
+            raise ModelSourceError(f"{head_dir}: no EAGLE-3 head", fix="run `trtspec convert --mode eagle3` first")
+        draft, draft_kind = _from_dir(head_dir, "eagle3"), "eagle3"
+    elif mode == "draft-target":
+        draft, draft_kind = _resolve_draft(spec, layout), "draft-model"
+    if draft is not None:
+        check_pair(base, target, draft)
+    return BuildInputs(target=target, base_target=base, draft=draft, draft_kind=draft_kind)
+
+
+def _resolve_draft(spec: Any, layout: Layout) -> Checkpoint:
+    from trtspec.models import resolve_model
+
+    for kind in (["draft-fp8"] if spec.quantization.fp8 else []) + ["draft"]:
+        if layout.checkpoint(kind).is_dir():
+            return _from_dir(layout.checkpoint(kind), kind)
+    info = resolve_model(spec.speculative.draft, trust_remote_code=spec.model.trust_remote_code, quiet=True)
+    return Checkpoint(path=info.path, sha256=info.sha256, source=spec.speculative.draft, config=info.config,
+                      manifest=None, kind="model")
+
+
+def check_pair(base_target: Checkpoint, target: Checkpoint, draft: Checkpoint) -> None:
+    """Refuse a draft/head made for another target; refuse a draft with another vocabulary.
+
+    A converted draft's manifest records target_sha256: it must equal the sha256 of the target
+    (the unquantized one, or the FP8 one, or the target the FP8 checkpoint was made from). A raw
+    draft model (no manifest) is checked by config.json vocab_size, which is what TensorRT-LLM's
+    logits buffers are sized by (tokenizer length can differ: NVIDIA/TensorRT-LLM PR #3615).
+    """
+    known = {base_target.sha256, target.sha256}
+    for manifest in (base_target.manifest, target.manifest):
+        for key in ("target_sha256", "source_sha256", "base_sha256"):
+            if manifest and manifest.get(key):
+                known.add(manifest[key])
+    if draft.manifest is not None and draft.kind != "model":
+        recorded = draft.manifest.get("target_sha256")
+        if not recorded:
+            raise IncompatibleArtifactError(f"{draft.path}: manifest.json has no target_sha256",
+                                            fix="re-run `trtspec convert` to record which target it was made for")
+        if recorded not in known:
+            raise IncompatibleArtifactError(
+                f"{draft.path} was made for target {recorded[:12]}, but the target is {base_target.sha256[:12]} "
+                f"({base_target.path})", fix="re-run `trtspec convert` for this target")
+    if draft.kind in ("draft", "draft-fp8", "model"):
+        draft_vocab, target_vocab = draft.config.get("vocab_size"), base_target.config.get("vocab_size")
+        if draft_vocab != target_vocab:
+            raise IncompatibleArtifactError(
+                f"{draft.path}: draft vocab_size {draft_vocab} differs from the target's {target_vocab}",
+                fix="use a draft trained with the target's tokenizer")
+
+
+def build_config(spec: Any) -> dict[str, Any]:
+    """The build_config block of engine.json."""
+    b, s, q = spec.build, spec.speculative, spec.quantization
+    speculative = s.mode != "none"
+    return {"max_batch_size": b.max_batch_size, "max_input_len": b.max_input_len, "max_seq_len": b.max_seq_len,
+            "max_num_tokens": b.max_num_tokens, "max_draft_len": s.max_draft_len if speculative else 0,
+            "kv_cache_type": "paged", "tokens_per_block": b.tokens_per_block,
+            "speculative_decoding_mode": SPECULATIVE_DECODING_MODES[s.mode],
+            "quantization": {"fp8": q.fp8, "fp8_kv_cache": q.fp8_kv_cache},
+            "tp_size": b.tp_size, "pp_size": b.pp_size}
+
+
+def engine_json(spec: Any, name: str, inputs: BuildInputs, *, target_path: str = "target",
+                draft_path: str = "draft", **backend_keys: Any) -> dict[str, Any]:
+    """engine.json for any backend; `backend_keys` add the backend's own sections."""
+    s = spec.speculative
+    draft = None
+    if inputs.draft is not None:
+        draft = {"kind": inputs.draft_kind, "path": draft_path, "sha256": inputs.draft.sha256,
+                 "target_sha256": (inputs.draft.manifest or {}).get("target_sha256") or inputs.base_target.sha256}
+    return {
+        "format": FORMAT, "trtspec_version": __version__, "name": name,
+        "backend": spec.build.backend, "mode": s.mode, "build_config": build_config(spec),
+        "target": {"path": target_path, "sha256": inputs.target.sha256, "source": inputs.target.source},
+        "draft": draft,
+        "runtime": {"dtype": spec.model.dtype, "ngram_min": s.ngram_min, "ngram_max": s.ngram_max,
+                    "dynamic_draft": s.dynamic_draft, "confidence_threshold": s.confidence_threshold,
+                    "acceptance_floor": s.acceptance_floor, "eagle_choices": s.eagle_choices},
+        **backend_keys,
+    }

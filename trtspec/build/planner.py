@@ -1,0 +1,260 @@
+"""GPU memory planner: will this spec fit, and if not, what would?
+
+Pure arithmetic over a model's config.json shape (layers, hidden size, heads, KV heads, head
+size, vocabulary), the dtypes (FP8 weights, FP8 KV cache), the engine limits (max_batch_size,
+max_seq_len, max_draft_len, max_num_tokens, tokens_per_block), tp/pp and the GPU. Per GPU:
+
+    usable   = device memory - runtime reserve (CUDA context, workspaces, CUDA graphs)
+    free     = usable - weights - activations
+    kv budget= free * free_gpu_memory_fraction        (how TensorRT-LLM sizes its paged KV pool)
+    needed   = max_batch_size * blocks per full-length sequence * block bytes (target + draft)
+    fits     = free > 0 and needed <= kv budget
+
+A full-length sequence is max_seq_len (+ max_draft_len for speculative engines, as
+tensorrt_llm/builder.py adds) tokens rounded up to whole KV blocks. Activations are an estimate of
+one layer's live buffers for max_num_tokens tokens plus FP32 logits for every verified position;
+TensorRT reuses activation memory across layers, so one layer's worth is the right order.
+Nothing here touches a GPU or imports torch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from trtspec.build.gpus import Gpu, get_gpu
+from trtspec.errors import TrtSpecError
+
+GB = 1e9
+ACT_BYTES = 2          # bf16/fp16 activations on the GPU backends
+LOGITS_BYTES = 4       # TensorRT-LLM keeps generation logits in float32
+TP_CANDIDATES = (1, 2, 4, 8)
+
+
+class PlanError(TrtSpecError):
+    """The spec's engines do not fit on the planned GPUs; the message carries the numbers and a fix."""
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The parts of a Llama-style config.json that decide memory."""
+
+    num_layers: int
+    hidden_size: int
+    intermediate_size: int
+    vocab_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    tie_word_embeddings: bool = False
+    has_embedding: bool = True      # an EAGLE-3 head borrows the target's embedding
+    attn_input_mult: int = 1        # an EAGLE-3 layer attends over [embedding, hidden] (2x hidden)
+    extra_params: int = 0           # e.g. the EAGLE-3 fc that fuses three target hidden states
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> ModelShape:
+        heads = config["num_attention_heads"]
+        hidden = config["hidden_size"]
+        return cls(num_layers=config["num_hidden_layers"], hidden_size=hidden,
+                   intermediate_size=config["intermediate_size"], vocab_size=config["vocab_size"],
+                   num_heads=heads, num_kv_heads=config.get("num_key_value_heads") or heads,
+                   head_dim=config.get("head_dim") or hidden // heads,
+                   tie_word_embeddings=bool(config.get("tie_word_embeddings", False)))
+
+    @classmethod
+    def eagle3_head(cls, target: ModelShape, head_config: dict[str, Any] | None = None) -> ModelShape:
+        """An EAGLE-3 head: one decoder layer over 2x hidden input, fc(3h -> h), its own lm_head."""
+        cfg = head_config or {}
+        hidden = target.hidden_size
+        return cls(num_layers=cfg.get("num_hidden_layers", 1), hidden_size=hidden,
+                   intermediate_size=cfg.get("intermediate_size", target.intermediate_size),
+                   vocab_size=cfg.get("draft_vocab_size") or cfg.get("vocab_size") or target.vocab_size,
+                   num_heads=cfg.get("num_attention_heads", target.num_heads),
+                   num_kv_heads=cfg.get("num_key_value_heads", target.num_kv_heads),
+                   head_dim=cfg.get("head_dim", target.head_dim), has_embedding=False,
+                   attn_input_mult=2, extra_params=3 * hidden * hidden)
+
+    @property
+    def layer_linear_params(self) -> int:
+        """Weights of the matmuls in all decoder layers (what FP8 quantizes)."""
+        h, d = self.hidden_size, self.head_dim
+        attn = self.attn_input_mult * h * d * (self.num_heads + 2 * self.num_kv_heads) + self.num_heads * d * h
+        mlp = 3 * h * self.intermediate_size
+        return self.num_layers * (attn + mlp) + self.extra_params
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab_size * self.hidden_size if self.has_embedding else 0
+
+    @property
+    def lm_head_params(self) -> int:
+        return 0 if (self.tie_word_embeddings and self.has_embedding) else self.vocab_size * self.hidden_size
+
+    @property
+    def norm_params(self) -> int:
+        return (2 * self.num_layers + 1 + (0 if self.has_embedding else 1)) * self.hidden_size
+
+    @property
+    def params(self) -> int:
+        return self.layer_linear_params + self.embedding_params + self.lm_head_params + self.norm_params
+
+
+@dataclass(frozen=True)
+class PlanSettings:
+    gpu: str = "h100"
+    tp_size: int = 1
+    pp_size: int = 1
+    max_batch_size: int = 8
+    max_seq_len: int = 2048
+    max_num_tokens: int = 8192
+    max_draft_len: int = 0           # 0 for mode none
+    tokens_per_block: int = 32
+    fp8_weights: bool = False
+    fp8_kv_cache: bool = False
+    weight_bytes: int = 2            # bf16/fp16 weights when not FP8
+    free_gpu_memory_fraction: float = 0.9
+
+    @classmethod
+    def from_spec(cls, spec: Any) -> PlanSettings:
+        b, s, q = spec.build, spec.speculative, spec.quantization
+        return cls(gpu=b.gpu, tp_size=b.tp_size, pp_size=b.pp_size, max_batch_size=b.max_batch_size,
+                   max_seq_len=b.max_seq_len, max_num_tokens=b.max_num_tokens,
+                   max_draft_len=0 if s.mode == "none" else s.max_draft_len, tokens_per_block=b.tokens_per_block,
+                   fp8_weights=q.fp8, fp8_kv_cache=q.fp8_kv_cache,
+                   free_gpu_memory_fraction=b.free_gpu_memory_fraction)
+
+
+@dataclass
+class ComponentPlan:
+    """One model on the GPU: the target, or its draft / EAGLE-3 head."""
+
+    role: str
+    params: int
+    weight_bytes: int               # per GPU
+    kv_bytes_per_token: int         # per GPU
+    kv_bytes_per_sequence: int      # per GPU, one full-length sequence in whole blocks
+    activation_bytes: int           # per GPU
+
+
+@dataclass
+class Plan:
+    settings: PlanSettings
+    gpu_name: str
+    usable_bytes: int
+    reserved_bytes: int
+    components: list[ComponentPlan] = field(default_factory=list)
+    blocks_per_sequence: int = 0
+    weights_bytes: int = 0
+    activation_bytes: int = 0
+    kv_budget_bytes: int = 0
+    kv_required_bytes: int = 0
+    headroom_bytes: int = 0
+    full_length_sequences: int = 0
+    fits: bool = False
+    problem: str | None = None
+    suggestion: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def rows(self) -> list[tuple[str, str]]:
+        """(item, per-GPU figure) rows for the table `trtspec plan` prints."""
+        s = self.settings
+        rows = [("GPU", f"{s.tp_size * s.pp_size} x {self.gpu_name} (tp {s.tp_size}, pp {s.pp_size})")]
+        for c in self.components:
+            rows.append((f"{c.role} weights ({c.params / 1e9:.2f} B params)", _gb(c.weight_bytes)))
+        rows += [("activations + logits (estimate)", _gb(self.activation_bytes)),
+                 ("runtime reserve (CUDA context, workspaces)", _gb(self.reserved_bytes))]
+        for c in self.components:
+            rows.append((f"{c.role} KV cache: {self.blocks_per_sequence} blocks x {s.tokens_per_block} tokens "
+                         f"per sequence, x {s.max_batch_size}",
+                         _gb(c.kv_bytes_per_sequence * s.max_batch_size)))
+        rows += [(f"KV budget ({s.free_gpu_memory_fraction:.0%} of free memory)", _gb(self.kv_budget_bytes)),
+                 ("headroom after full batch", _gb(self.headroom_bytes)),
+                 ("full-length sequences that fit", str(self.full_length_sequences)),
+                 ("verdict", "fits" if self.fits else f"does not fit: {self.problem}")]
+        return rows
+
+
+def _gb(value: int) -> str:
+    return f"{value / GB:,.2f} GB"
+
+
+def _component(role: str, shape: ModelShape, s: PlanSettings, blocks: int, quantized: bool) -> ComponentPlan:
+    world_layers = s.pp_size
+    linear_bytes = 1 if quantized else s.weight_bytes
+    # Embedding and lm_head stay in 16 bits under ModelOpt FP8 (lm_head is excluded by default).
+    vocab_params = shape.embedding_params + shape.lm_head_params
+    if s.pp_size > 1:  # the embedding lives on the first stage, the lm_head on the last
+        vocab_params = max(shape.embedding_params, shape.lm_head_params)
+    weights = (shape.layer_linear_params * linear_bytes // (s.tp_size * s.pp_size)
+               + vocab_params * s.weight_bytes // s.tp_size + shape.norm_params * s.weight_bytes)
+    kv_heads_per_gpu = max(1, math.ceil(shape.num_kv_heads / s.tp_size))
+    layers_per_gpu = math.ceil(shape.num_layers / world_layers)
+    kv_token = 2 * layers_per_gpu * kv_heads_per_gpu * shape.head_dim * (1 if s.fp8_kv_cache else 2)
+    tokens = max(s.max_num_tokens, s.max_batch_size * (s.max_draft_len + 1))
+    h = shape.hidden_size
+    per_token = (4 * h + (shape.num_heads + 2 * shape.num_kv_heads) * shape.head_dim // s.tp_size
+                 + 2 * shape.intermediate_size // s.tp_size)
+    logits = s.max_batch_size * (s.max_draft_len + 1) * shape.vocab_size // s.tp_size * LOGITS_BYTES
+    return ComponentPlan(role=role, params=shape.params, weight_bytes=weights, kv_bytes_per_token=kv_token,
+                         kv_bytes_per_sequence=kv_token * blocks * s.tokens_per_block,
+                         activation_bytes=tokens * per_token * ACT_BYTES + logits)
+
+
+def plan_memory(target: ModelShape, settings: PlanSettings, draft: ModelShape | None = None,
+                draft_role: str = "draft", gpu: Gpu | None = None) -> Plan:
+    """The per-GPU memory plan. `draft` is a draft model or an EAGLE-3 head (None for ngram/none)."""
+    s = settings
+    gpu = gpu or get_gpu(s.gpu)
+    extra = s.max_draft_len  # speculative engines hold max_draft_len more tokens per sequence
+    blocks = math.ceil((s.max_seq_len + extra) / s.tokens_per_block)
+    components = [_component("target", target, s, blocks, s.fp8_weights)]
+    if draft is not None:
+        components.append(_component(draft_role, draft, s, blocks, s.fp8_weights))
+    plan = Plan(settings=s, gpu_name=gpu.name, usable_bytes=gpu.usable_bytes, reserved_bytes=gpu.reserved_bytes,
+                components=components, blocks_per_sequence=blocks)
+    plan.weights_bytes = sum(c.weight_bytes for c in components)
+    plan.activation_bytes = sum(c.activation_bytes for c in components)
+    free = gpu.usable_bytes - plan.weights_bytes - plan.activation_bytes
+    per_sequence = sum(c.kv_bytes_per_sequence for c in components)
+    plan.kv_budget_bytes = int(max(free, 0) * s.free_gpu_memory_fraction)
+    plan.kv_required_bytes = per_sequence * s.max_batch_size
+    plan.headroom_bytes = free - plan.kv_required_bytes
+    plan.full_length_sequences = plan.kv_budget_bytes // per_sequence if per_sequence else 0
+    if free <= 0:
+        plan.problem = (f"weights {_gb(plan.weights_bytes)} + activations {_gb(plan.activation_bytes)} exceed the "
+                        f"{_gb(gpu.usable_bytes)} usable per GPU")
+    elif plan.kv_required_bytes > plan.kv_budget_bytes:
+        plan.problem = (f"KV cache for {s.max_batch_size} full-length sequences of {s.max_seq_len} tokens needs "
+                        f"{_gb(plan.kv_required_bytes)}, the budget is {_gb(plan.kv_budget_bytes)} "
+                        f"({plan.full_length_sequences} fit)")
+    plan.fits = plan.problem is None
+    if not plan.fits:
+        plan.suggestion = _suggest(target, s, draft, draft_role, gpu, plan)
+    return plan
+
+
+def _suggest(target: ModelShape, s: PlanSettings, draft: ModelShape | None, draft_role: str, gpu: Gpu,
+             plan: Plan) -> str:
+    from dataclasses import replace
+
+    if plan.full_length_sequences >= 1:
+        return f"set build.max_batch_size: {plan.full_length_sequences} (the largest that fits)"
+    for tp in TP_CANDIDATES:
+        if tp <= s.tp_size or target.num_heads % tp:
+            continue
+        if plan_memory(target, replace(s, tp_size=tp), draft, draft_role, gpu).fits:
+            return f"set build.tp_size: {tp} (the smallest tensor-parallel size that fits)"
+    if not s.fp8_weights:
+        return "quantize with --fp8, shorten build.max_seq_len, or plan for a larger GPU (build.gpu: h200)"
+    return "shorten build.max_seq_len or plan for more or larger GPUs"
+
+
+def require_fit(plan: Plan) -> None:
+    """Raise PlanError with the numbers and the suggestion when the plan does not fit."""
+    if not plan.fits:
+        s = plan.settings
+        raise PlanError(f"the plan does not fit on {s.tp_size * s.pp_size} x {plan.gpu_name}: {plan.problem}",
+                        fix=plan.suggestion)

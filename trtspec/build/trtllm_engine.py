@@ -1,0 +1,145 @@
+"""The trtllm-engine backend: legacy TensorRT engines (TensorRT-LLM <= 1.3.0rc20).
+
+`engine_commands()` is pure: it returns the exact `quantize.py` and `trtllm-build` command lines
+for the target (and the draft) as lists, each checked flag by flag against upstream's pinned
+tables. `build.sh` holds the same lines; they run here only when `trtllm-build` is on PATH,
+otherwise the user gets the script and the container to run it in. Rules (reference §1, §6):
+the target gets `--speculative_decoding_mode draft_tokens_external --max_draft_len K`; both engines
+get `--kv_cache_type paged --use_paged_context_fmha enable` explicitly (defaults changed across
+releases); FP8 uses `quantize.py --qformat fp8` and `--gemm_plugin fp8`; `--use_fp8_context_fmha`
+is enabled only with an FP8 KV cache; `--gather_generation_logits` only when draft logits are
+used; `--gather_context_logits` never with drafts. EAGLE-3 and n-gram are refused here.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from trtspec import subproc
+from trtspec.build import upstream
+from trtspec.errors import IncompatibleArtifactError
+from trtspec.spec import BACKEND_REFUSALS
+
+QUANTIZE_SCRIPT = "/app/examples/quantization/quantize.py"   # where the trtllm containers keep the examples
+BUILD_TIMEOUT_S = 3 * 3600
+
+
+def refuse_unsupported(mode: str) -> None:
+    """Defensive twin of the spec check: EAGLE-3 and n-gram have no TensorRT-engine path."""
+    reason = BACKEND_REFUSALS.get(("trtllm-engine", mode))
+    if reason:
+        raise IncompatibleArtifactError(f"mode {mode} cannot be built as TensorRT engines", fix=reason)
+
+
+def _quantize(model_dir: str, output_dir: str, spec: Any) -> list[str]:
+    q, b = spec.quantization, spec.build
+    command = ["python3", QUANTIZE_SCRIPT, "--model_dir", model_dir, "--output_dir", output_dir,
+               "--dtype", "bfloat16", "--qformat", "fp8" if q.fp8 else "full_prec"]
+    if q.fp8_kv_cache:
+        command += ["--kv_cache_dtype", "fp8"]
+    command += ["--calib_size", str(q.calibration_size), "--tp_size", str(b.tp_size), "--pp_size", str(b.pp_size)]
+    return command
+
+
+def _trtllm_build(checkpoint_dir: str, output_dir: str, spec: Any, *, speculative: bool,
+                  use_draft_logits: bool) -> list[str]:
+    b, q, s = spec.build, spec.quantization, spec.speculative
+    command = ["trtllm-build", "--checkpoint_dir", checkpoint_dir, "--output_dir", output_dir,
+               "--max_batch_size", str(b.max_batch_size), "--max_input_len", str(b.max_input_len),
+               "--max_seq_len", str(b.max_seq_len), "--max_num_tokens", str(b.max_num_tokens),
+               "--max_beam_width", "1", "--kv_cache_type", "paged", "--tokens_per_block", str(b.tokens_per_block),
+               "--use_paged_context_fmha", "enable",
+               "--gemm_plugin", "fp8" if q.fp8 else "auto",
+               # FP8 context FMHA with paged context FMHA needs an FP8 KV cache (tensorrt_llm/builder.py).
+               "--use_fp8_context_fmha", "enable" if (q.fp8 and q.fp8_kv_cache) else "disable"]
+    if speculative:
+        command += ["--speculative_decoding_mode", "draft_tokens_external", "--max_draft_len", str(s.max_draft_len)]
+    if use_draft_logits:
+        command += ["--gather_generation_logits"]
+    return command
+
+
+def engine_commands(spec: Any, *, use_draft_logits: bool = False) -> list[list[str]]:
+    """The command lines, in order, relative to the engine directory (build.sh cds there)."""
+    refuse_unsupported(spec.speculative.mode)
+    draft_target = spec.speculative.mode == "draft-target"
+    commands = [_quantize("hf/target", "checkpoints/target", spec)]
+    if draft_target:
+        commands.append(_quantize("hf/draft", "checkpoints/draft", spec))
+    commands.append(_trtllm_build("checkpoints/target", "target", spec, speculative=draft_target,
+                                  use_draft_logits=use_draft_logits))
+    if draft_target:
+        commands.append(_trtllm_build("checkpoints/draft", "draft", spec, speculative=False,
+                                      use_draft_logits=use_draft_logits))
+    for command in commands:
+        check_engine_command(command)
+    return commands
+
+
+def check_engine_command(command: list[str]) -> None:
+    """Every flag is in the pinned list with an allowed value, and the cross-flag rules hold."""
+    if command[0] == "trtllm-build":
+        upstream.check_command(command, upstream.TRTLLM_BUILD_FLAGS, upstream.TRTLLM_BUILD_BOOLEAN_FLAGS)
+        flags = _flag_values(command)
+        draft_len = int(flags.get("--max_draft_len", "0"))
+        if "--gather_context_logits" in command and draft_len > 0:
+            raise IncompatibleArtifactError("--gather_context_logits cannot be combined with --max_draft_len > 0",
+                                            fix="drop --gather_context_logits (trtllm-build refuses it)")
+        if flags.get("--speculative_decoding_mode") == "eagle":
+            if int(flags["--max_batch_size"]) > upstream.EAGLE_MAX_BATCH_SIZE:
+                raise IncompatibleArtifactError(f"EAGLE engines allow max_batch_size <= {upstream.EAGLE_MAX_BATCH_SIZE}")
+            if draft_len > upstream.EAGLE_MAX_DRAFT_LEN:
+                raise IncompatibleArtifactError(f"EAGLE engines allow max_draft_len <= {upstream.EAGLE_MAX_DRAFT_LEN}")
+        if flags.get("--use_fp8_context_fmha") == "enable" and flags.get("--gemm_plugin") != "fp8":
+            raise IncompatibleArtifactError("--use_fp8_context_fmha enable needs an FP8 checkpoint")
+    else:
+        upstream.check_command(command, upstream.QUANTIZE_FLAGS)
+
+
+def _flag_values(command: list[str]) -> dict[str, str]:
+    values = {}
+    for index, part in enumerate(command[:-1]):
+        if part.startswith("--") and not command[index + 1].startswith("--"):
+            values[part] = command[index + 1]
+    return values
+
+
+def render_build_sh(commands: list[list[str]]) -> str:
+    lines = ["#!/usr/bin/env bash",
+             f"# TensorRT engines for TensorRT-LLM {upstream.PINNED_TRTLLM_VERSION} (the last release with the",
+             "# TensorRT backend). Run inside the matching Triton container:",
+             f"#   {upstream.CONTAINER}",
+             f"# Flags checked against {upstream.TRTLLM_BUILD_SOURCE} and {upstream.QUANTIZE_SOURCE}.",
+             "set -euo pipefail", 'cd "$(dirname "$0")"', ""]
+    lines += [subproc.format_command(command) for command in commands]
+    return "\n".join(lines) + "\n"
+
+
+def trtllm_build_available() -> bool:
+    return shutil.which("trtllm-build") is not None
+
+
+def run_commands(commands: list[list[str]], engine_dir: Path) -> None:
+    """Run the commands in the staged engine directory (only when trtllm-build is on PATH)."""
+    for command in commands:
+        subproc.run(command, cwd=engine_dir, timeout=BUILD_TIMEOUT_S)
+
+
+def engine_section(spec: Any, commands: list[list[str]], built: bool, use_draft_logits: bool = False) -> dict:
+    """The `trtllm_engine` block of engine.json: what deploy needs for inflight_batcher_llm."""
+    draft_target = spec.speculative.mode == "draft-target"
+    return {
+        "tensorrt_llm_version": upstream.PINNED_TRTLLM_VERSION,
+        "engines": {"target": "target", "draft": "draft" if draft_target else None},
+        "tokenizer_dir": "hf/target",
+        "decoding_mode": "top_k_top_p",
+        "speculative_decoding_mode": "draft_tokens_external" if draft_target else None,
+        "num_draft_tokens": spec.speculative.max_draft_len if draft_target else 0,
+        "use_draft_logits": use_draft_logits,
+        "gather_generation_logits": use_draft_logits,
+        "build_sh": "build.sh",
+        "commands": [subproc.format_command(c) for c in commands],
+        "built": built,
+    }
