@@ -148,6 +148,7 @@ def test_leviathan_theorem_matches_reference_table():
 
 
 def test_counters_are_diffed_never_cumulative():
-    before = {"requests_total": 10, "accepted_total": 5, "label": "x"}
-    after = {"requests_total": 15, "accepted_total": 5, "new_total": 3, "label": "y"}
-    assert diff_counters(before, after) == {"requests_total": 5, "accepted_total": 0}
+    before = {"requests_total": 10, "accepted_total": 5, "label": "x", "up": True}
+    after = {"requests_total": 15, "accepted_total": 5, "new_total": 3, "label": "y", "up": True}
+    # a counter first seen after the run started at 0
+    assert diff_counters(before, after) == {"requests_total": 5, "accepted_total": 0, "new_total": 3}

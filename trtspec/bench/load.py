@@ -51,15 +51,15 @@ class BenchRun:
     counters_delta: dict[str, float] | None = None
 
 
-def measure_request(target: Target, prompt: Prompt, variant: str, concurrency: int, repeat: int,
-                    max_tokens: int, temperature: float) -> RequestRecord:
+def measure_request(target: Target, prompt: Prompt, variant: str, speculative: bool, concurrency: int,
+                    repeat: int, max_tokens: int, temperature: float) -> RequestRecord:
     """Send one request and stamp its chunks. Errors are recorded, not raised: one failed
     request must not end a benchmark, and the report counts failures."""
     chunk_times: list[float] = []
     tokens, spec, prompt_tokens, error = 0, None, None, None
     start = time.perf_counter()
     try:
-        for chunk in target.stream(prompt.text, max_tokens=max_tokens, speculative=variant == SPECULATIVE,
+        for chunk in target.stream(prompt.text, max_tokens=max_tokens, speculative=speculative,
                                    temperature=temperature, seed=prompt.index):
             now = time.perf_counter() - start
             if chunk.num_tokens > 0:
@@ -74,7 +74,7 @@ def measure_request(target: Target, prompt: Prompt, variant: str, concurrency: i
     e2e = time.perf_counter() - start
     return RequestRecord(variant=variant, concurrency=concurrency, repeat=repeat, prompt_index=prompt.index,
                          category=prompt.category, chunk_times_s=chunk_times, output_tokens=tokens, e2e_s=e2e,
-                         prompt_tokens=prompt_tokens, spec=spec if variant == SPECULATIVE else None, error=error)
+                         prompt_tokens=prompt_tokens, spec=spec if speculative else None, error=error)
 
 
 def schedule(num_prompts: int, concurrencies: Sequence[int], repeats: int, variants: Sequence[str],
@@ -92,34 +92,45 @@ def schedule(num_prompts: int, concurrencies: Sequence[int], repeats: int, varia
 
 
 def run_bench(target: Target, prompts: Sequence[Prompt], concurrencies: Sequence[int], *, max_tokens: int,
-              baseline: bool, repeats: int = 1, temperature: float = 0.0, block_factor: int = 2,
-              warmup: bool = True, on_request: Callable[[RequestRecord], Any] | None = None) -> BenchRun:
-    """Run the whole schedule; `on_request` is called after every request (progress bars)."""
-    variants = [SPECULATIVE, BASELINE] if baseline else [SPECULATIVE]
+              baseline: bool, **options: Any) -> BenchRun:
+    """Speculative (and, with `baseline`, the same target with speculation off), interleaved."""
+    variants = {SPECULATIVE: (target, True)}
+    if baseline:
+        variants[BASELINE] = (target, False)
+    return run_variants(variants, prompts, concurrencies, max_tokens=max_tokens, **options)
+
+
+def run_variants(variants: dict[str, tuple[Target, bool]], prompts: Sequence[Prompt], concurrencies: Sequence[int],
+                 *, max_tokens: int, repeats: int = 1, temperature: float = 0.0, block_factor: int = 2,
+                 warmup: bool = True, on_request: Callable[[RequestRecord], Any] | None = None) -> BenchRun:
+    """Run the whole schedule over labelled (target, speculative) variants; `on_request` is called
+    after every request (progress bars). Counters are diffed on the first variant's target."""
     if warmup:  # first requests pay for lazy loading and allocator growth; keep them out of the figures
-        for variant in variants:
-            measure_request(target, prompts[0], variant, 0, -1, min(max_tokens, 8), temperature)
+        for label, (target, speculative) in variants.items():
+            measure_request(target, prompts[0], label, speculative, 0, -1, min(max_tokens, 8), temperature)
     run = BenchRun()
     lock = threading.Lock()
-    before = target.counters()
+    counted = next(iter(variants.values()))[0]
+    before = counted.counters()
 
-    def one(prompt: Prompt, variant: str, concurrency: int, repeat: int) -> None:
-        record = measure_request(target, prompt, variant, concurrency, repeat, max_tokens, temperature)
+    def one(prompt: Prompt, label: str, concurrency: int, repeat: int) -> None:
+        target, speculative = variants[label]
+        record = measure_request(target, prompt, label, speculative, concurrency, repeat, max_tokens, temperature)
         with lock:
             run.records.append(record)
         if on_request is not None:
             on_request(record)
 
-    for concurrency, repeat, variant, indices in schedule(len(prompts), concurrencies, repeats, variants,
-                                                          block_factor):
+    for concurrency, repeat, label, indices in schedule(len(prompts), concurrencies, repeats, list(variants),
+                                                        block_factor):
         start = time.perf_counter()
         with ThreadPoolExecutor(max_workers=concurrency) as pool:
-            futures = [pool.submit(one, prompts[i], variant, concurrency, repeat) for i in indices]
+            futures = [pool.submit(one, prompts[i], label, concurrency, repeat) for i in indices]
             for future in futures:
                 future.result()
-        key = (variant, concurrency, repeat)
+        key = (label, concurrency, repeat)
         run.durations[key] = run.durations.get(key, 0.0) + time.perf_counter() - start
-    after = target.counters()
+    after = counted.counters()
     if before is not None and after is not None:
         run.counters_delta = diff_counters(before, after)
     return run

@@ -214,7 +214,7 @@ def summarize_cell(cell: Cell) -> dict[str, Any]:
     result.update(describe_ms("itl", [gap for r in ok for gap in r.itls_s]))
     result.update(describe_ms("e2el", [r.e2e_s for r in ok]))
     counts = sum_counts(ok)
-    if counts is not None and cell.variant == SPECULATIVE:
+    if counts is not None:
         result.update(spec_summary(counts))
         result["spec_decode_fallback_requests"] = sum(1 for r in ok if r.spec and r.spec.fallback)
     return result
@@ -275,13 +275,18 @@ def leviathan_speedup(alpha: float, gamma: int, cost_ratio: float) -> float:
 
 
 def diff_counters(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    """Server counters accumulated during one run: after - before, for keys present in both.
+    """Server counters accumulated during one run: after - before.
 
     Counters are never used cumulatively: a server that ran other requests earlier would
-    contaminate the figures (reference §3.1 pitfall 2).
+    contaminate the figures (reference §3.1 pitfall 2). A counter that first appears after the
+    run (a new label, e.g. a draft position never reached before) started at 0. Non-numbers
+    and booleans are skipped.
     """
-    return {key: after[key] - before[key] for key in after
-            if key in before and isinstance(after[key], int | float) and isinstance(before[key], int | float)}
+    def number(value: Any) -> bool:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+
+    return {key: value - (before.get(key, 0) if number(before.get(key, 0)) else 0)
+            for key, value in after.items() if number(value)}
 
 
 def _ratio(numerator: float, denominator: float) -> float:

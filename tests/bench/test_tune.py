@@ -1,0 +1,78 @@
+"""tune: the choice follows tokens/s (not acceptance length); the spec rewrite keeps comments and a backup."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import yaml
+
+from trtspec.bench.tune import choose_draft_len, set_draft_len_text, tune_rows, write_draft_len
+from trtspec.errors import SpecError, TrtSpecError
+from trtspec.spec import load_spec
+from trtspec.spec_template import render_template
+
+
+def test_choice_is_by_tokens_per_second_not_acceptance_length():
+    rows = [
+        {"max_draft_len": 2, "output_throughput": 30.0, "spec_decode_acceptance_length": 2.1},
+        {"max_draft_len": 4, "output_throughput": 34.5, "spec_decode_acceptance_length": 2.8},
+        # longest draft: highest acceptance length, but each verify pass costs more -> slower
+        {"max_draft_len": 8, "output_throughput": 31.0, "spec_decode_acceptance_length": 3.4},
+        {"max_draft_len": 6, "output_throughput": math.nan},   # a failed measurement never wins
+    ]
+    assert choose_draft_len(rows)["max_draft_len"] == 4
+
+
+def test_exact_tie_goes_to_the_shorter_draft_and_nothing_measured_is_an_error():
+    rows = [{"max_draft_len": 3, "output_throughput": 10.0}, {"max_draft_len": 1, "output_throughput": 10.0}]
+    assert choose_draft_len(rows)["max_draft_len"] == 1
+    with pytest.raises(TrtSpecError, match="no draft length"):
+        choose_draft_len([{"max_draft_len": 2, "output_throughput": math.nan}])
+
+
+def test_tune_rows_speedup_over_baseline():
+    results = [{"variant": "max_draft_len=2", "output_throughput": 30.0, "output_throughput_by_repeat": [30.0],
+                "mean_tpot_ms": 33.0, "spec_decode_acceptance_length": 2.0},
+               {"variant": "baseline", "output_throughput": 20.0, "output_throughput_by_repeat": [20.0],
+                "mean_tpot_ms": 50.0}]
+    rows, baseline = tune_rows(results)
+    assert baseline["output_throughput"] == 20.0
+    assert rows[0]["max_draft_len"] == 2 and rows[0]["speedup"] == pytest.approx(1.5)
+
+
+def test_rewrite_of_the_init_template_keeps_every_other_line(in_tmp):
+    spec = in_tmp / "trtspec.yaml"
+    original = render_template()
+    spec.write_text(original)
+    backup = write_draft_len(spec, 6)
+    new = spec.read_text()
+    assert backup.name == "trtspec.yaml.bak" and backup.read_text() == original
+    assert load_spec(spec).speculative.max_draft_len == 6
+    old_lines, new_lines = original.splitlines(), new.splitlines()
+    changed = [(a, b) for a, b in zip(old_lines, new_lines, strict=True) if a != b]
+    assert changed == [("  max_draft_len: 4", "  max_draft_len: 6")]
+    assert "# Most draft tokens proposed per step" in new
+
+
+def test_rewrite_keeps_trailing_comment_inserts_when_missing_and_appends_section():
+    text = "model:\n  source: smollm2  # the demo model\nspeculative:\n    mode: ngram\n" \
+           "    max_draft_len: 4   # chosen by hand\n    eagle3:\n        max_steps: 5\n"
+    assert set_draft_len_text(text, 3) == text.replace("max_draft_len: 4   # chosen", "max_draft_len: 3   # chosen")
+    # a nested key of the same name (deeper indent) is not the one we want
+    nested = "speculative:\n  mode: ngram\n  eagle3:\n    max_draft_len: 9\nbuild:\n  backend: cpu\n"
+    rewritten = set_draft_len_text(nested, 2)
+    assert rewritten.splitlines()[1] == "  max_draft_len: 2" and "    max_draft_len: 9" in rewritten
+    appended = set_draft_len_text("model:\n  source: smollm2", 5)
+    assert yaml.safe_load(appended) == {"model": {"source": "smollm2"}, "speculative": {"max_draft_len": 5}}
+    with pytest.raises(SpecError, match="flow style"):
+        set_draft_len_text("speculative: {mode: ngram}\n", 2)
+
+
+def test_invalid_choice_is_refused_before_writing(in_tmp):
+    spec = in_tmp / "trtspec.yaml"
+    spec.write_text("speculative:\n  max_draft_len: 4\n")
+    with pytest.raises(SpecError):
+        write_draft_len(spec, 0)        # outside 1..64: nothing written, no backup
+    assert spec.read_text() == "speculative:\n  max_draft_len: 4\n"
+    assert not (in_tmp / "trtspec.yaml.bak").exists()

@@ -1,0 +1,69 @@
+"""What bench and tune send requests to: the cpu engine in-process, or a Triton server.
+
+Both adapt their source to trtspec.bench.load's Target contract: `stream(...)` yields Chunks
+(new-token count, final flag, speculative counters on the final chunk), `counters()` returns
+monotonic counters that the load generator diffs before/after a run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from trtspec.bench.load import Chunk
+from trtspec.bench.metrics import SpecCounts
+
+
+def spec_counts_from_stats(stats: Any) -> SpecCounts | None:
+    """SpecCounts from a runtime GenerationStats (or its to_dict()), None when absent."""
+    if stats is None:
+        return None
+    get = stats.get if isinstance(stats, dict) else lambda key, default=None: getattr(stats, key, default)
+    positions = get("accepted_per_position")
+    return SpecCounts(num_drafts=int(get("num_drafts", 0) or 0), num_draft_tokens=int(get("num_draft_tokens", 0) or 0),
+                      num_accepted_tokens=int(get("num_accepted_tokens", 0) or 0),
+                      accepted_per_position=list(positions) if positions is not None else None,
+                      fallback=bool(get("fallback", False)))
+
+
+class EngineTarget:
+    """The cpu engine (trtspec.runtime.Engine), called from the load generator's threads."""
+
+    def __init__(self, engine: Any, name: str | None = None):
+        self.engine = engine
+        self.name = name or f"in-process engine {getattr(engine, 'name', '')}".strip()
+        self._prompt_tokens: dict[str, int] = {}
+
+    def stream(self, prompt: str, *, max_tokens: int, speculative: bool, temperature: float,
+               seed: int | None) -> Iterator[Chunk]:
+        if prompt not in self._prompt_tokens:
+            self._prompt_tokens[prompt] = len(self.engine.encode(prompt))
+        chunks = self.engine.generate(prompt, max_new_tokens=max_tokens, temperature=temperature, seed=seed,
+                                      speculative=speculative, stream=True)
+        for chunk in chunks:
+            final = chunk.finish_reason is not None
+            yield Chunk(len(chunk.token_ids), final=final,
+                        spec=spec_counts_from_stats(chunk.stats) if final else None,
+                        prompt_tokens=self._prompt_tokens[prompt] if final else None)
+
+    def counters(self) -> dict[str, float]:
+        stats = self.engine.cumulative_stats()
+        # Sums only: ratios (acceptance_rate, mean_acceptance_length) cannot be diffed.
+        flat = {key: getattr(stats, key) for key in ("num_drafts", "num_draft_tokens", "num_accepted_tokens",
+                                                     "num_target_passes", "num_output_tokens", "draft_time_s",
+                                                     "verify_time_s")}
+        for position, count in enumerate(stats.accepted_per_position):
+            flat[f"accepted_per_position_{position}"] = count
+        return flat
+
+
+def engine_with_draft_len(engine: Any, max_draft_len: int) -> Any:
+    """A second Engine sharing `engine`'s weights, tokenizer and drafter, proposing at most
+    `max_draft_len` tokens per step (the runtime reads max_draft_len per request)."""
+    from trtspec.runtime import Engine
+
+    return Engine(engine.target, engine.tokenizer, engine.drafter, mode=engine.mode, max_draft_len=max_draft_len,
+                  max_input_len=engine.max_input_len, max_seq_len=engine.max_seq_len,
+                  dynamic_draft=engine.dynamic_draft, confidence_threshold=engine.confidence_threshold,
+                  acceptance_floor=engine.acceptance_floor, tree=engine.tree,
+                  name=f"{engine.name}-k{max_draft_len}")
