@@ -71,34 +71,55 @@ def greedy_accept(draft_ids, target_logits) -> tuple[int, int]:
 
 
 def rejection_accept(draft_ids, draft_probs, target_probs, generator) -> tuple[int, int]:
-    """Lossless speculative sampling (Leviathan et al. 2023, Algorithm 1), vectorised over k.
+    """Lossless speculative sampling for one sequence; see `rejection_accept_batch`.
 
-    # draft_ids: [k] long
-    # draft_probs: [k, vocab_size], or None when the draft is a point mass (n-gram lookup)
-    # target_probs: [k + 1, vocab_size]
+    # draft_ids: [k] long; draft_probs: [k, vocab_size] or None; target_probs: [k + 1, vocab_size]
+    Returns (num_accepted, next_token).
+    """
+    num_accepted, next_token = rejection_accept_batch(
+        draft_ids.unsqueeze(0), None if draft_probs is None else draft_probs.unsqueeze(0),
+        target_probs.unsqueeze(0), generator)
+    return int(num_accepted[0]), int(next_token[0])
+
+
+def rejection_accept_batch(draft_ids, draft_probs, target_probs, generator):
+    """Lossless speculative sampling (Leviathan et al. 2023, Algorithm 1), vectorised.
+
+    # draft_ids: [batch, k] long
+    # draft_probs: [batch, k, vocab_size], or None when each draft token is a point mass
+    #              (n-gram lookup, greedy drafts): the draft distribution is one-hot
+    # target_probs: [batch, k + 1, vocab_size]
     Draft token i is accepted with probability min(1, target/draft at that token); at the first
-    rejection the recovered token is drawn from normalize(max(0, target - draft)); when all k are
-    accepted the bonus token is drawn from target_probs[k]. The committed tokens are then
-    distributed exactly as sampling from the target token by token.
+    rejection the recovered token is drawn from normalize(max(0, target - draft)) at that
+    position; when all k are accepted the bonus token is drawn from target_probs[:, k]. The
+    committed tokens are then distributed exactly as sampling from the target token by token.
+    Returns (num_accepted [batch] long, next_token [batch] long).
     """
     import torch
 
-    k = draft_ids.shape[0]
-    rows = torch.arange(k)
-    target_at_draft = target_probs[rows, draft_ids]
-    draft_at_draft = torch.ones(k) if draft_probs is None else draft_probs[rows, draft_ids]
-    uniform = torch.rand(k, generator=generator)
-    # u < t/d  <=>  u * d < t (d > 0 for any token the draft actually produced).
-    rejected = (uniform * draft_at_draft >= target_at_draft).nonzero()
-    if not rejected.numel():
-        return k, int(sample(target_probs[k:k + 1], generator)[0])
-    position = int(rejected[0, 0])
+    batch, k = draft_ids.shape
+    target_at_draft = target_probs[:, :k].gather(-1, draft_ids.unsqueeze(-1)).squeeze(-1)  # [batch, k]
     if draft_probs is None:
-        residual = target_probs[position].clone()
-        residual[draft_ids[position]] = 0.0
+        draft_at_draft = torch.ones_like(target_at_draft)
     else:
-        residual = (target_probs[position] - draft_probs[position]).clamp_min(0.0)
-    total = residual.sum()
-    if total <= 0:  # target == draft on the support: rejection had probability 0; keep it safe
-        residual, total = target_probs[position], 1.0
-    return position, int(sample((residual / total).unsqueeze(0), generator)[0])
+        draft_at_draft = draft_probs.gather(-1, draft_ids.unsqueeze(-1)).squeeze(-1)
+    uniform = torch.rand(batch, k, generator=generator)
+    # u < t/d  <=>  u * d < t (d > 0 for any token the draft actually produced).
+    rejected = uniform * draft_at_draft >= target_at_draft  # [batch, k]
+    any_rejected = rejected.any(dim=-1)
+    # argmax over a 0/1 row returns the first 1: the first rejected position.
+    num_accepted = torch.where(any_rejected, rejected.to(torch.uint8).argmax(dim=-1), torch.full_like(any_rejected, k,
+                                                                                                    dtype=torch.long))
+    rows = torch.arange(batch)
+    probs = target_probs[rows, num_accepted]  # [batch, vocab]: the bonus row where nothing was rejected
+    at = num_accepted.clamp(max=k - 1)
+    if draft_probs is None:
+        draft_row = torch.nn.functional.one_hot(draft_ids[rows, at], probs.shape[-1]).to(probs.dtype)
+    else:
+        draft_row = draft_probs[rows, at]
+    residual = (probs - draft_row).clamp_min(0.0)
+    total = residual.sum(dim=-1, keepdim=True)
+    # Where target == draft on the support, rejection had probability 0: keep rows well-defined.
+    use_residual = any_rejected.unsqueeze(-1) & (total > 0)
+    probs = torch.where(use_residual, residual / total.clamp_min(1e-30), probs)
+    return num_accepted, sample(probs, generator)
