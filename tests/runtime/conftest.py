@@ -29,3 +29,10 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(saved)
+
+
+@pytest.fixture(scope="session")
+def draft_engine(tiny_llama, tiny_llama_draft):
+    from trtspec.runtime import Engine
+
+    return Engine.from_checkpoints(tiny_llama, mode="draft-target", draft_dir=tiny_llama_draft, max_draft_len=4)
