@@ -61,7 +61,9 @@ def resolve_inputs(spec: Any, layout: Layout | None = None) -> BuildInputs:
     from trtspec.models import resolve_model
 
     layout = layout or Layout.from_spec(spec)
-    mode, fp8 = spec.speculative.mode, spec.quantization.fp8
+    # trtllm-engine quantizes with TensorRT-LLM's own quantize.py, so it reads the unquantized checkpoints.
+    mode = spec.speculative.mode
+    fp8 = spec.quantization.fp8 and spec.build.backend != "trtllm-engine"
     target_dir = layout.checkpoint("target")
     if target_dir.is_dir():
         base = _from_dir(target_dir, "target")
@@ -83,16 +85,16 @@ def resolve_inputs(spec: Any, layout: Layout | None = None) -> BuildInputs:
             raise ModelSourceError(f"{head_dir}: no EAGLE-3 head", fix="run `trtspec convert --mode eagle3` first")
         draft, draft_kind = _from_dir(head_dir, "eagle3"), "eagle3"
     elif mode == "draft-target":
-        draft, draft_kind = _resolve_draft(spec, layout), "draft-model"
+        draft, draft_kind = _resolve_draft(spec, layout, fp8), "draft-model"
     if draft is not None:
         check_pair(base, target, draft)
     return BuildInputs(target=target, base_target=base, draft=draft, draft_kind=draft_kind)
 
 
-def _resolve_draft(spec: Any, layout: Layout) -> Checkpoint:
+def _resolve_draft(spec: Any, layout: Layout, fp8: bool) -> Checkpoint:
     from trtspec.models import resolve_model
 
-    for kind in (["draft-fp8"] if spec.quantization.fp8 else []) + ["draft"]:
+    for kind in (["draft-fp8"] if fp8 else []) + ["draft"]:
         if layout.checkpoint(kind).is_dir():
             return _from_dir(layout.checkpoint(kind), kind)
     info = resolve_model(spec.speculative.draft, trust_remote_code=spec.model.trust_remote_code, quiet=True)

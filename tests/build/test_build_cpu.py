@@ -1,0 +1,99 @@
+"""Real cpu builds on tiny seeded models (and one SmolLM2 build): bundle, smoke generation,
+pairing refusals, atomic writes, skip on re-run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from tests.build.conftest import make_eagle3_head, write_workspace
+from trtspec import artifacts
+from trtspec.build import cpu
+from trtspec.cli import main
+
+
+def _build(config, *args):
+    return CliRunner().invoke(main, ["build", "-c", str(config), "--backend", "cpu", *args])
+
+
+def _check_smoke(engine_dir):
+    manifest = artifacts.read_manifest(engine_dir)
+    problem = cpu.runtime_import_error()
+    if problem is None:  # mandatory once trtspec.runtime imports
+        assert manifest["smoke"]["status"] == "ok" and manifest["smoke"]["num_tokens"] >= 1
+    else:
+        assert manifest["smoke"]["status"] == "skipped" and "trtspec.runtime" in manifest["smoke"]["reason"]
+
+
+@pytest.mark.parametrize("mode", ["ngram", "none", "draft-target", "eagle3"])
+def test_cpu_build_writes_the_bundle_and_smoke_generates(mode, in_tmp, tiny_llama, tiny_llama_draft):
+    config = write_workspace(in_tmp, tiny_llama, draft=tiny_llama_draft, eagle3=(mode == "eagle3"))
+    result = _build(config, "--mode", mode, "--max-draft-len", "3")
+    assert result.exit_code == 0, result.output
+    engine_dir = in_tmp / "engines" / f"tiny-{mode}-cpu"
+    engine = json.loads((engine_dir / "engine.json").read_text())
+    assert engine["format"] == "trtspec-engine/1" and engine["backend"] == "cpu" and engine["mode"] == mode
+    assert engine["build_config"]["max_draft_len"] == (0 if mode == "none" else 3)
+    assert engine["target"]["sha256"] == artifacts.weights_sha256(engine_dir / "target")
+    # hard links where the filesystem allows: the bundle costs no extra disk
+    source_weights = next(tiny_llama.glob("*.safetensors"))
+    assert (engine_dir / "target" / source_weights.name).stat().st_ino == source_weights.stat().st_ino
+    if mode in ("draft-target", "eagle3"):
+        assert engine["draft"]["kind"] == ("eagle3" if mode == "eagle3" else "draft-model")
+        assert engine["draft"]["sha256"] == artifacts.weights_sha256(engine_dir / "draft")
+        assert engine["draft"]["target_sha256"] == engine["target"]["sha256"]
+    else:
+        assert engine["draft"] is None
+    _check_smoke(engine_dir)
+    again = _build(config, "--mode", mode, "--max-draft-len", "3")
+    assert again.exit_code == 0 and "up to date" in again.stdout
+
+
+def test_a_head_made_for_another_target_is_refused(in_tmp, tiny_llama, tiny_llama_draft):
+    config = write_workspace(in_tmp, tiny_llama)
+    # a head whose manifest names the draft model as its target
+    make_eagle3_head(in_tmp / "work" / "checkpoints" / "eagle3", tiny_llama,
+                     target_sha256=artifacts.weights_sha256(tiny_llama_draft))
+    result = _build(config, "--mode", "eagle3")
+    assert result.exit_code == 1
+    assert "was made for target" in result.output and "re-run `trtspec convert`" in result.output
+    assert not (in_tmp / "engines").exists()
+
+
+def test_a_converted_draft_for_another_target_is_refused(in_tmp, tiny_llama, tiny_llama_draft):
+    config = write_workspace(in_tmp, tiny_llama, draft=tiny_llama_draft)
+    draft_dir = in_tmp / "work" / "checkpoints" / "draft"
+    cpu.link_tree(tiny_llama_draft, draft_dir)
+    artifacts.write_manifest(draft_dir, "draft", source=str(tiny_llama_draft), target_sha256="0" * 64,
+                             weights_sha256=artifacts.weights_sha256(draft_dir), inputs={})
+    result = _build(config, "--mode", "draft-target")
+    assert result.exit_code == 1 and "was made for target 000000000000" in result.output
+
+
+def test_a_draft_with_another_vocabulary_is_refused(in_tmp, tiny_llama, tmp_path_factory):
+    from trtspec.testing.tiny import make_tiny_llama
+
+    other = make_tiny_llama(tmp_path_factory.mktemp("vocab256"), seed=2, vocab_size=256, num_hidden_layers=1)
+    config = write_workspace(in_tmp, tiny_llama, draft=other)
+    result = _build(config, "--mode", "draft-target")
+    assert result.exit_code == 1 and "draft vocab_size 256 differs from the target's 512" in result.output
+
+
+def test_a_missing_head_names_the_convert_step(in_tmp, tiny_llama):
+    config = write_workspace(in_tmp, tiny_llama)
+    result = _build(config, "--mode", "eagle3")
+    assert result.exit_code == 1 and "trtspec convert --mode eagle3" in result.output
+
+
+@pytest.mark.slow
+def test_smollm2_cpu_build(in_tmp, smollm2):
+    config = in_tmp / "trtspec.yaml"
+    config.write_text("model: {source: smollm2}\nspeculative: {mode: ngram}\n")
+    result = _build(config)
+    assert result.exit_code == 0, result.output
+    engine_dir = in_tmp / "engines" / "smollm2-ngram-cpu"
+    engine = json.loads((engine_dir / "engine.json").read_text())
+    assert engine["target"]["source"] == "smollm2" and engine["runtime"]["ngram_max"] == 3
+    _check_smoke(engine_dir)
