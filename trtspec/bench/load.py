@@ -33,6 +33,9 @@ class Chunk:
     final: bool = False
     spec: SpecCounts | None = None
     prompt_tokens: int | None = None
+    # The request's exact output token count when the source knows it only at the end (a Triton
+    # stream carries text, so each chunk counts as at least one token until the final says).
+    output_tokens: int | None = None
 
 
 class Target(Protocol):
@@ -69,6 +72,8 @@ def measure_request(target: Target, prompt: Prompt, variant: str, speculative: b
                 spec = chunk.spec
             if chunk.prompt_tokens is not None:
                 prompt_tokens = chunk.prompt_tokens
+            if chunk.output_tokens is not None:
+                tokens = chunk.output_tokens
     except Exception as exc:  # noqa: BLE001 - any failure of one request is data, see docstring
         error = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
     e2e = time.perf_counter() - start

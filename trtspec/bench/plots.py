@@ -38,14 +38,16 @@ def plot_throughput(results: list[dict[str, Any]], speedup: list[dict[str, Any]]
               (ax_tpot, "p99_tpot_ms", 1.0, "p99 time per output token (lower is better)", "ms")]
     concurrencies = sorted({r["max_concurrency"] for r in results})
     for axis, key, scale, panel_title, unit in panels:
+        top = 0.0
         for variant in ("speculative", "baseline"):
             xs, ys = _series(results, variant, key)
             if xs:
                 axis.plot(xs, [y / scale for y in ys], "o-", color=COLORS[variant], label=variant, linewidth=2)
+                top = max(top, max(ys) / scale)
         axis.set(title=panel_title, xlabel="concurrency", ylabel=unit)
         axis.set_xticks(concurrencies)
-        axis.set_ylim(bottom=0)
-        axis.margins(x=0.08, y=0.18)
+        axis.margins(x=0.08)
+        axis.set_ylim(0, top * 1.2 or 1.0)  # from zero, with room for the speedup labels
         axis.grid(alpha=0.3)
         axis.legend(fontsize=8, loc="best")
     by_conc = {s["max_concurrency"]: s for s in speedup}

@@ -59,14 +59,14 @@ def assemble_report(records: list[RequestRecord], durations: dict[tuple[str, int
             "server_counters": counters_delta}
 
 
-def _clean(value: Any) -> Any:
+def clean_json(value: Any) -> Any:
     """NaN -> None so bench.json is strict JSON (json.loads in any language reads it)."""
     if isinstance(value, float) and math.isnan(value):
         return None
     if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
+        return {k: clean_json(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_clean(v) for v in value]
+        return [clean_json(v) for v in value]
     return value
 
 
@@ -75,14 +75,14 @@ def write_reports(out_dir: Path, report: dict[str, Any], requests: list[dict[str
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"json": out_dir / BENCH_JSON, "csv": out_dir / BENCH_CSV, "requests": out_dir / REQUESTS_JSONL}
-    paths["json"].write_text(json.dumps(_clean(report), indent=2, allow_nan=False) + "\n")
+    paths["json"].write_text(json.dumps(clean_json(report), indent=2, allow_nan=False) + "\n")
     speedup = {row["max_concurrency"]: row for row in report.get("speedup", [])}
     rows = []
     for result in report["results"]:
         row = {k: v for k, v in result.items() if not isinstance(v, list | dict)}
         extra = speedup.get(result["max_concurrency"], {})
         row["output_throughput_speedup"] = extra.get("output_throughput_speedup")
-        rows.append(_clean(row))
+        rows.append(clean_json(row))
     columns: list[str] = []
     for row in rows:
         columns.extend(k for k in row if k not in columns)
@@ -92,7 +92,7 @@ def write_reports(out_dir: Path, report: dict[str, Any], requests: list[dict[str
         writer.writerows(rows)
     with open(paths["requests"], "w") as handle:
         for record in requests:
-            handle.write(json.dumps(_clean(record), allow_nan=False) + "\n")
+            handle.write(json.dumps(clean_json(record), allow_nan=False) + "\n")
     return paths
 
 

@@ -26,6 +26,54 @@ def spec_counts_from_stats(stats: Any) -> SpecCounts | None:
                       fallback=bool(get("fallback", False)))
 
 
+def spec_counts_from_triton(stats: dict[str, Any] | None) -> SpecCounts | None:
+    """SpecCounts from the perf-metrics outputs of a Triton response (DESIGN.md Triton I/O):
+    total_draft_tokens, total_accepted_draft_tokens and, on the cpu backend, num_drafts.
+    Positions are not reported per request; bench.json's server_counters carry them if the
+    server exports them."""
+    if not stats:
+        return None
+    drafted = stats.get("total_draft_tokens", stats.get("num_draft_tokens"))
+    accepted = stats.get("total_accepted_draft_tokens", stats.get("num_accepted_tokens"))
+    if drafted is None or accepted is None:
+        return None
+    positions = stats.get("accepted_per_position")
+    return SpecCounts(num_drafts=int(stats.get("num_drafts", 0) or 0), num_draft_tokens=int(drafted),
+                      num_accepted_tokens=int(accepted),
+                      accepted_per_position=list(positions) if positions is not None else None)
+
+
+class TritonTarget:
+    """A Triton server through trtspec.client (gRPC streaming)."""
+
+    def __init__(self, url: str, model: str = "tensorrt_llm"):
+        try:
+            from trtspec.client import TritonLLMClient
+        except ImportError as error:
+            from trtspec.errors import TrtSpecError
+
+            raise TrtSpecError(f"the Triton client is not available ({error})",
+                               fix="bench in-process with --engine DIR") from None
+        self.client = TritonLLMClient(url=url, model=model)
+        self.name = f"triton {url}"
+
+    def stream(self, prompt: str, *, max_tokens: int, speculative: bool, temperature: float,
+               seed: int | None) -> Iterator[Chunk]:
+        for event in self.client.stream(prompt, max_tokens=max_tokens, temperature=temperature, seed=seed,
+                                        speculative=speculative, perf_metrics=True):
+            stats = event.stats if event.final else None
+            total = (stats or {}).get("num_output_tokens")
+            yield Chunk(1 if event.text else 0, final=bool(event.final),
+                        spec=spec_counts_from_triton(stats) if speculative else None,
+                        output_tokens=int(total) if total is not None else None)
+
+    def counters(self) -> dict[str, float] | None:
+        try:
+            return self.client.server_metrics()
+        except Exception:  # noqa: BLE001 - a server without a metrics port still benches
+            return None
+
+
 class EngineTarget:
     """The cpu engine (trtspec.runtime.Engine), called from the load generator's threads."""
 

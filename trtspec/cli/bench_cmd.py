@@ -1,0 +1,212 @@
+"""`trtspec bench` and `trtspec tune`: measure latency, throughput and acceptance; pick max_draft_len."""
+
+from __future__ import annotations
+
+import click
+
+from trtspec.cli._options import config_option, dry_run_option, emit_json, json_option, resolve_spec
+
+BENCH_EPILOG = """\b
+Examples:
+  trtspec bench --baseline                          # the server `trtspec deploy` started
+  trtspec bench --url 127.0.0.1:8001 --concurrency 1,2,4,8 --max-tokens 128 --baseline
+  trtspec bench --engine engines/smollm2-ngram-cpu --baseline --repeats 3   # in-process, no server
+  trtspec bench --prompts my-prompts.jsonl --num-prompts 16 --out reports/mine --json
+\b
+Writes bench.json (keys as `vllm bench serve`), bench.csv, requests.jsonl, throughput.png and
+acceptance.png to --out (default <workdir>/reports/bench-<UTC time>/).
+"""
+
+TUNE_EPILOG = """\b
+Examples:
+  trtspec tune                                      # engine from the spec, draft lengths 1,2,3,4,6,8
+  trtspec tune --draft-lens 2,4,8 --num-prompts 8 --max-tokens 64 --repeats 2
+  trtspec tune --engine engines/smollm2-ngram-cpu --dry-run
+\b
+Runs in-process on the cpu engine (a served engine's draft length is fixed at build time).
+The choice goes into speculative.max_draft_len of the spec (old file kept as <spec>.bak);
+rebuild with `trtspec build` and redeploy to serve it.
+"""
+
+
+def _int_list(ctx, param, value: str | None) -> list[int] | None:
+    if value is None:
+        return None
+    try:
+        numbers = [int(part) for part in value.split(",") if part.strip()]
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated integers like 1,2,4 (got {value!r})") from None
+    if not numbers or min(numbers) < 1:
+        raise click.BadParameter(f"expected positive integers (got {value!r})")
+    return numbers
+
+
+def _progress(console, total: int, description: str):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=console, transient=True)
+
+
+@click.command(epilog=BENCH_EPILOG)
+@config_option
+@click.option("--url", default=None, help="Triton gRPC address (default: the spec's serve.host:grpc_port).")
+@click.option("--engine", "engine_dir", type=click.Path(file_okay=False), default=None,
+              help="Run in-process on this cpu engine bundle instead of a server.")
+@click.option("--prompts", type=click.Path(dir_okay=False), default=None,
+              help="JSONL prompt file (default: bench.prompts, else the packaged set).")
+@click.option("--concurrency", callback=_int_list, default=None, help="Comma-separated, e.g. 1,2,4,8.")
+@click.option("--max-tokens", type=int, default=None, help="New tokens per request (bench.max_tokens).")
+@click.option("--num-prompts", type=int, default=None, help="Use only the first N prompts.")
+@click.option("--baseline", is_flag=True, help="Also run with speculation off, interleaved, and report the speedup.")
+@click.option("--repeats", type=click.IntRange(1, 100), default=1, show_default=True,
+              help="Run everything N times; tokens/s is the median, speedup the median ratio.")
+@click.option("--temperature", type=click.FloatRange(0.0), default=0.0, show_default=True)
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="Report directory.")
+@dry_run_option
+@json_option
+def bench(config_path, url, engine_dir, prompts, concurrency, max_tokens, num_prompts, baseline, repeats,
+          temperature, out_dir, dry_run, as_json) -> None:
+    """Measure TTFT, TPOT, ITL, end-to-end latency, tokens/s and acceptance per concurrency.
+
+    Streams every prompt at each concurrency over tritonclient gRPC (or in-process with
+    --engine). With --baseline the same prompts run with speculation off in the same run,
+    interleaved block by block so machine noise hits both, and the speedup is reported.
+    """
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from trtspec.bench import runner
+    from trtspec.bench.prompts import load_prompts
+
+    spec = resolve_spec(config_path, bench__prompts=prompts, bench__concurrency=concurrency,
+                        bench__max_tokens=max_tokens, bench__num_prompts=num_prompts)
+    prompt_set = load_prompts(spec.bench.prompts, spec.bench.num_prompts)
+    out = Path(out_dir) if out_dir else runner.default_out_dir(spec, "bench")
+    variants = 2 if baseline else 1
+    total = len(prompt_set) * len(spec.bench.concurrency) * repeats * variants
+    where = f"in-process {engine_dir}" if engine_dir else f"triton {url or runner.default_url(spec)}"
+    plan = {"target": where, "prompts": spec.bench.prompts or "packaged", "num_prompts": len(prompt_set),
+            "concurrency": spec.bench.concurrency, "max_tokens": spec.bench.max_tokens, "repeats": repeats,
+            "baseline": baseline, "requests": total, "out": str(out)}
+    if dry_run:
+        if as_json:
+            emit_json({"dry_run": True, **plan})
+        else:
+            click.echo("Would run: " + ", ".join(f"{k} {v}" for k, v in plan.items()) + "; nothing written.")
+        return
+    console = Console(stderr=True)
+    with console.status(f"Connecting to {where} ..."):
+        target, description = runner.open_target(spec, url, engine_dir)
+    with _progress(console, total, "bench") as progress:
+        task = progress.add_task(f"bench {where}", total=total)
+        report, paths = runner.run(target, description, prompt_set, spec=spec, concurrency=spec.bench.concurrency,
+                                   max_tokens=spec.bench.max_tokens, baseline=baseline, repeats=repeats,
+                                   temperature=temperature, out_dir=out, prompts_source=plan["prompts"],
+                                   on_request=lambda record: progress.advance(task))
+    if as_json:
+        emit_json({"report": report, "files": {k: str(v) for k, v in paths.items()}})
+        return
+    from trtspec.bench.report import render_table
+
+    console = Console()
+    if not console.is_terminal:  # piped or captured: wide enough that the table stays one line a row
+        console = Console(width=150)
+    console.print(render_table(report))
+    click.echo("Wrote " + ", ".join(str(p) for p in paths.values()))
+
+
+@click.command(epilog=TUNE_EPILOG)
+@config_option
+@click.option("--engine", "engine_dir", type=click.Path(file_okay=False), default=None,
+              help="cpu engine bundle (default: the one `trtspec build` made for the spec).")
+@click.option("--prompts", type=click.Path(dir_okay=False), default=None,
+              help="JSONL prompt file (default: bench.prompts, else the packaged set).")
+@click.option("--draft-lens", callback=_int_list, default="1,2,3,4,6,8", show_default=True,
+              help="Comma-separated max_draft_len candidates.")
+@click.option("--max-tokens", type=int, default=None, help="New tokens per request (bench.max_tokens).")
+@click.option("--num-prompts", type=int, default=None, help="Use only the first N prompts.")
+@click.option("--concurrency", type=click.IntRange(1, 256), default=1, show_default=True)
+@click.option("--repeats", type=click.IntRange(1, 100), default=1, show_default=True)
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="Report directory.")
+@dry_run_option
+@json_option
+def tune(config_path, engine_dir, prompts, draft_lens, max_tokens, num_prompts, concurrency, repeats, out_dir,
+         dry_run, as_json) -> None:
+    """Measure tokens/s for each max_draft_len and record the fastest in the spec.
+
+    Chooses by tokens/s, not by acceptance length: longer drafts accept more tokens per step
+    but make every verification pass dearer. The baseline (no speculation) runs beside them.
+    """
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from trtspec.artifacts import write_json
+    from trtspec.bench import runner
+    from trtspec.bench import tune as tuning
+    from trtspec.bench.prompts import load_prompts
+    from trtspec.errors import TrtSpecError
+    from trtspec.spec import DEFAULT_CONFIG
+
+    spec = resolve_spec(config_path, bench__prompts=prompts, bench__max_tokens=max_tokens,
+                        bench__num_prompts=num_prompts)
+    if spec.speculative.mode == "none":
+        raise TrtSpecError("tune: speculative.mode is none, so there is no draft length to tune",
+                           fix="set speculative.mode (ngram, eagle3, draft-target) and build the engine")
+    bad = [k for k in draft_lens if k > 64]
+    if bad:
+        raise click.BadParameter(f"draft lengths must be 1..64 (got {bad})", param_hint="--draft-lens")
+    prompt_set = load_prompts(spec.bench.prompts, spec.bench.num_prompts)
+    engine_path = Path(engine_dir) if engine_dir else runner.default_engine_dir(spec)
+    spec_path = Path(config_path or DEFAULT_CONFIG)
+    out = Path(out_dir) if out_dir else runner.default_out_dir(spec, "tune")
+    total = len(prompt_set) * repeats * (len(draft_lens) + 1)
+    if dry_run:
+        plan = {"engine": str(engine_path), "draft_lens": draft_lens, "num_prompts": len(prompt_set),
+                "max_tokens": spec.bench.max_tokens, "concurrency": concurrency, "repeats": repeats,
+                "requests": total, "spec": str(spec_path), "out": str(out)}
+        if as_json:
+            emit_json({"dry_run": True, **plan})
+        else:
+            click.echo("Would run: " + ", ".join(f"{k} {v}" for k, v in plan.items()) + "; nothing written.")
+        return
+    from trtspec.runtime import load_engine
+
+    console = Console(stderr=True)
+    with console.status(f"Loading {engine_path} ..."):
+        engine = load_engine(engine_path)
+    with _progress(console, total, "tune") as progress:
+        task = progress.add_task(f"tune {engine_path.name}", total=total)
+        result = tuning.measure(engine, prompt_set, draft_lens, max_tokens=spec.bench.max_tokens,
+                                concurrency=concurrency, repeats=repeats, on_request=lambda r: progress.advance(task))
+    choice = result["choice"]
+    backup = tuning.write_draft_len(spec_path, choice["max_draft_len"])
+    from trtspec.bench.report import clean_json, machine_metadata
+
+    summary = clean_json({"choice": choice["max_draft_len"], "rows": result["rows"],
+                      "baseline_output_throughput": (result["baseline"] or {}).get("output_throughput"),
+                      "engine": str(engine_path), "num_prompts": len(prompt_set), "repeats": repeats,
+                      "max_tokens": spec.bench.max_tokens, "concurrency": concurrency,
+                      "spec": str(spec_path), "backup": str(backup), "machine": machine_metadata()})
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "tune.json", summary)
+    if as_json:
+        emit_json(summary)
+        return
+    from rich.table import Table
+
+    table = Table(title=f"tune {engine_path.name}: output tokens/s per max_draft_len "
+                        f"({len(prompt_set)} prompts x {repeats}, concurrency {concurrency})")
+    for name in ("max_draft_len", "tokens/s", "speedup", "TPOT ms", "AL", "accept %"):
+        table.add_column(name, justify="right")
+    for row in result["rows"]:
+        mark = " *" if row is choice else ""
+        table.add_row(f"{row['max_draft_len']}{mark}", f"{row['output_throughput']:.1f}", f"{row['speedup']:.2f}x",
+                      f"{row['mean_tpot_ms']:.1f}", f"{row['spec_decode_acceptance_length']:.2f}",
+                      f"{row['spec_decode_acceptance_rate']:.0f}")
+    console = Console() if Console().is_terminal else Console(width=150)
+    console.print(table)
+    click.echo(f"Chose max_draft_len {choice['max_draft_len']} (by tokens/s); wrote {spec_path} "
+               f"(old file: {backup}); report {out / 'tune.json'}. Rebuild with `trtspec build` to serve it.")
