@@ -1,0 +1,134 @@
+"""Pinned-list checks, trtllm-build flag rules, and the plan/build CLI on 70B-shaped configs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from trtspec.build import trtllm_engine, upstream
+from trtspec.cli import main
+from trtspec.errors import IncompatibleArtifactError
+from trtspec.spec import validate_spec
+
+CONFIGS = Path(__file__).parent / "configs"
+
+
+def test_llm_api_fields_are_pinned_without_tensorrt_llm():
+    fields = upstream.llm_api_fields()
+    if upstream.tensorrt_llm_version() is None:
+        assert fields["source"].startswith("pinned: ")
+    assert {"Eagle3", "Draft_Target", "NGram"} <= set(fields["decoding"]) or "Eagle" in fields["decoding"]
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"max_batch_size": 8, "max_draft_tokens": 4}, "max_draft_tokens not a field"),
+    ({"kv_cache_config": {"free_gpu_mem_fraction": 0.9}}, "kv_cache_config: free_gpu_mem_fraction"),
+    ({"speculative_config": {"decoding_type": "Eagle3", "num_draft_tokens": 4}}, "speculative_config: num_draft"),
+    ({"speculative_config": {"decoding_type": "Medusa", "max_draft_len": 4}}, "decoding_type 'Medusa'"),
+])
+def test_unknown_llm_api_fields_are_refused(options, message):
+    with pytest.raises(IncompatibleArtifactError, match=message):
+        upstream.check_llm_api_options(options)
+
+
+@pytest.mark.parametrize("command, message", [
+    (["trtllm-build", "--paged_kv_cache", "enable"], "flag --paged_kv_cache is not in the pinned list"),
+    (["trtllm-build", "--kv_cache_type", "PAGED"], "must be one of"),
+    (["trtllm-build", "--speculative_decoding_mode", "eagle3"], "must be one of"),
+    (["trtllm-build", "--max_draft_len", "4", "--gather_context_logits"], "cannot be combined"),
+    (["trtllm-build", "--speculative_decoding_mode", "eagle", "--max_batch_size", "1024"], "max_batch_size <= 512"),
+    (["trtllm-build", "--speculative_decoding_mode", "eagle", "--max_batch_size", "8", "--max_draft_len", "300"],
+     "max_draft_len <= 256"),
+    (["trtllm-build", "--gemm_plugin", "auto", "--use_fp8_context_fmha", "enable"], "needs an FP8 checkpoint"),
+    (["python3", "quantize.py", "--qformat", "fp16"], "must be one of"),
+])
+def test_engine_flag_rules(command, message):
+    with pytest.raises(IncompatibleArtifactError, match=message):
+        trtllm_engine.check_engine_command(command)
+
+
+def _spec(**build):
+    return validate_spec({"model": {"source": "x"}, "speculative": {"mode": "draft-target", "draft": "y"},
+                          "quantization": {"fp8": True, "fp8_kv_cache": False},
+                          "build": {"backend": "trtllm-engine", **build}})
+
+
+def test_engine_commands_follow_the_rules():
+    commands = trtllm_engine.engine_commands(_spec())
+    target_build = next(c for c in commands if c[0] == "trtllm-build" and "checkpoints/target" in c)
+    draft_build = next(c for c in commands if c[0] == "trtllm-build" and "checkpoints/draft" in c)
+    joined = " ".join(target_build)
+    assert "--speculative_decoding_mode draft_tokens_external --max_draft_len 4" in joined
+    assert "--kv_cache_type paged" in joined and "--use_paged_context_fmha enable" in joined
+    assert "--gemm_plugin fp8" in joined
+    assert "--use_fp8_context_fmha disable" in joined  # no FP8 KV cache, so no FP8 context FMHA
+    assert "--gather_generation_logits" not in joined and "--gather_context_logits" not in joined
+    assert "--speculative_decoding_mode" not in draft_build
+    with_logits = trtllm_engine.engine_commands(_spec(), use_draft_logits=True)
+    assert all("--gather_generation_logits" in c for c in with_logits if c[0] == "trtllm-build")
+
+
+@pytest.mark.parametrize("mode", ["eagle3", "ngram"])
+def test_engine_backend_refuses_eagle3_and_ngram_defensively(mode):
+    with pytest.raises(IncompatibleArtifactError, match="LLM-API backend"):
+        trtllm_engine.refuse_unsupported(mode)
+
+
+def _model_dir(root: Path, name: str, tiny_llama: Path) -> Path:
+    """A directory with a hand-written public config.json; the weights file is the tiny model's
+    (the planner reads only the config, so the weights need only be a valid safetensors file)."""
+    directory = root / name
+    directory.mkdir()
+    shutil.copy(CONFIGS / f"{name}.json", directory / "config.json")
+    shutil.copy(next(tiny_llama.glob("*.safetensors")), directory / "model.safetensors")
+    return directory
+
+
+def test_plan_cli_reports_and_exits_3_when_it_does_not_fit(in_tmp, tiny_llama):
+    target = _model_dir(in_tmp, "llama-3.1-70b", tiny_llama)
+    (in_tmp / "trtspec.yaml").write_text(f"model: {{source: {target}}}\nspeculative: {{mode: none}}\n"
+                                         "build: {backend: trtllm, gpu: h100}\n")
+    runner = CliRunner()
+    result = runner.invoke(main, ["plan"])
+    assert result.exit_code == 3
+    assert "141.11 GB" in result.stdout and "build.tp_size: 2" in result.stdout
+    fits = runner.invoke(main, ["plan", "--tp-size", "2", "--json"])
+    assert fits.exit_code == 0 and json.loads(fits.stdout)["fits"] is True
+
+
+def test_build_refuses_an_oversized_plan_with_numbers_and_a_suggestion(in_tmp, tiny_llama):
+    target = _model_dir(in_tmp, "llama-3.1-70b", tiny_llama)
+    draft = _model_dir(in_tmp, "llama-3.2-1b", tiny_llama)
+    (in_tmp / "trtspec.yaml").write_text(
+        f"model: {{source: {target}}}\nspeculative: {{mode: draft-target, draft: {draft}}}\n"
+        "build: {backend: trtllm, gpu: h200, max_batch_size: 256, max_seq_len: 8192, max_input_len: 4096}\n")
+    runner = CliRunner()
+    # BF16 70B weights leave almost nothing on one H200: the fix is more GPUs
+    result = runner.invoke(main, ["build"])
+    assert result.exit_code == 1
+    assert "the plan does not fit on 1 x NVIDIA H200" in result.output
+    assert "KV cache for 256 full-length sequences of 8192 tokens needs" in result.output
+    assert "set build.tp_size: 8" in result.output
+    # on two H100s a few full-length sequences fit: the fix is a smaller batch
+    result = runner.invoke(main, ["build", "--backend", "trtllm-engine"], env={"TRTSPEC_DEBUG": None})
+    assert result.exit_code == 1 and "set build.tp_size" in result.output
+    (in_tmp / "trtspec.yaml").write_text(
+        f"model: {{source: {target}}}\nspeculative: {{mode: draft-target, draft: {draft}}}\n"
+        "build: {backend: trtllm, gpu: h100, tp_size: 2, max_batch_size: 256, max_seq_len: 8192, "
+        "max_input_len: 4096}\n")
+    result = runner.invoke(main, ["build"])
+    assert result.exit_code == 1 and "the plan does not fit on 2 x NVIDIA H100" in result.output
+    assert "(the largest that fits)" in result.output
+    suggested = int(result.output.split("set build.max_batch_size: ")[1].split()[0])
+    assert 1 <= suggested < 256
+    assert not (in_tmp / "engines").exists()
+
+
+def test_help_has_examples():
+    runner = CliRunner()
+    assert "Examples:" in runner.invoke(main, ["build", "--help"]).output
+    assert "Examples:" in runner.invoke(main, ["plan", "--help"]).output
