@@ -112,3 +112,8 @@ def test_reported_rows_name_every_part():
     for needle in ("target weights", "draft weights", "activations", "runtime reserve", "target KV cache",
                    "draft KV cache", "KV budget", "headroom", "full-length sequences", "verdict"):
         assert any(needle in item for item in items), needle
+
+
+def test_tp_size_must_divide_the_attention_heads():
+    with pytest.raises(PlanError, match="tp_size 3 does not divide the target's 64 attention heads"):
+        plan_memory(LLAMA_70B, PlanSettings(tp_size=3))

@@ -218,6 +218,9 @@ def plan_memory(target: ModelShape, settings: PlanSettings, draft: ModelShape | 
     plan.weights_bytes = sum(c.weight_bytes for c in components)
     plan.activation_bytes = sum(c.activation_bytes for c in components)
     free = gpu.usable_bytes - plan.weights_bytes - plan.activation_bytes
+    if target.num_heads % s.tp_size:
+        raise PlanError(f"build.tp_size {s.tp_size} does not divide the target's {target.num_heads} attention heads",
+                        fix="use a tp_size that divides it (1, 2, 4 or 8 for Llama models)")
     per_sequence = sum(c.kv_bytes_per_sequence for c in components)
     plan.kv_budget_bytes = int(max(free, 0) * s.free_gpu_memory_fraction)
     plan.kv_required_bytes = per_sequence * s.max_batch_size
