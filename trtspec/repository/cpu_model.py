@@ -1,0 +1,263 @@
+"""The cpu backend's Triton Python model: a thin adapter from Triton requests to the trtspec engine.
+
+The rendered repository's `tensorrt_llm/1/model.py` is one import of `TritonPythonModel` from
+here, so the serving code is versioned, linted and tested with the rest of trtspec. Contract:
+
+- I/O is the LLM-API model's (DESIGN.md): `text_input` plus optional `streaming`,
+  `sampling_param_*`, `sampling_param_return_perf_metrics`, and `speculative` (false turns
+  speculation off for that request, for baselines). Outputs `text_output`, `finish_reason` and,
+  with perf metrics, `acceptance_rate`, `total_accepted_draft_tokens`, `total_draft_tokens`,
+  `num_drafts`, `num_output_tokens`.
+- Decoupled (streaming): each request runs in a worker thread of a pool sized by the engine's
+  max_batch_size (the engine is thread-safe); text is sent as it is committed and the last
+  response carries the final flag. A request whose client went away (`is_cancelled()`) stops at
+  the next chunk and its sequence is freed.
+- A bad request gets a Triton error naming the problem; nothing a request sends can stop the
+  model. `parse_request()` is pure and holds every check, so it is tested without a server.
+- Counters named like vLLM's speculative-decoding metrics are exported through
+  `pb_utils.MetricFamily`: num_drafts, num_draft_tokens, num_accepted_tokens and
+  num_accepted_tokens_per_pos (label `position`).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+METRIC_PREFIX = "trtspec:spec_decode_"
+METRICS = {
+    "num_drafts": "Number of speculative drafts proposed",
+    "num_draft_tokens": "Number of draft tokens proposed",
+    "num_accepted_tokens": "Number of draft tokens accepted by the target",
+    "num_accepted_tokens_per_pos": "Accepted draft tokens by position in the draft",
+}
+DEFAULT_MAX_TOKENS = 128
+
+
+class InvalidRequest(ValueError):
+    """A request the model refuses; the message goes back to the client as a Triton error."""
+
+
+@dataclass(frozen=True)
+class Request:
+    prompt: str
+    streaming: bool
+    max_tokens: int
+    temperature: float
+    top_p: float
+    top_k: int
+    seed: int | None
+    stop: list[str] | None
+    perf_metrics: bool
+    speculative: bool
+
+
+def _scalar(values: dict[str, Any], name: str, kind: type, default: Any) -> Any:
+    array = values.get(name)
+    if array is None:
+        return default
+    flat = array.reshape(-1)
+    if flat.size != 1:
+        raise InvalidRequest(f"{name}: expected one value (got {flat.size})")
+    return kind(flat[0].item() if hasattr(flat[0], "item") else flat[0])
+
+
+def _text(raw: Any, name: str) -> str:
+    if isinstance(raw, str):
+        return raw
+    try:
+        return bytes(raw).decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise InvalidRequest(f"{name}: bytes are not valid UTF-8 ({error.reason} at byte {error.start})") from None
+
+
+def parse_request(values: dict[str, Any], *, max_seq_len: int) -> Request:
+    """Check one request's input arrays (name -> numpy array, missing ones absent) and read them.
+
+    Raises InvalidRequest naming the input and the allowed values. The prompt-length check
+    (max_input_len) needs the tokenizer and is the engine's (it raises TrtSpecError).
+    """
+    if values.get("text_input") is None:
+        raise InvalidRequest("text_input: required (send the prompt as BYTES)")
+    texts = values["text_input"].reshape(-1)
+    if texts.size != 1:
+        raise InvalidRequest(f"text_input: send exactly one prompt per request (got {texts.size})")
+    prompt = _text(texts[0], "text_input")
+    if not prompt.strip():
+        raise InvalidRequest("text_input: empty prompt; send some text")
+    max_tokens = _scalar(values, "sampling_param_max_tokens", int, DEFAULT_MAX_TOKENS)
+    if max_tokens < 1:
+        raise InvalidRequest(f"sampling_param_max_tokens: must be at least 1 (got {max_tokens})")
+    if max_tokens >= max_seq_len:
+        raise InvalidRequest(f"sampling_param_max_tokens: must be below the engine's max_seq_len {max_seq_len} "
+                             f"minus the prompt (got {max_tokens})")
+    temperature = _scalar(values, "sampling_param_temperature", float, 0.0)
+    if not temperature >= 0.0:
+        raise InvalidRequest(f"sampling_param_temperature: must be >= 0 (got {temperature})")
+    top_p = _scalar(values, "sampling_param_top_p", float, 1.0)
+    if not 0.0 < top_p <= 1.0:
+        raise InvalidRequest(f"sampling_param_top_p: must be in (0, 1] (got {top_p})")
+    top_k = _scalar(values, "sampling_param_top_k", int, 0)
+    if top_k < 0:
+        raise InvalidRequest(f"sampling_param_top_k: must be >= 0, 0 meaning off (got {top_k})")
+    seed = _scalar(values, "sampling_param_seed", int, None)
+    stop = None
+    if values.get("sampling_param_stop") is not None:
+        stop = [_text(s, "sampling_param_stop") for s in values["sampling_param_stop"].reshape(-1)]
+        stop = [s for s in stop if s] or None
+    return Request(prompt=prompt, streaming=_scalar(values, "streaming", bool, False), max_tokens=max_tokens,
+                   temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, stop=stop,
+                   perf_metrics=_scalar(values, "sampling_param_return_perf_metrics", bool, False),
+                   speculative=_scalar(values, "speculative", bool, True))
+
+
+def perf_outputs(stats: Any, num_output_tokens: int) -> dict[str, tuple[Any, str]]:
+    """The perf-metric outputs of a finished request: name -> (value, numpy dtype)."""
+    return {"acceptance_rate": (float(stats.acceptance_rate), "float32"),
+            "total_accepted_draft_tokens": (int(stats.num_accepted_tokens), "int64"),
+            "total_draft_tokens": (int(stats.num_draft_tokens), "int64"),
+            "num_drafts": (int(stats.num_drafts), "int64"),
+            "num_output_tokens": (int(num_output_tokens), "int64")}
+
+
+class TritonPythonModel:
+    """Triton's entry points: initialize, execute, finalize."""
+
+    def initialize(self, args: dict[str, Any]) -> None:
+        import triton_python_backend_utils as pb_utils
+
+        from trtspec.runtime import load_engine
+
+        self.pb = pb_utils
+        config = json.loads(args["model_config"])
+        params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
+        self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
+        self.engine = load_engine(params["engine_dir"])
+        self.max_seq_len = int(params.get("max_seq_len", self.engine.max_seq_len))
+        # The pool is the engine's scheduler: at most max_batch_size sequences in flight per instance.
+        self.pool = ThreadPoolExecutor(max_workers=int(params.get("max_batch_size", 8)),
+                                       thread_name_prefix="trtspec-request")
+        self._metrics_lock = threading.Lock()
+        self._init_metrics(args["model_name"], args.get("model_version", "1"))
+
+    def _init_metrics(self, model: str, version: str) -> None:
+        pb = self.pb
+        labels = {"model": model, "version": str(version)}
+        self.families = {key: pb.MetricFamily(name=METRIC_PREFIX + key, description=text,
+                                              kind=pb.MetricFamily.COUNTER)
+                         for key, text in METRICS.items()}
+        self.counters = {key: self.families[key].Metric(labels=labels)
+                         for key in ("num_drafts", "num_draft_tokens", "num_accepted_tokens")}
+        family = self.families["num_accepted_tokens_per_pos"]
+        self.per_pos = [family.Metric(labels={**labels, "position": str(i)})
+                        for i in range(max(1, int(self.engine.max_draft_len)))]
+
+    def _record(self, stats: Any) -> None:
+        with self._metrics_lock:
+            self.counters["num_drafts"].increment(int(stats.num_drafts))
+            self.counters["num_draft_tokens"].increment(int(stats.num_draft_tokens))
+            self.counters["num_accepted_tokens"].increment(int(stats.num_accepted_tokens))
+            for position, count in enumerate(stats.accepted_per_position or []):
+                if position < len(self.per_pos) and count:
+                    self.per_pos[position].increment(int(count))
+
+    def execute(self, requests: list[Any]) -> list[Any] | None:
+        if self.decoupled:
+            for request in requests:
+                self.pool.submit(self._serve, request, request.get_response_sender())
+            return None
+        # Not decoupled: one response per request, returned in order.
+        futures = [self.pool.submit(self._respond_once, request) for request in requests]
+        return [future.result() for future in futures]
+
+    def _values(self, request: Any) -> dict[str, Any]:
+        names = ["text_input", "streaming", "sampling_param_max_tokens", "sampling_param_temperature",
+                 "sampling_param_top_p", "sampling_param_top_k", "sampling_param_seed", "sampling_param_stop",
+                 "sampling_param_return_perf_metrics", "speculative"]
+        values = {}
+        for name in names:
+            tensor = self.pb.get_input_tensor_by_name(request, name)
+            if tensor is not None:
+                values[name] = tensor.as_numpy()
+        return values
+
+    def _response(self, text: str, finish_reason: str | None, extra: dict[str, tuple[Any, str]] | None = None):
+        import numpy as np
+
+        pb = self.pb
+        tensors = [pb.Tensor("text_output", np.array([text.encode("utf-8")], dtype=np.object_))]
+        if finish_reason is not None:
+            tensors.append(pb.Tensor("finish_reason", np.array([finish_reason.encode()], dtype=np.object_)))
+        for name, (value, dtype) in (extra or {}).items():
+            tensors.append(pb.Tensor(name, np.array([value], dtype=dtype)))
+        return pb.InferenceResponse(output_tensors=tensors)
+
+    def _error(self, message: str):
+        pb = self.pb
+        code = getattr(pb.TritonError, "INVALID_ARG", None)
+        error = pb.TritonError(message, code) if code is not None else pb.TritonError(message)
+        return pb.InferenceResponse(output_tensors=[], error=error)
+
+    def _chunks(self, parsed: Request):
+        return self.engine.generate(parsed.prompt, max_new_tokens=parsed.max_tokens, temperature=parsed.temperature,
+                                    top_k=parsed.top_k, top_p=parsed.top_p, seed=parsed.seed,
+                                    speculative=parsed.speculative, stream=True, stop=parsed.stop)
+
+    def _serve(self, request: Any, sender: Any) -> None:
+        """One decoupled request, start to final flag, in a worker thread."""
+        from trtspec.errors import TrtSpecError
+
+        final = self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        try:
+            parsed = parse_request(self._values(request), max_seq_len=self.max_seq_len)
+            chunks = self._chunks(parsed)
+            text, num_tokens = [], 0
+            for chunk in chunks:
+                # 1. the client went away: stop generating; closing the generator frees the sequence.
+                if sender.is_cancelled():
+                    chunks.close()
+                    return
+                num_tokens += len(chunk.token_ids)
+                # 2. a finished request: record the statistics, send the last piece with the final flag.
+                if chunk.finish_reason is not None:
+                    self._record(chunk.stats)
+                    extra = perf_outputs(chunk.stats, num_tokens) if parsed.perf_metrics else None
+                    piece = chunk.text if parsed.streaming else "".join(text) + chunk.text
+                    sender.send(self._response(piece, chunk.finish_reason, extra), flags=final)
+                    return
+                # 3. streaming: send what was committed in this step.
+                if parsed.streaming:
+                    if chunk.text:
+                        sender.send(self._response(chunk.text, None))
+                else:
+                    text.append(chunk.text)
+            sender.send(flags=final)  # the engine ended without a finish reason: close the stream anyway
+        except (InvalidRequest, TrtSpecError) as error:
+            sender.send(self._error(str(error)), flags=final)
+        except Exception as error:  # noqa: BLE001 - a request must never take the model down
+            sender.send(self._error(f"internal error: {type(error).__name__}: {error}"), flags=final)
+
+    def _respond_once(self, request: Any):
+        """One non-decoupled request: the whole answer in one response."""
+        from trtspec.errors import TrtSpecError
+
+        try:
+            parsed = parse_request(self._values(request), max_seq_len=self.max_seq_len)
+            if parsed.streaming:
+                raise InvalidRequest("streaming: this model is not decoupled; redeploy with serve.streaming: true")
+            result = self.engine.generate(parsed.prompt, max_new_tokens=parsed.max_tokens,
+                                          temperature=parsed.temperature, top_k=parsed.top_k, top_p=parsed.top_p,
+                                          seed=parsed.seed, speculative=parsed.speculative, stop=parsed.stop)
+            self._record(result.stats)
+            extra = perf_outputs(result.stats, len(result.token_ids)) if parsed.perf_metrics else None
+            return self._response(result.text, result.finish_reason, extra)
+        except (InvalidRequest, TrtSpecError) as error:
+            return self._error(str(error))
+        except Exception as error:  # noqa: BLE001
+            return self._error(f"internal error: {type(error).__name__}: {error}")
+
+    def finalize(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)

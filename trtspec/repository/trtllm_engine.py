@@ -1,0 +1,312 @@
+"""The trtllm-engine backend's repository: `inflight_batcher_llm` for legacy TensorRT engines.
+
+Models: ensemble -> preprocessing -> tensorrt_llm (C++ `tensorrtllm` backend,
+`inflight_fused_batching`) -> postprocessing; for draft-target also tensorrt_llm_draft and
+tensorrt_llm_bls (the BLS runs the draft/verify loop: non-streaming, one request per call, as
+upstream). The configs are rendered as data here; the Python models' model.py files
+(preprocessing, postprocessing, tensorrt_llm_bls) come from the container's
+`/app/all_models/inflight_batcher_llm/` at start, so they match its TensorRT-LLM.
+
+Every `${...}` placeholder of upstream's templates [tensorrtllm_backend v0.19.0, reference
+§2.1-2.2] has an entry in PLACEHOLDERS: a value, or None with the reason it stays unset (upstream
+reads an unset parameter as "use the default"). `fill_values()` also gives the
+`tools/fill_template.py` argument for re-filling the container's own templates, with the commas
+of gpu_device_ids / participant_ids escaped as upstream requires.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from trtspec.errors import IncompatibleArtifactError
+from trtspec.repository import pbtxt
+from trtspec.repository.pbtxt import tensor
+
+CONTAINER_MODELS = "/app/all_models/inflight_batcher_llm"
+PYTHON_MODELS = ("preprocessing", "postprocessing", "tensorrt_llm_bls")
+DRAFT_SHARE = 0.2  # of the KV-cache budget, for the draft engine when its size is unknown
+
+# Every ${...} of upstream's tensorrt_llm/config.pbtxt [BK@v0.19.0], reference §2.1.
+UPSTREAM_PLACEHOLDERS = frozenset("""
+batch_scheduler_policy batching_strategy cancellation_check_period_ms cross_kv_cache_fraction
+cuda_graph_cache_size cuda_graph_mode decoding_mode decoupled_mode eagle_choices enable_chunked_context
+enable_context_fmha_fp32_acc enable_kv_cache_reuse enable_trt_overlap encoder_engine_dir
+encoder_input_features_data_type engine_dir exclude_input_in_output gpu_device_ids gpu_weights_percent
+guided_decoding_backend iter_stats_max_iterations kv_cache_free_gpu_mem_fraction kv_cache_host_memory_bytes
+kv_cache_onboard_blocks logits_datatype lookahead_ngram_size lookahead_verification_set_size
+lookahead_window_size lora_cache_gpu_memory_fraction lora_cache_host_memory_bytes lora_cache_max_adapter_size
+lora_cache_optimal_adapter_size lora_prefetch_dir max_attention_window_size max_beam_width
+max_queue_delay_microseconds max_queue_size max_tokens_in_paged_kv_cache medusa_choices multi_block_mode
+normalize_log_probs num_nodes participant_ids request_stats_max_iterations sink_token_length
+speculative_decoding_fast_logits stats_check_period_ms tokenizer_dir triton_backend triton_max_batch_size
+xgrammar_tokenizer_info_path""".split())
+
+# Upstream placeholders [BK@v0.19.0] not set by trtspec, each with why it stays unset.
+UNSET = {
+    "cross_kv_cache_fraction": "encoder-decoder models only",
+    "encoder_engine_dir": "encoder-decoder models only",
+    "enable_trt_overlap": "commented out in the v0.19.0 template",
+    "guided_decoding_backend": "no guided decoding",
+    "xgrammar_tokenizer_info_path": "no guided decoding",
+    "kv_cache_host_memory_bytes": "no host KV offload",
+    "kv_cache_onboard_blocks": "no host KV offload",
+    "lookahead_ngram_size": "lookahead decoding is not a trtspec mode",
+    "lookahead_verification_set_size": "lookahead decoding is not a trtspec mode",
+    "lookahead_window_size": "lookahead decoding is not a trtspec mode",
+    "lora_cache_gpu_memory_fraction": "no LoRA", "lora_cache_host_memory_bytes": "no LoRA",
+    "lora_cache_max_adapter_size": "no LoRA", "lora_cache_optimal_adapter_size": "no LoRA",
+    "lora_prefetch_dir": "no LoRA",
+    "max_attention_window_size": "full attention (engine default)",
+    "max_tokens_in_paged_kv_cache": "sized by kv_cache_free_gpu_mem_fraction",
+    "medusa_choices": "Medusa is not a trtspec mode",
+    "eagle_choices": "EAGLE is refused on trtllm-engine (EAGLE-3 needs the LLM API)",
+    "gpu_weights_percent": "weights stay on the GPU",
+    "sink_token_length": "no attention sinks",
+    "multimodal_encoders_name": "text-only models", "multimodal_model_path": "text-only models",
+    "max_num_images": "text-only models",
+}
+
+
+def _fraction_split(total: float, target_kv: int | None, draft_kv: int | None) -> tuple[float, float]:
+    """kv_cache_free_gpu_mem_fraction for (target, draft) sharing one GPU.
+
+    The fraction is of the memory free after that engine loaded; the target loads first, so the
+    draft's fraction applies to what the target left: target a = total * (1 - s),
+    draft b = total * s / (1 - a), where s is the draft's share of KV bytes per token.
+    """
+    share = draft_kv / (target_kv + draft_kv) if target_kv and draft_kv else DRAFT_SHARE
+    target = round(total * (1 - share), 3)
+    draft = round(min(0.95, total * share / (1 - target)), 3)
+    return target, draft
+
+
+def _kv_bytes_per_token(config: dict[str, Any]) -> int | None:
+    try:
+        heads = config.get("num_key_value_heads") or config["num_attention_heads"]
+        head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+        return 2 * config["num_hidden_layers"] * heads * head_dim
+    except (KeyError, TypeError, ZeroDivisionError):
+        return None
+
+
+def plan(engine: dict[str, Any], spec: Any, engine_path: str, engine_dir: Path) -> dict[str, Any]:
+    """Every value the configs need, derived from engine.json and the spec."""
+    import json
+
+    section = engine.get("trtllm_engine") or {}
+    build = engine["build_config"]
+    root = PurePosixPath(engine_path)
+    draft_target = engine["mode"] == "draft-target"
+    if engine["mode"] not in ("draft-target", "none"):
+        raise IncompatibleArtifactError(f"mode {engine['mode']} has no TensorRT-engine repository",
+                                        fix="use build.backend: trtllm")
+    engines = section.get("engines") or {"target": "target", "draft": "draft" if draft_target else None}
+    fractions = (spec.build.free_gpu_memory_fraction, None)
+    if draft_target:
+        configs = []
+        for key in ("target", "draft"):
+            path = engine_dir / (engine.get(key) or {}).get("path", key) / "config.json"
+            configs.append(_kv_bytes_per_token(json.loads(path.read_text())) if path.exists() else None)
+        fractions = _fraction_split(spec.build.free_gpu_memory_fraction, *configs)
+    world = spec.build.tp_size * spec.build.pp_size
+    num_draft_tokens = int(section.get("num_draft_tokens", build["max_draft_len"] if draft_target else 0))
+    if num_draft_tokens > build["max_draft_len"]:
+        raise IncompatibleArtifactError(f"num_draft_tokens {num_draft_tokens} exceeds the engine's max_draft_len "
+                                        f"{build['max_draft_len']}", fix="rebuild with a larger max_draft_len")
+    return {
+        "triton_max_batch_size": build["max_batch_size"],
+        "engine_dir": str(root / engines["target"]),
+        "draft_engine_dir": str(root / engines["draft"]) if draft_target else None,
+        "tokenizer_dir": str(root / section.get("tokenizer_dir", engine["target"]["path"])),
+        # The BLS loop is non-streaming (upstream); a plain ensemble streams when the spec says so.
+        "decoupled_mode": spec.serve.streaming and not draft_target,
+        "kv_cache_free_gpu_mem_fraction": fractions,
+        "decoding_mode": section.get("decoding_mode", "top_k_top_p"),
+        "gpu_device_ids": list(range(world)),
+        "participant_ids": list(range(1, world + 1)) if world > 1 else None,
+        "num_draft_tokens": num_draft_tokens,
+        "use_draft_logits": bool(section.get("use_draft_logits", False)),
+        "max_queue_delay_microseconds": spec.serve.max_queue_delay_us,
+        "draft_target": draft_target,
+        "instance_count": spec.serve.instance_count,
+    }
+
+
+def llm_parameters(values: dict[str, Any], *, draft: bool) -> dict[str, Any]:
+    """The tensorrt_llm (or tensorrt_llm_draft) model's parameters: upstream's placeholders, filled."""
+    fraction = values["kv_cache_free_gpu_mem_fraction"][1 if draft else 0]
+    params = {
+        "max_beam_width": 1, "FORCE_CPU_ONLY_INPUT_TENSORS": "no",
+        "gpt_model_type": "inflight_fused_batching",           # ${batching_strategy}
+        "gpt_model_path": values["draft_engine_dir" if draft else "engine_dir"],  # ${engine_dir}
+        "encoder_input_features_data_type": "TYPE_FP16",
+        "batch_scheduler_policy": "guaranteed_no_evict",
+        "kv_cache_free_gpu_mem_fraction": fraction,
+        "enable_kv_cache_reuse": True,
+        "enable_chunked_context": False,
+        "normalize_log_probs": True,
+        "exclude_input_in_output": True,
+        "cancellation_check_period_ms": 100,
+        "stats_check_period_ms": 100,
+        "iter_stats_max_iterations": 1000,
+        "request_stats_max_iterations": 0,
+        "decoding_mode": values["decoding_mode"],
+        "multi_block_mode": True,
+        "enable_context_fmha_fp32_acc": False,
+        "cuda_graph_mode": False,
+        "cuda_graph_cache_size": 0,
+        "speculative_decoding_fast_logits": False,
+        "gpu_device_ids": ",".join(str(i) for i in values["gpu_device_ids"]),
+        "num_nodes": 1,
+    }
+    if values["participant_ids"]:
+        params["participant_ids"] = ",".join(str(i) for i in values["participant_ids"])
+    return params
+
+
+def _llm_model(name: str, values: dict[str, Any], *, draft: bool) -> dict[str, Any]:
+    ids = lambda n, dims=None, **kw: tensor(n, "INT32", dims or [1], **kw)  # noqa: E731
+    return {
+        "name": name, "backend": "tensorrtllm", "max_batch_size": values["triton_max_batch_size"],
+        "model_transaction_policy": {"decoupled": values["decoupled_mode"]},
+        "dynamic_batching": {"preferred_batch_size": [values["triton_max_batch_size"]],
+                             "max_queue_delay_microseconds": values["max_queue_delay_microseconds"],
+                             "default_queue_policy": {"max_queue_size": 0}},
+        "input": [ids("input_ids", [-1], ragged=True), ids("input_lengths", [1]),
+                  ids("request_output_len"), ids("draft_input_ids", [-1], optional=True, ragged=True),
+                  tensor("draft_logits", "FP32", [-1, -1], optional=True, ragged=True),
+                  tensor("draft_acceptance_threshold", "FP32", optional=True),
+                  ids("end_id", optional=True), ids("pad_id", optional=True),
+                  ids("stop_words_list", [2, -1], optional=True), ids("bad_words_list", [2, -1], optional=True),
+                  tensor("temperature", "FP32", optional=True), ids("runtime_top_k", optional=True),
+                  tensor("runtime_top_p", "FP32", optional=True), tensor("seed", "UINT64", optional=True),
+                  tensor("streaming", "BOOL", optional=True), tensor("return_perf_metrics", "BOOL", optional=True),
+                  tensor("return_generation_logits", "BOOL", optional=True),
+                  tensor("exclude_input_in_output", "BOOL", optional=True)],
+        "output": [ids("output_ids", [-1, -1]), ids("sequence_length", [-1]),
+                   tensor("generation_logits", "FP32", [-1, -1, -1]),
+                   tensor("acceptance_rate", "FP32"), ids("total_accepted_draft_tokens"), ids("total_draft_tokens")],
+        "instance_group": [{"count": 1, "kind": "KIND_CPU"}],
+        "parameters": pbtxt.parameters(llm_parameters(values, draft=draft)),
+    }
+
+
+def _pre_post(name: str, values: dict[str, Any], pre: bool) -> dict[str, Any]:
+    count = values["instance_count"]
+    if pre:
+        io = {"input": [tensor("QUERY", "BYTES", [1]), tensor("REQUEST_OUTPUT_LEN", "INT32", [1]),
+                        tensor("BAD_WORDS_DICT", "BYTES", [-1], optional=True),
+                        tensor("STOP_WORDS_DICT", "BYTES", [-1], optional=True),
+                        tensor("END_ID", "INT32", [1], optional=True), tensor("PAD_ID", "INT32", [1], optional=True)],
+              "output": [tensor("INPUT_ID", "INT32", [-1]), tensor("REQUEST_INPUT_LEN", "INT32", [1]),
+                         tensor("BAD_WORDS_IDS", "INT32", [2, -1]), tensor("STOP_WORDS_IDS", "INT32", [2, -1]),
+                         tensor("REQUEST_OUTPUT_LEN", "INT32", [-1]), tensor("OUT_END_ID", "INT32", [1]),
+                         tensor("OUT_PAD_ID", "INT32", [1])]}
+        params = {"tokenizer_dir": values["tokenizer_dir"], "add_special_tokens": False}
+    else:
+        io = {"input": [tensor("TOKENS_BATCH", "INT32", [-1, -1]), tensor("SEQUENCE_LENGTH", "INT32", [-1])],
+              "output": [tensor("OUTPUT", "BYTES", [-1])]}
+        params = {"tokenizer_dir": values["tokenizer_dir"], "skip_special_tokens": True}
+    return {"name": name, "backend": "python", "max_batch_size": values["triton_max_batch_size"], **io,
+            "instance_group": [{"count": count, "kind": "KIND_CPU"}], "parameters": pbtxt.parameters(params)}
+
+
+def _front_io() -> dict[str, list[dict[str, Any]]]:
+    """The tensorrtllm_backend request names the ensemble and the BLS accept (client.py adapts)."""
+    return {"input": [tensor("text_input", "BYTES", [1]), tensor("max_tokens", "INT32", [1]),
+                      tensor("bad_words", "BYTES", [-1], optional=True), tensor("stop_words", "BYTES", [-1], optional=True),
+                      tensor("end_id", "INT32", [1], optional=True), tensor("pad_id", "INT32", [1], optional=True),
+                      tensor("top_k", "INT32", [1], optional=True), tensor("top_p", "FP32", [1], optional=True),
+                      tensor("temperature", "FP32", [1], optional=True), tensor("seed", "UINT64", [1], optional=True),
+                      tensor("stream", "BOOL", [1], optional=True),
+                      tensor("return_perf_metrics", "BOOL", [1], optional=True)],
+            "output": [tensor("text_output", "BYTES", [-1]), tensor("acceptance_rate", "FP32", [1]),
+                       tensor("total_accepted_draft_tokens", "INT32", [1]),
+                       tensor("total_draft_tokens", "INT32", [1])]}
+
+
+def _ensemble(values: dict[str, Any]) -> dict[str, Any]:
+    pre = {"model_name": "preprocessing", "model_version": -1,
+           "input_map": {"QUERY": "text_input", "REQUEST_OUTPUT_LEN": "max_tokens", "BAD_WORDS_DICT": "bad_words",
+                         "STOP_WORDS_DICT": "stop_words", "END_ID": "end_id", "PAD_ID": "pad_id"},
+           "output_map": {"INPUT_ID": "_INPUT_ID", "REQUEST_INPUT_LEN": "_REQUEST_INPUT_LEN",
+                          "BAD_WORDS_IDS": "_BAD_WORDS_IDS", "STOP_WORDS_IDS": "_STOP_WORDS_IDS",
+                          "REQUEST_OUTPUT_LEN": "_REQUEST_OUTPUT_LEN", "OUT_END_ID": "_END_ID", "OUT_PAD_ID": "_PAD_ID"}}
+    llm = {"model_name": "tensorrt_llm", "model_version": -1,
+           "input_map": {"input_ids": "_INPUT_ID", "input_lengths": "_REQUEST_INPUT_LEN",
+                         "request_output_len": "_REQUEST_OUTPUT_LEN", "end_id": "_END_ID", "pad_id": "_PAD_ID",
+                         "stop_words_list": "_STOP_WORDS_IDS", "bad_words_list": "_BAD_WORDS_IDS",
+                         "runtime_top_k": "top_k", "runtime_top_p": "top_p", "temperature": "temperature",
+                         "seed": "seed", "streaming": "stream", "return_perf_metrics": "return_perf_metrics"},
+           "output_map": {"output_ids": "_TOKENS_BATCH", "sequence_length": "_SEQUENCE_LENGTH",
+                          "acceptance_rate": "acceptance_rate",
+                          "total_accepted_draft_tokens": "total_accepted_draft_tokens",
+                          "total_draft_tokens": "total_draft_tokens"}}
+    post = {"model_name": "postprocessing", "model_version": -1,
+            "input_map": {"TOKENS_BATCH": "_TOKENS_BATCH", "SEQUENCE_LENGTH": "_SEQUENCE_LENGTH"},
+            "output_map": {"OUTPUT": "text_output"}}
+    return {"name": "ensemble", "platform": "ensemble", "max_batch_size": values["triton_max_batch_size"],
+            **_front_io(), "ensemble_scheduling": {"step": [pre, llm, post]}}
+
+
+def _bls(values: dict[str, Any]) -> dict[str, Any]:
+    io = _front_io()
+    io["input"] += [tensor("num_draft_tokens", "INT32", [1], optional=True),
+                    tensor("use_draft_logits", "BOOL", [1], optional=True)]
+    return {"name": "tensorrt_llm_bls", "backend": "python", "max_batch_size": values["triton_max_batch_size"],
+            "model_transaction_policy": {"decoupled": False}, **io,
+            # Upstream: "set the number of model instances to the maximum batch size".
+            "instance_group": [{"count": values["triton_max_batch_size"], "kind": "KIND_CPU"}],
+            "parameters": pbtxt.parameters({"accumulate_tokens": False, "tensorrt_llm_model_name": "tensorrt_llm",
+                                            "tensorrt_llm_draft_model_name": "tensorrt_llm_draft",
+                                            "logits_datatype": "TYPE_FP32"})}
+
+
+def model_configs(values: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Model name -> ModelConfig dict."""
+    configs = {"ensemble": _ensemble(values), "preprocessing": _pre_post("preprocessing", values, True),
+               "tensorrt_llm": _llm_model("tensorrt_llm", values, draft=False),
+               "postprocessing": _pre_post("postprocessing", values, False)}
+    if values["draft_target"]:
+        configs["tensorrt_llm_draft"] = _llm_model("tensorrt_llm_draft", values, draft=True)
+        configs["tensorrt_llm_bls"] = _bls(values)
+    return configs
+
+
+def fill_values(values: dict[str, Any], *, draft: bool = False) -> dict[str, Any]:
+    """tensorrt_llm placeholders -> values, for upstream's fill_template.py (lists stay lists)."""
+    params = llm_parameters(values, draft=draft)
+    filled = {"triton_backend": "tensorrtllm", "triton_max_batch_size": values["triton_max_batch_size"],
+              "decoupled_mode": values["decoupled_mode"], "engine_dir": params["gpt_model_path"],
+              "batching_strategy": params["gpt_model_type"], "max_queue_size": 0,
+              "max_queue_delay_microseconds": values["max_queue_delay_microseconds"], "logits_datatype": "TYPE_FP32",
+              "tokenizer_dir": values["tokenizer_dir"]}
+    for key, value in params.items():
+        if key not in ("gpt_model_type", "gpt_model_path", "FORCE_CPU_ONLY_INPUT_TENSORS"):
+            filled[key] = value
+    filled["gpu_device_ids"] = values["gpu_device_ids"]
+    if values["participant_ids"]:
+        filled["participant_ids"] = values["participant_ids"]
+    return filled
+
+
+def render(engine: dict[str, Any], spec: Any, engine_path: str, dest: Path, engine_dir: Path) -> list[Path]:
+    values = plan(engine, spec, engine_path, engine_dir)
+    written = []
+    for name, config in model_configs(values).items():
+        (dest / name / "1").mkdir(parents=True)
+        path = dest / name / "config.pbtxt"
+        path.write_text(pbtxt.render(config))
+        written.append(path)
+    fill = dest / "fill_template.sh"
+    lines = ["#!/usr/bin/env bash",
+             "# Re-fill the container's own templates with the values trtspec rendered (optional).",
+             f"set -euo pipefail\ncp -r {CONTAINER_MODELS}/. \"$1\"/",
+             f"python3 /app/tools/fill_template.py -i \"$1\"/tensorrt_llm/config.pbtxt "
+             f"'{pbtxt.fill_template_args(fill_values(values))}'"]
+    if values["draft_target"]:
+        lines.append(f"python3 /app/tools/fill_template.py -i \"$1\"/tensorrt_llm_draft/config.pbtxt "
+                     f"'{pbtxt.fill_template_args(fill_values(values, draft=True))}'")
+    fill.write_text("\n".join(lines) + "\n")
+    return written + [fill]

@@ -1,0 +1,361 @@
+"""Start, stop and check tritonserver: a local process, a `docker run` command, k8s manifests.
+
+Plans are pure (`local_command`, `docker_command`, `k8s_manifests` return data); `start_local`,
+`stop_local` and `status` are the thin layer that executes, always through trtspec.subproc.
+
+Local: the binary is $TRTSPEC_TRITONSERVER, `/opt/tritonserver/bin/tritonserver` (the container)
+or the one inside the nvidia-pytriton wheel (CPU). The Python backend directory is prepared under
+<workdir>/server/backends with the stub built for the running Python, and the server gets a
+PYTHONPATH holding the project root and this venv's site-packages, so the cpu model imports
+trtspec, torch and transformers. The server binds 127.0.0.1 unless the spec says otherwise, runs
+with model control mode `none`, logs to <workdir>/server/tritonserver.log and is waited for on
+/v2/health/ready; on failure the log tail is in the error. The pid is recorded in
+<workdir>/server/server.json and `stop` ends only that process (checked by its command line).
+Multi-GPU (tp*pp > 1) goes through `mpirun -n <world>` as upstream's launch_triton_server.py does.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import sys
+import sysconfig
+import time
+from pathlib import Path
+from typing import Any
+
+from trtspec import subproc
+from trtspec.artifacts import Layout, read_json, write_json
+from trtspec.errors import ServerError, ToolMissingError
+
+CONTAINER_TRITONSERVER = "/opt/tritonserver/bin/tritonserver"
+CONTAINER_REPOSITORY = "/models"
+CONTAINER_ENGINES = "/engines"
+DEFAULT_IMAGE = {"cpu": "trtspec:cpu", "trtllm": "trtspec:gpu", "trtllm-engine": "trtspec:gpu"}
+SHM_SIZE = "2g"
+
+
+# -- finding and preparing tritonserver ------------------------------------------------------
+
+def _pytriton_root() -> Path | None:
+    import importlib.util
+
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    root = Path(list(spec.submodule_search_locations)[0]) / "tritonserver"
+    return root if (root / "bin" / "tritonserver").exists() else None
+
+
+def find_tritonserver() -> Path:
+    """The tritonserver binary to run here."""
+    override = os.environ.get("TRTSPEC_TRITONSERVER")
+    if override:
+        if not Path(override).is_file():
+            raise ToolMissingError(f"TRTSPEC_TRITONSERVER={override}: no such file", fix="unset it or fix the path")
+        return Path(override)
+    if Path(CONTAINER_TRITONSERVER).is_file():
+        return Path(CONTAINER_TRITONSERVER)
+    root = _pytriton_root()
+    if root is not None:
+        return root / "bin" / "tritonserver"
+    raise ToolMissingError("tritonserver not found (not in /opt/tritonserver, nvidia-pytriton not installed)",
+                           fix="pip install nvidia-pytriton==0.7.0, or use --target docker")
+
+
+def prepare_backends(layout: Layout, binary: Path) -> Path:
+    """A backend directory whose python backend carries the stub for this Python; returns it."""
+    source = binary.parent.parent / "backends"
+    if binary == Path(CONTAINER_TRITONSERVER):
+        return source  # the container's backends already match its Python
+    stub_dir = binary.parent.parent / "python_backend_stubs" / f"{sys.version_info.major}.{sys.version_info.minor}"
+    stub = stub_dir / "triton_python_backend_stub"
+    if not stub.exists():
+        raise ToolMissingError(f"no Triton Python backend stub for Python {sys.version_info.major}."
+                               f"{sys.version_info.minor} in {stub_dir.parent}", fix="use Python 3.11")
+    target = layout.backend_dir.resolve()
+    python = target / "python"
+    python.mkdir(parents=True, exist_ok=True)
+    for name in ("libtriton_python.so", "triton_python_backend_utils.py"):
+        shutil.copy2(source / "python" / name, python / name)
+    shutil.copy2(stub, python / "triton_python_backend_stub")
+    return target
+
+
+def server_env(binary: Path | None = None) -> dict[str, str]:
+    """Paths for the Python backend stub: the project root and this interpreter's site-packages.
+
+    The stub's embedded interpreter ignores PYTHONPATH, so the cpu model.py reads the same list
+    from TRTSPEC_PYTHONPATH.
+    The wheel's stub finds its bundled libraries through an RPATH relative to where the wheel put
+    it; the copy in our backend directory gets them through LD_LIBRARY_PATH instead.
+    """
+    import trtspec
+
+    paths = [str(Path(trtspec.__file__).resolve().parent.parent), sysconfig.get_paths()["purelib"],
+             sysconfig.get_paths()["platlib"]]
+    existing = os.environ.get("PYTHONPATH")
+    ordered = list(dict.fromkeys(paths + ([existing] if existing else [])))
+    env = {"PYTHONPATH": os.pathsep.join(ordered), "TRTSPEC_PYTHONPATH": os.pathsep.join(ordered)}
+    root = _pytriton_root()
+    libs = root.parent.parent / "nvidia_pytriton.libs" if root else None
+    if libs and libs.is_dir() and (binary is None or root in binary.parents):
+        existing_ld = os.environ.get("LD_LIBRARY_PATH")
+        env["LD_LIBRARY_PATH"] = os.pathsep.join([str(libs)] + ([existing_ld] if existing_ld else []))
+    return env
+
+
+def port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def check_ports(serve: Any) -> None:
+    busy = [f"{name} {port}" for name, port in (("http_port", serve.http_port), ("grpc_port", serve.grpc_port),
+                                                 ("metrics_port", serve.metrics_port))
+            if not port_free(serve.host, port)]
+    if busy:
+        raise ServerError(f"port in use on {serve.host}: {', '.join(busy)}",
+                          fix="stop what holds it (`trtspec deploy status`) or choose other serve.*_port values")
+
+
+# -- plans ---------------------------------------------------------------------------------
+
+def tritonserver_args(serve: Any, repository: str, *, backend_dir: str | None = None,
+                      bind_all: bool = False) -> list[str]:
+    """tritonserver flags shared by every target (a container binds 0.0.0.0 inside its network)."""
+    host = "0.0.0.0" if bind_all else serve.host
+    args = [f"--model-repository={repository}", "--model-control-mode=none", "--disable-auto-complete-config",
+            f"--http-port={serve.http_port}", f"--grpc-port={serve.grpc_port}",
+            f"--metrics-port={serve.metrics_port}", f"--http-address={host}", f"--grpc-address={host}",
+            f"--metrics-address={host}", "--allow-metrics=true", "--exit-timeout-secs=10"]
+    if backend_dir:
+        args.append(f"--backend-directory={backend_dir}")
+    return args
+
+
+def local_command(spec: Any, binary: Path, repository: Path, backend_dir: Path | None) -> list[str]:
+    """The command that runs tritonserver here (mpirun for tp*pp > 1, as launch_triton_server.py)."""
+    args = tritonserver_args(spec.serve, str(repository.resolve()),
+                             backend_dir=str(backend_dir) if backend_dir else None)
+    world = spec.build.tp_size * spec.build.pp_size if spec.build.backend != "cpu" else 1
+    if world == 1:
+        return [str(binary), *args]
+    command = ["mpirun", "--allow-run-as-root"]
+    for rank in range(world):
+        rank_args = args + [f"--backend-config=python,shm-region-prefix-name=prefix{rank}_"]
+        if rank:
+            rank_args += ["--model-control-mode=explicit", "--load-model=tensorrt_llm"]
+            rank_args = [a for a in rank_args if a != "--model-control-mode=none"]
+        command += ["-n", "1", str(binary), *rank_args, ":"]
+    return command[:-1]
+
+
+def container_prelude(backend: str) -> str:
+    """Shell run in the container before tritonserver: copy the stock model.py files in."""
+    if backend == "trtllm":
+        return (f"cp -n /app/all_models/llmapi/tensorrt_llm/1/*.py {CONTAINER_REPOSITORY}/tensorrt_llm/1/ && ")
+    if backend == "trtllm-engine":
+        return "".join(f"cp -n /app/all_models/inflight_batcher_llm/{m}/1/*.py {CONTAINER_REPOSITORY}/{m}/1/ "
+                       f"2>/dev/null; " for m in ("preprocessing", "postprocessing", "tensorrt_llm_bls"))
+    return ""
+
+
+def docker_command(spec: Any, repository: Path, engine_dir: Path, image: str | None = None) -> list[str]:
+    """`docker run` for the project's image: GPUs, shm, ports on the spec's host, mounts."""
+    serve, backend = spec.serve, spec.build.backend
+    image = image or DEFAULT_IMAGE[backend]
+    command = ["docker", "run", "--rm", "-d", "--name", f"trtspec-{engine_dir.name}", f"--shm-size={SHM_SIZE}",
+               "--ulimit", "memlock=-1", "--ulimit", "stack=67108864"]
+    if backend != "cpu":
+        command += ["--gpus", "all"]
+    for port in (serve.http_port, serve.grpc_port, serve.metrics_port):
+        command += ["-p", f"{serve.host}:{port}:{port}"]
+    command += ["-v", f"{repository.resolve()}:{CONTAINER_REPOSITORY}",
+                "-v", f"{engine_dir.resolve()}:{CONTAINER_ENGINES}/{engine_dir.name}:ro",
+                "--entrypoint", "bash", image, "-c"]
+    server = subproc.format_command([CONTAINER_TRITONSERVER, *tritonserver_args(serve, CONTAINER_REPOSITORY,
+                                                                                bind_all=True)])
+    return command + [container_prelude(backend) + "exec " + server]
+
+
+def k8s_manifests(spec: Any, engine_name: str, image: str | None = None) -> list[dict[str, Any]]:
+    """Deployment + Service: GPU limits, readiness on /v2/health/ready, Prometheus annotations.
+
+    The repository and the engine are expected on a PersistentVolumeClaim `<name>-artifacts`
+    holding `model_repository/` and `engines/<engine>/` (rendered with engine_path under /engines).
+    """
+    serve, backend = spec.serve, spec.build.backend
+    name = f"trtspec-{engine_name}"[:63].rstrip("-")
+    labels = {"app.kubernetes.io/name": "trtspec", "app.kubernetes.io/instance": name}
+    gpus = spec.build.tp_size * spec.build.pp_size if backend != "cpu" else 0
+    resources: dict[str, Any] = {"requests": {"cpu": "2", "memory": "8Gi"}}
+    if gpus:
+        resources["limits"] = {"nvidia.com/gpu": gpus}
+        resources["requests"]["nvidia.com/gpu"] = gpus
+    server = subproc.format_command([CONTAINER_TRITONSERVER, *tritonserver_args(serve, CONTAINER_REPOSITORY,
+                                                                                bind_all=True)])
+    container = {
+        "name": "tritonserver", "image": image or DEFAULT_IMAGE[backend],
+        "command": ["bash", "-c", container_prelude(backend) + "exec " + server],
+        "ports": [{"name": "http", "containerPort": serve.http_port}, {"name": "grpc", "containerPort": serve.grpc_port},
+                  {"name": "metrics", "containerPort": serve.metrics_port}],
+        "readinessProbe": {"httpGet": {"path": "/v2/health/ready", "port": serve.http_port},
+                           "initialDelaySeconds": 10, "periodSeconds": 5, "failureThreshold": 3},
+        "livenessProbe": {"httpGet": {"path": "/v2/health/live", "port": serve.http_port},
+                          "initialDelaySeconds": 60, "periodSeconds": 10},
+        "resources": resources,
+        "volumeMounts": [{"name": "artifacts", "mountPath": CONTAINER_REPOSITORY, "subPath": "model_repository"},
+                         {"name": "artifacts", "mountPath": f"{CONTAINER_ENGINES}/{engine_name}",
+                          "subPath": f"engines/{engine_name}", "readOnly": True},
+                         {"name": "dshm", "mountPath": "/dev/shm"}],
+    }
+    annotations = {"prometheus.io/scrape": "true", "prometheus.io/port": str(serve.metrics_port),
+                   "prometheus.io/path": "/metrics"}
+    deployment = {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "labels": labels},
+        "spec": {"replicas": 1, "selector": {"matchLabels": labels},
+                 "template": {"metadata": {"labels": labels, "annotations": annotations},
+                              "spec": {"containers": [container],
+                                       "volumes": [{"name": "artifacts", "persistentVolumeClaim":
+                                                    {"claimName": f"{name}-artifacts"}},
+                                                   {"name": "dshm", "emptyDir": {"medium": "Memory",
+                                                                                 "sizeLimit": SHM_SIZE.upper() + "i"}}]}}},
+    }
+    service = {
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "labels": labels, "annotations": annotations},
+        "spec": {"selector": labels, "ports": [{"name": p["name"], "port": p["containerPort"],
+                                                "targetPort": p["name"]} for p in container["ports"]]},
+    }
+    return [deployment, service]
+
+
+# -- executing -------------------------------------------------------------------------------
+
+def _get(url: str, timeout: float = 2.0) -> int | None:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+    except (urllib.error.URLError, OSError):
+        return None
+
+
+def is_ready(host: str, http_port: int) -> bool:
+    return _get(f"http://{_connect_host(host)}:{http_port}/v2/health/ready") == 200
+
+
+def _connect_host(host: str) -> str:
+    return "127.0.0.1" if host in ("0.0.0.0", "") else host
+
+
+def wait_ready(pid: int, host: str, http_port: int, timeout: float, log_path: Path) -> float:
+    """Seconds until /v2/health/ready answered 200; ServerError with the log tail otherwise."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if is_ready(host, http_port):
+            return time.monotonic() - start
+        if not subproc.is_running(pid):
+            raise ServerError(f"tritonserver exited during startup; log {log_path}:\n{_log_tail(log_path)}")
+        time.sleep(0.25)
+    subproc.stop(pid)
+    raise ServerError(f"tritonserver not ready after {timeout:.0f} s (stopped it); log {log_path}:\n"
+                      f"{_log_tail(log_path)}", fix="raise serve.startup_timeout_s or read the log")
+
+
+def _log_tail(log_path: Path, lines: int = 25) -> str:
+    try:
+        return subproc.tail(Path(log_path).read_text(errors="replace"), lines)
+    except OSError:
+        return "(no log)"
+
+
+def start_local(spec: Any, repository: Path, layout: Layout | None = None) -> dict[str, Any]:
+    """Start tritonserver on this machine and wait until ready; returns the record in server.json."""
+    layout = layout or Layout.from_spec(spec)
+    current = read_record(layout)
+    if current and subproc.is_running(current["pid"]) and _is_ours(current):
+        raise ServerError(f"a trtspec tritonserver is already running (pid {current['pid']})",
+                          fix="`trtspec deploy stop` first")
+    check_ports(spec.serve)
+    binary = find_tritonserver()
+    backends = prepare_backends(layout, binary)
+    command = local_command(spec, binary, Path(repository), backends)
+    log_path = layout.server_log.resolve()
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_path.write_text("")
+    pid = subproc.start(command, log_path=log_path, env=server_env(binary))
+    record = {"pid": pid, "binary": str(binary), "host": spec.serve.host, "http_port": spec.serve.http_port,
+              "grpc_port": spec.serve.grpc_port, "metrics_port": spec.serve.metrics_port,
+              "repository": str(Path(repository).resolve()), "log": str(log_path),
+              "command": subproc.format_command(command), "started": time.time()}
+    write_json(layout.server_pid, record)
+    try:
+        record["startup_s"] = round(wait_ready(pid, spec.serve.host, spec.serve.http_port,
+                                               spec.serve.startup_timeout_s, log_path), 2)
+    except ServerError:
+        layout.server_pid.unlink(missing_ok=True)
+        raise
+    write_json(layout.server_pid, record)
+    return record
+
+
+def read_record(layout: Layout) -> dict[str, Any] | None:
+    return read_json(layout.server_pid) if layout.server_pid.exists() else None
+
+
+def _is_ours(record: dict[str, Any]) -> bool:
+    """The pid still belongs to the tritonserver we started (pids are reused)."""
+    try:
+        cmdline = Path(f"/proc/{record['pid']}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    first = cmdline[0].decode(errors="replace") if cmdline else ""
+    return first in (record["binary"], "mpirun") and any(
+        part.decode(errors="replace").startswith("--model-repository=") for part in cmdline)
+
+
+def stop_local(layout: Layout) -> dict[str, Any]:
+    """Stop the server recorded in server.json, and nothing else."""
+    record = read_record(layout)
+    if record is None:
+        return {"stopped": False, "reason": "no server recorded"}
+    if not subproc.is_running(record["pid"]):
+        layout.server_pid.unlink(missing_ok=True)
+        return {"stopped": False, "pid": record["pid"], "reason": "not running (stale record removed)"}
+    if not _is_ours(record):
+        layout.server_pid.unlink(missing_ok=True)
+        return {"stopped": False, "pid": record["pid"],
+                "reason": "pid now belongs to another process; left it alone (stale record removed)"}
+    subproc.stop(record["pid"])
+    layout.server_pid.unlink(missing_ok=True)
+    return {"stopped": True, "pid": record["pid"]}
+
+
+def status(layout: Layout) -> dict[str, Any]:
+    """What server.json says and whether the server answers."""
+    record = read_record(layout)
+    if record is None:
+        return {"running": False, "ready": False, "reason": "no server recorded"}
+    running = subproc.is_running(record["pid"]) and _is_ours(record)
+    ready = running and is_ready(record["host"], record["http_port"])
+    return {**record, "running": running, "ready": ready,
+            "uptime_s": round(time.time() - record["started"], 1) if running else None}
+
+
+def manifests_yaml(manifests: list[dict[str, Any]]) -> str:
+    import yaml
+
+    return "---\n".join(yaml.safe_dump(m, sort_keys=False) for m in manifests)
+
