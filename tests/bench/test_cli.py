@@ -1,0 +1,87 @@
+"""bench and tune through the CLI, in-process on a tiny engine built by `trtspec build`."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from trtspec.cli import main
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def tiny_engine(tiny_llama, tmp_path_factory):
+    """(engine dir, spec path): a cpu ngram engine over the tiny seeded Llama."""
+    root = tmp_path_factory.mktemp("bench-engine")
+    spec = root / "trtspec.yaml"
+    spec.write_text(f"# my spec\nmodel:\n  source: {tiny_llama}\n  name: tiny\nspeculative:\n  mode: ngram  # keep\n"
+                    f"  max_draft_len: 4\nbuild:\n  output_dir: {root / 'engines'}\nworkdir: {root / 'work'}\n")
+    result = CliRunner().invoke(main, ["build", "-c", str(spec)])
+    assert result.exit_code == 0, result.output
+    return root / "engines" / "tiny-ngram-cpu", spec
+
+
+def test_bench_in_process_writes_everything(tiny_engine, tmp_path):
+    engine, spec = tiny_engine
+    out = tmp_path / "report"
+    result = CliRunner().invoke(main, ["bench", "-c", str(spec), "--engine", str(engine), "--baseline",
+                                       "--num-prompts", "3", "--concurrency", "1,2", "--max-tokens", "12",
+                                       "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "speculative / baseline" in result.output and "by prompt category" in result.output
+    report = json.loads((out / "bench.json").read_text())
+    assert [(r["variant"], r["max_concurrency"], r["completed"]) for r in report["results"]] == [
+        ("speculative", 1, 3), ("baseline", 1, 3), ("speculative", 2, 3), ("baseline", 2, 3)]
+    assert report["metadata"]["machine"]["cpu_count"] and report["metadata"]["repeats"] == 1
+    spec_result = report["results"][0]
+    assert spec_result["spec_decode_num_drafts"] > 0 and spec_result["spec_decode_acceptance_length"] >= 1.0
+    assert sum(spec_result["spec_decode_accepted_per_step_histogram"]) == spec_result["spec_decode_num_drafts"]
+    assert [s["max_concurrency"] for s in report["speedup"]] == [1, 2]
+    # the server-counter section is a diff over this run only: the engine saw exactly these drafts
+    drafts = sum(r["spec_decode_num_drafts"] for r in report["results"] if r["variant"] == "speculative")
+    assert report["server_counters"]["num_drafts"] == drafts
+    # greedy speculation is lossless: every prompt gets as many tokens with speculation as without
+    records = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+    by_key = {(r["variant"], r["concurrency"], r["prompt_index"]): r["output_tokens"] for r in records}
+    assert all(by_key[("speculative", c, i)] == by_key[("baseline", c, i)] for c in (1, 2) for i in range(3))
+    with open(out / "bench.csv") as handle:
+        assert len(list(csv.DictReader(handle))) == 4
+    for png in ("throughput.png", "acceptance.png"):
+        assert (out / png).read_bytes()[:8] == PNG_MAGIC
+
+
+def test_tune_records_the_fastest_draft_len_with_backup(tiny_engine, tmp_path):
+    engine, original = tiny_engine
+    spec = tmp_path / "trtspec.yaml"
+    spec.write_text(original.read_text())
+    out = tmp_path / "tune"
+    result = CliRunner().invoke(main, ["tune", "-c", str(spec), "--engine", str(engine), "--draft-lens", "1,3",
+                                       "--num-prompts", "2", "--max-tokens", "10", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "tune.json").read_text())
+    fastest = max(summary["rows"], key=lambda r: (r["output_throughput"], -r["max_draft_len"]))
+    assert summary["choice"] == fastest["max_draft_len"]
+    assert yaml.safe_load(spec.read_text())["speculative"]["max_draft_len"] == summary["choice"]
+    assert (tmp_path / "trtspec.yaml.bak").read_text() == original.read_text()
+    assert "# my spec" in spec.read_text() and "mode: ngram  # keep" in spec.read_text()
+
+
+def test_dry_runs_write_nothing_and_bad_input_is_one_line(tiny_engine, tmp_path):
+    engine, spec = tiny_engine
+    runner = CliRunner()
+    result = runner.invoke(main, ["bench", "-c", str(spec), "--engine", str(engine), "--dry-run", "--json",
+                                  "--out", str(tmp_path / "r")])
+    assert result.exit_code == 0 and json.loads(result.output)["dry_run"] is True
+    result = runner.invoke(main, ["tune", "-c", str(spec), "--engine", str(engine), "--dry-run"])
+    assert result.exit_code == 0 and "nothing written" in result.output
+    assert not (tmp_path / "r").exists() and not spec.with_name("trtspec.yaml.bak").exists()
+    result = runner.invoke(main, ["bench", "-c", str(spec), "--engine", str(engine), "--prompts",
+                                  str(tmp_path / "missing.jsonl")])
+    assert result.exit_code == 1 and result.output.count("\n") == 1 and "no such prompt file" in result.output
+    result = runner.invoke(main, ["bench", "-c", str(spec), "--concurrency", "1,x"])
+    assert result.exit_code == 2 and "comma-separated integers" in result.output
