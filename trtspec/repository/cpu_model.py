@@ -154,6 +154,10 @@ class TritonPythonModel:
         family = self.families["num_accepted_tokens_per_pos"]
         self.per_pos = [family.Metric(labels={**labels, "position": str(i)})
                         for i in range(max(1, int(self.engine.max_draft_len)))]
+        self.cancelled_family = pb.MetricFamily(name="trtspec:num_requests_cancelled",
+                                                description="Requests stopped because the client went away",
+                                                kind=pb.MetricFamily.COUNTER)
+        self.cancelled = self.cancelled_family.Metric(labels=labels)
 
     def _record(self, stats: Any) -> None:
         with self._metrics_lock:
@@ -219,6 +223,7 @@ class TritonPythonModel:
                 # 1. the client went away: stop generating; closing the generator frees the sequence.
                 if sender.is_cancelled():
                     chunks.close()
+                    self.cancelled.increment(1)
                     return
                 num_tokens += len(chunk.token_ids)
                 # 2. a finished request: record the statistics, send the last piece with the final flag.

@@ -1,0 +1,183 @@
+"""`trtspec deploy [stop|status]`: render the model repository and start tritonserver."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from trtspec.cli._options import config_option, dry_run_option, emit_json, json_option, resolve_spec
+
+EXAMPLES = """\b
+Examples:
+  trtspec deploy                         # render model_repository/, start tritonserver on 127.0.0.1
+  trtspec deploy -c trtspec.yaml --dry-run
+  trtspec deploy --target docker         # print/run the docker run command for the image
+  trtspec deploy --target k8s --dry-run  # Deployment + Service manifests
+  trtspec deploy status --json
+  trtspec deploy stop
+"""
+
+
+def _engine_dir(spec: Any, engine: str | None) -> Path:
+    from trtspec import artifacts
+    from trtspec.artifacts import Layout
+
+    if engine:
+        return Path(engine)
+    name = artifacts.engine_name(spec.model_name, spec.speculative.mode, spec.build.backend, spec.quantization.fp8)
+    return Layout.from_spec(spec).engine_dir(name)
+
+
+@click.group(invoke_without_command=True, epilog=EXAMPLES)
+@config_option
+@click.option("--target", type=click.Choice(["local", "docker", "k8s"]), default="local", show_default=True,
+              help="Where the server runs.")
+@click.option("--engine", "engine", type=click.Path(file_okay=False), default=None,
+              help="Engine directory (default: the one the spec builds, engines/<name>).")
+@click.option("--image", default=None, help="Container image for docker/k8s (default trtspec:cpu or trtspec:gpu).")
+@dry_run_option
+@json_option
+@click.pass_context
+def deploy(ctx: click.Context, config_path: str | None, target: str, engine: str | None, image: str | None,
+           dry_run: bool, as_json: bool) -> None:
+    """Render the Triton model repository for the engine's backend and start the server.
+
+    The repository is rendered into a temporary directory and swapped in, so a failed deploy
+    leaves the previous one intact. Locally the server binds serve.host (127.0.0.1 by default),
+    logs to <workdir>/server/tritonserver.log and is ready when this command returns.
+    """
+    ctx.ensure_object(dict)
+    ctx.obj["config_path"] = config_path
+    if ctx.invoked_subcommand is not None:
+        return
+    from trtspec import repository, server
+    from trtspec.artifacts import Layout
+    from trtspec.errors import ServerError
+
+    spec = resolve_spec(config_path)
+    layout = Layout.from_spec(spec)
+    engine_dir = _engine_dir(spec, engine)
+    engine_path = None if target == "local" else f"{server.CONTAINER_ENGINES}/{engine_dir.name}"
+    if dry_run:
+        _dry_run(spec, layout, engine_dir, engine_path, target, image, as_json)
+        return
+    if target == "local":
+        current = server.status(layout)
+        if current["running"]:
+            raise ServerError(f"a trtspec tritonserver is already running (pid {current['pid']})",
+                                     fix="`trtspec deploy stop` first")
+    files = repository.render(engine_dir, spec, layout.repository, engine_path=engine_path)
+    report: dict[str, Any] = {"target": target, "engine": str(engine_dir), "repository": str(layout.repository),
+                              "files": [str(f) for f in files]}
+    if target == "local":
+        if not as_json:
+            click.echo(f"repository: {layout.repository} ({len(files)} files); starting tritonserver ...")
+        record = server.start_local(spec, layout.repository, layout)
+        report.update(record)
+        report["grpc_url"] = f"{spec.serve.host}:{spec.serve.grpc_port}"
+        if not as_json:
+            click.echo(f"ready in {record['startup_s']} s: grpc {spec.serve.host}:{spec.serve.grpc_port}, "
+                       f"http {spec.serve.http_port}, metrics {spec.serve.metrics_port} (pid {record['pid']})\n"
+                       f"log: {record['log']}\nnext: trtspec infer \"What is the capital of France?\"")
+    elif target == "docker":
+        from trtspec import subproc
+
+        command = server.docker_command(spec, layout.repository, engine_dir, image)
+        result = subproc.run(command, timeout=120)
+        report.update(command=subproc.format_command(command), container=result.stdout.strip())
+        if not as_json:
+            click.echo(f"container {result.stdout.strip()[:12]} started; wait for "
+                       f"http://{spec.serve.host}:{spec.serve.http_port}/v2/health/ready")
+    else:
+        report.update(_k8s(spec, layout, engine_dir, image, apply=True))
+        if not as_json:
+            click.echo(f"manifests: {report['manifests']}; {report['applied']}")
+    if as_json:
+        emit_json(report)
+
+
+def _k8s(spec: Any, layout: Any, engine_dir: Path, image: str | None, *, apply: bool) -> dict[str, Any]:
+    import shutil
+
+    from trtspec import server, subproc
+
+    text = server.manifests_yaml(server.k8s_manifests(spec, engine_dir.name, image))
+    path = layout.server_dir / "k8s" / "trtspec.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    applied = "not applied (kubectl not found): kubectl apply -f " + str(path)
+    if apply and shutil.which("kubectl"):
+        subproc.run(["kubectl", "apply", "-f", str(path)], timeout=120)
+        applied = "applied with kubectl"
+    return {"manifests": str(path), "applied": applied}
+
+
+def _dry_run(spec: Any, layout: Any, engine_dir: Path, engine_path: str | None, target: str, image: str | None,
+             as_json: bool) -> None:
+    """Render into a throwaway directory to check everything, print what deploy would do."""
+    import tempfile
+
+    from trtspec import repository, server, subproc
+
+    with tempfile.TemporaryDirectory() as scratch:
+        files = repository.render(engine_dir, spec, Path(scratch) / "repo", engine_path=engine_path)
+        names = [str(f.relative_to(Path(scratch) / "repo")) for f in files]
+    if target == "local":
+        binary = server.find_tritonserver()
+        command = subproc.format_command(server.local_command(spec, binary, layout.repository,
+                                                              layout.backend_dir.resolve()))
+    elif target == "docker":
+        command = subproc.format_command(server.docker_command(spec, layout.repository, engine_dir, image))
+    else:
+        command = server.manifests_yaml(server.k8s_manifests(spec, engine_dir.name, image))
+    if as_json:
+        emit_json({"target": target, "repository": str(layout.repository), "files": names, "command": command})
+        return
+    click.echo(f"would render {layout.repository}/ from {engine_dir}:")
+    for name in names:
+        click.echo(f"  {name}")
+    click.echo("would run:" if target != "k8s" else "would apply:")
+    click.echo(command)
+
+
+@deploy.command(epilog="\b\nExamples:\n  trtspec deploy stop\n  trtspec deploy stop -c trtspec.yaml --json")
+@config_option
+@json_option
+@click.pass_context
+def stop(ctx: click.Context, config_path: str | None, as_json: bool) -> None:
+    """Stop the tritonserver this workdir started (and no other process)."""
+    from trtspec import server
+    from trtspec.artifacts import Layout
+
+    spec = resolve_spec(config_path or ctx.obj.get("config_path"))
+    result = server.stop_local(Layout.from_spec(spec))
+    if as_json:
+        emit_json(result)
+    elif result["stopped"]:
+        click.echo(f"stopped tritonserver (pid {result['pid']})")
+    else:
+        click.echo(f"nothing stopped: {result['reason']}")
+
+
+@deploy.command(epilog="\b\nExamples:\n  trtspec deploy status\n  trtspec deploy status --json")
+@config_option
+@json_option
+@click.pass_context
+def status(ctx: click.Context, config_path: str | None, as_json: bool) -> None:
+    """Say whether the server is running and ready, with its ports, pid and log."""
+    from trtspec import server
+    from trtspec.artifacts import Layout
+
+    spec = resolve_spec(config_path or ctx.obj.get("config_path"))
+    result = server.status(Layout.from_spec(spec))
+    if as_json:
+        emit_json(result)
+        return
+    if not result["running"]:
+        click.echo(f"not running ({result.get('reason', 'process gone')})")
+        return
+    click.echo(f"{'ready' if result['ready'] else 'running, not ready'}: pid {result['pid']}, "
+               f"grpc {result['host']}:{result['grpc_port']}, http {result['http_port']}, "
+               f"metrics {result['metrics_port']}, up {result['uptime_s']} s\nlog: {result['log']}")

@@ -1,0 +1,82 @@
+"""`trtspec infer "prompt"`: one request to the server over gRPC streaming."""
+
+from __future__ import annotations
+
+import click
+
+from trtspec.cli._options import config_option, emit_json, json_option, resolve_spec
+
+EXAMPLES = """\b
+Examples:
+  trtspec infer "What is the capital of France?"
+  trtspec infer --max-tokens 64 --temperature 0.7 --seed 1 "Write a haiku about GPUs"
+  trtspec infer --no-stream --json "Summarize: ..."
+  trtspec infer --no-spec "..."            # the same request without speculation (cpu backend)
+  trtspec infer --url 10.0.0.5:8001 --model ensemble "..."
+"""
+# Which served model to talk to when --model is not given, in order of preference.
+MODEL_PREFERENCE = ("tensorrt_llm_bls", "ensemble", "tensorrt_llm")
+
+
+def _pick_model(url: str) -> str:
+    import tritonclient.grpc as grpcclient
+
+    try:
+        client = grpcclient.InferenceServerClient(url=url)
+        ready = {m["name"] for m in client.get_model_repository_index(as_json=True).get("models", [])
+                 if m.get("state") == "READY"}
+        client.close()
+    except Exception:  # noqa: BLE001 - the client below reports the connection problem
+        return "tensorrt_llm"
+    return next((name for name in MODEL_PREFERENCE if name in ready), "tensorrt_llm")
+
+
+@click.command(epilog=EXAMPLES)
+@click.argument("prompt")
+@config_option
+@click.option("--url", default=None, help="gRPC host:port (default serve.host:serve.grpc_port from the spec).")
+@click.option("--model", default=None, help="Served model (default: tensorrt_llm_bls, ensemble or tensorrt_llm).")
+@click.option("--max-tokens", type=int, default=64, show_default=True, help="New tokens to generate.")
+@click.option("--temperature", type=float, default=None, help="Sampling temperature (0 = greedy, the default).")
+@click.option("--top-p", type=float, default=None, help="Nucleus sampling mass in (0, 1].")
+@click.option("--top-k", type=int, default=None, help="Sample from the k most likely tokens (0 = off).")
+@click.option("--seed", type=int, default=None, help="Sampling seed.")
+@click.option("--no-stream", is_flag=True, help="Ask for the whole answer in one response.")
+@click.option("--no-spec", is_flag=True, help="Turn speculation off for this request (cpu backend; baselines).")
+@json_option
+def infer(prompt: str, config_path: str | None, url: str | None, model: str | None, max_tokens: int,
+          temperature: float | None, top_p: float | None, top_k: int | None, seed: int | None,
+          no_stream: bool, no_spec: bool, as_json: bool) -> None:
+    """Send PROMPT to the Triton server and print the answer as it streams in.
+
+    --json prints the text, token counts, time to first token, total time and the acceptance
+    statistics instead.
+    """
+    from trtspec.client import TritonLLMClient
+
+    spec = resolve_spec(config_path)
+    host = "127.0.0.1" if spec.serve.host in ("0.0.0.0", "") else spec.serve.host
+    url = url or f"{host}:{spec.serve.grpc_port}"
+    client = TritonLLMClient(url, model or _pick_model(url),
+                             metrics_url=f"http://{url.rsplit(':', 1)[0]}:{spec.serve.metrics_port}/metrics")
+    options = dict(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
+                   speculative=not no_spec, stream=not no_stream)
+    if as_json:
+        emit_json({"model": client.model, "url": url, **client.generate(prompt, **options)})
+        return
+    stats, total, count = {}, 0.0, 0
+    for event in client.stream(prompt, **options):
+        click.echo(event.text, nl=False)
+        stats.update(event.stats)
+        total = event.time_s
+        count += 1
+    click.echo()
+    parts = [f"{stats.get('num_output_tokens', '?')} tokens in {total:.2f} s ({count} responses)"]
+    if stats.get("finish_reason"):
+        parts.append(f"finish {stats['finish_reason']}")
+    if "total_draft_tokens" in stats:
+        parts.append(f"accepted {stats['total_accepted_draft_tokens']}/{stats['total_draft_tokens']} draft tokens "
+                     f"(rate {stats.get('acceptance_rate', 0.0):.2f})")
+    if stats.get("num_drafts"):
+        parts.append(f"mean acceptance length {1 + stats['total_accepted_draft_tokens'] / stats['num_drafts']:.2f}")
+    click.secho("; ".join(parts), dim=True, err=True)
