@@ -44,7 +44,7 @@ def test_bench_in_process_writes_everything(tiny_engine, tmp_path):
     assert [s["max_concurrency"] for s in report["speedup"]] == [1, 2]
     # the server-counter section is a diff over this run only: the engine saw exactly these drafts
     drafts = sum(r["spec_decode_num_drafts"] for r in report["results"] if r["variant"] == "speculative")
-    assert report["server_counters"]["num_drafts"] == drafts
+    assert report["server_counters"]["trtspec:spec_decode_num_drafts"] == drafts
     # greedy speculation is lossless: every prompt gets as many tokens with speculation as without
     records = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
     by_key = {(r["variant"], r["concurrency"], r["prompt_index"]): r["output_tokens"] for r in records}

@@ -152,3 +152,24 @@ def test_counters_are_diffed_never_cumulative():
     after = {"requests_total": 15, "accepted_total": 5, "new_total": 3, "label": "y", "up": True}
     # a counter first seen after the run started at 0
     assert diff_counters(before, after) == {"requests_total": 5, "accepted_total": 0, "new_total": 3}
+
+
+def test_positions_come_from_server_counters_when_responses_lack_them():
+    from trtspec.bench.metrics import Cell, spec_counts_from_counters
+
+    delta = {'trtspec:spec_decode_num_drafts{model="m",version="1"}': 4.0,
+             'trtspec:spec_decode_num_draft_tokens{model="m",version="1"}': 16.0,
+             'trtspec:spec_decode_num_accepted_tokens{model="m",version="1"}': 6.0,
+             'trtspec:spec_decode_num_accepted_tokens_per_pos{model="m",position="1",version="1"}': 2.0,
+             'trtspec:spec_decode_num_accepted_tokens_per_pos{model="m",position="0",version="1"}': 3.0,
+             'nv_inference_count{model="m",version="1"}': 9.0}
+    counts = spec_counts_from_counters(delta)
+    assert (counts.num_drafts, counts.num_draft_tokens, counts.num_accepted_tokens) == (4, 16, 6)
+    assert counts.accepted_per_position == [3, 2]
+    # a Triton response carries totals but no positions -> the cell's counters fill them in
+    record = rec(SPECULATIVE, 0, "chat", [0.1, 0.2], 3, 0.3, SpecCounts(4, 16, 6, None))
+    s = summarize_cell(Cell(SPECULATIVE, 1, [record], {0: 1.0}, counters=delta))
+    assert s["spec_decode_source"] == "server counters"
+    assert s["spec_decode_per_position_acceptance_rates"] == pytest.approx([0.75, 0.5])
+    assert s["spec_decode_accepted_per_step_histogram"] == [1, 1, 2]     # at least: 4, 3, 2, 0
+    assert spec_counts_from_counters({"other": 1.0}) is None

@@ -51,7 +51,8 @@ class Target(Protocol):
 class BenchRun:
     records: list[RequestRecord] = field(default_factory=list)
     durations: dict[tuple[str, int, int], float] = field(default_factory=dict)
-    counters_delta: dict[str, float] | None = None
+    counters_delta: dict[str, float] | None = None            # the whole run
+    cell_counters: dict[tuple[str, int], dict[str, float]] = field(default_factory=dict)  # per (variant, conc)
 
 
 def measure_request(target: Target, prompt: Prompt, variant: str, speculative: bool, concurrency: int,
@@ -128,6 +129,7 @@ def run_variants(variants: dict[str, tuple[Target, bool]], prompts: Sequence[Pro
 
     for concurrency, repeat, label, indices in schedule(len(prompts), concurrencies, repeats, list(variants),
                                                         block_factor):
+        block_before = counted.counters() if before is not None else None
         start = time.perf_counter()
         with ThreadPoolExecutor(max_workers=concurrency) as pool:
             futures = [pool.submit(one, prompts[i], label, concurrency, repeat) for i in indices]
@@ -135,6 +137,12 @@ def run_variants(variants: dict[str, tuple[Target, bool]], prompts: Sequence[Pro
                 future.result()
         key = (label, concurrency, repeat)
         run.durations[key] = run.durations.get(key, 0.0) + time.perf_counter() - start
+        block_after = counted.counters() if block_before is not None else None
+        if block_before is not None and block_after is not None and variants[label][0] is counted:
+            # blocks run one at a time, so this block's counter delta belongs to this cell alone
+            cell = run.cell_counters.setdefault((label, concurrency), {})
+            for name, value in diff_counters(block_before, block_after).items():
+                cell[name] = cell.get(name, 0) + value
     after = counted.counters()
     if before is not None and after is not None:
         run.counters_delta = diff_counters(before, after)

@@ -23,6 +23,7 @@ per-repeat ratios, so a noisy repeat hits speculative and baseline alike.
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -161,21 +162,55 @@ def sum_counts(records: Iterable[RequestRecord]) -> SpecCounts | None:
     return total
 
 
+COUNTER_PREFIX = "trtspec:spec_decode_"
+_POSITION = re.compile(r'position="(\d+)"')
+
+
+def _metric_sum(samples: dict[str, float], name: str) -> float | None:
+    values = [v for k, v in samples.items() if k == name or k.startswith(name + "{")]
+    return sum(values) if values else None
+
+
+def spec_counts_from_counters(delta: dict[str, float] | None) -> SpecCounts | None:
+    """SpecCounts from diffed counters named like the cpu model's Prometheus metrics
+    (`trtspec:spec_decode_num_drafts`, ..., `..._num_accepted_tokens_per_pos{position="i"}`)."""
+    if not delta:
+        return None
+    drafts = _metric_sum(delta, COUNTER_PREFIX + "num_drafts")
+    drafted = _metric_sum(delta, COUNTER_PREFIX + "num_draft_tokens")
+    accepted = _metric_sum(delta, COUNTER_PREFIX + "num_accepted_tokens")
+    if drafts is None or drafted is None or accepted is None:
+        return None
+    by_position: dict[int, float] = {}
+    for key, value in delta.items():
+        if key.startswith(COUNTER_PREFIX + "num_accepted_tokens_per_pos") and (match := _POSITION.search(key)):
+            by_position[int(match[1])] = by_position.get(int(match[1]), 0) + value
+    positions = [int(by_position.get(i, 0)) for i in range(max(by_position) + 1)] if by_position else None
+    return SpecCounts(int(drafts), int(drafted), int(accepted), positions)
+
+
 @dataclass
 class Cell:
-    """One (variant, concurrency) of a run: its records and each repeat's wall time."""
+    """One (variant, concurrency) of a run: its records, each repeat's wall time, and the
+    counters the target accumulated while this cell's blocks ran (None when it has none)."""
 
     variant: str
     concurrency: int
     records: list[RequestRecord] = field(default_factory=list)
     duration_by_repeat: dict[int, float] = field(default_factory=dict)
+    counters: dict[str, float] | None = None
 
 
-def group_cells(records: Iterable[RequestRecord], durations: dict[tuple[str, int, int], float]) -> list[Cell]:
-    """Cells in (concurrency, speculative-before-baseline) order. durations: (variant, conc, repeat) -> s."""
+def group_cells(records: Iterable[RequestRecord], durations: dict[tuple[str, int, int], float],
+                counters: dict[tuple[str, int], dict[str, float]] | None = None) -> list[Cell]:
+    """Cells in (concurrency, speculative-before-baseline) order. durations: (variant, conc, repeat) -> s;
+    counters: (variant, conc) -> counter deltas."""
     cells: dict[tuple[str, int], Cell] = {}
     for (variant, concurrency, repeat), seconds in durations.items():
         cells.setdefault((variant, concurrency), Cell(variant, concurrency)).duration_by_repeat[repeat] = seconds
+    for key, delta in (counters or {}).items():
+        if key in cells:
+            cells[key].counters = delta
     for record in records:
         cells.setdefault((record.variant, record.concurrency), Cell(record.variant, record.concurrency)
                          ).records.append(record)
@@ -215,7 +250,11 @@ def summarize_cell(cell: Cell) -> dict[str, Any]:
     result.update(describe_ms("e2el", [r.e2e_s for r in ok]))
     counts = sum_counts(ok)
     if counts is not None:
+        source = "responses"
+        if counts.accepted_per_position is None and (server := spec_counts_from_counters(cell.counters)):
+            counts, source = server, "server counters"  # responses carry no positions; the server does
         result.update(spec_summary(counts))
+        result["spec_decode_source"] = source
         result["spec_decode_fallback_requests"] = sum(1 for r in ok if r.spec and r.spec.fallback)
     return result
 

@@ -51,9 +51,10 @@ def machine_metadata() -> dict[str, Any]:
 
 
 def assemble_report(records: list[RequestRecord], durations: dict[tuple[str, int, int], float],
-                    metadata: dict[str, Any], counters_delta: dict[str, float] | None = None) -> dict[str, Any]:
+                    metadata: dict[str, Any], counters_delta: dict[str, float] | None = None,
+                    cell_counters: dict[tuple[str, int], dict[str, float]] | None = None) -> dict[str, Any]:
     """bench.json's content: metadata, results per cell, speedups, categories, server counters."""
-    results = [summarize_cell(cell) for cell in group_cells(records, durations)]
+    results = [summarize_cell(cell) for cell in group_cells(records, durations, cell_counters)]
     return {"metadata": {**metadata, "machine": metadata.get("machine") or machine_metadata()},
             "results": results, "speedup": speedups(results), "by_category": by_category(records),
             "server_counters": counters_delta}

@@ -46,7 +46,8 @@ def open_target(spec: Any, url: str | None, engine_dir: str | None) -> tuple[Any
     from trtspec.bench.targets import TritonTarget
 
     address = url or default_url(spec)
-    target = TritonTarget(address)
+    host = address.rsplit(":", 1)[0]
+    target = TritonTarget(address, metrics_url=f"http://{host}:{spec.serve.metrics_port}/metrics")
     return target, {"target": f"triton {address}", "mode": spec.speculative.mode,
                     "max_draft_len": spec.speculative.max_draft_len}
 
@@ -72,7 +73,8 @@ def run(target: Any, description: dict[str, Any], prompts: Sequence[Any], *, spe
                 "interleaving": "ABBA blocks of 2 x concurrency prompts per variant; throughput = median over "
                                 "repeats; speedup = median of per-repeat ratios",
                 "machine": machine_metadata()}
-    report = assemble_report(result.records, result.durations, metadata, result.counters_delta)
+    report = assemble_report(result.records, result.durations, metadata, result.counters_delta,
+                             result.cell_counters)
     paths = write_reports(out_dir, report, [r.to_dict() for r in result.records])
     if plots:
         title = (f"{spec.model_name} {description.get('mode')} via {description['target']}, "

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from trtspec.bench.load import Chunk
-from trtspec.bench.metrics import SpecCounts
+from trtspec.bench.metrics import COUNTER_PREFIX, SpecCounts
 
 
 def spec_counts_from_stats(stats: Any) -> SpecCounts | None:
@@ -46,7 +46,7 @@ def spec_counts_from_triton(stats: dict[str, Any] | None) -> SpecCounts | None:
 class TritonTarget:
     """A Triton server through trtspec.client (gRPC streaming)."""
 
-    def __init__(self, url: str, model: str = "tensorrt_llm"):
+    def __init__(self, url: str, model: str = "tensorrt_llm", metrics_url: str | None = None):
         try:
             from trtspec.client import TritonLLMClient
         except ImportError as error:
@@ -54,7 +54,7 @@ class TritonTarget:
 
             raise TrtSpecError(f"the Triton client is not available ({error})",
                                fix="bench in-process with --engine DIR") from None
-        self.client = TritonLLMClient(url=url, model=model)
+        self.client = TritonLLMClient(url=url, model=model, metrics_url=metrics_url)
         self.name = f"triton {url}"
 
     def stream(self, prompt: str, *, max_tokens: int, speculative: bool, temperature: float,
@@ -95,13 +95,14 @@ class EngineTarget:
                         prompt_tokens=self._prompt_tokens[prompt] if final else None)
 
     def counters(self) -> dict[str, float]:
+        """The engine's cumulative sums under the cpu model's Prometheus names, so the same
+        parser reads both (ratios such as acceptance_rate cannot be diffed and are left out)."""
         stats = self.engine.cumulative_stats()
-        # Sums only: ratios (acceptance_rate, mean_acceptance_length) cannot be diffed.
-        flat = {key: getattr(stats, key) for key in ("num_drafts", "num_draft_tokens", "num_accepted_tokens",
-                                                     "num_target_passes", "num_output_tokens", "draft_time_s",
-                                                     "verify_time_s")}
+        flat: dict[str, float] = {COUNTER_PREFIX + key: getattr(stats, key) for key in (
+            "num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_target_passes", "num_output_tokens",
+            "draft_time_s", "verify_time_s")}
         for position, count in enumerate(stats.accepted_per_position):
-            flat[f"accepted_per_position_{position}"] = count
+            flat[f'{COUNTER_PREFIX}num_accepted_tokens_per_pos{{position="{position}"}}'] = count
         return flat
 
 
