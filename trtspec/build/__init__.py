@@ -110,6 +110,12 @@ def build(spec: Any, *, dry_run: bool = False, verify: bool = False, force: bool
         return result
 
     manifest_inputs = _manifest_inputs(spec, inputs)
+    # What this machine could do changes the result too: a smoke test skipped before trtspec.runtime
+    # landed, or build.sh not run before trtllm-build was on PATH, is redone once it can be.
+    if backend == "cpu":
+        manifest_inputs["smoke_possible"] = cpu.runtime_import_error() is None
+    elif backend == "trtllm-engine":
+        manifest_inputs["trtllm_build_on_path"] = result.engine["trtllm_engine"]["built"]
     if not force and artifacts.is_up_to_date(engine_dir, manifest_inputs):
         result.skipped = True
         result.messages.append(f"{engine_dir} is up to date with these inputs; nothing to do (--force rebuilds)")

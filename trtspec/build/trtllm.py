@@ -79,7 +79,16 @@ def verify(engine_dir: Path, options: dict[str, Any]) -> dict[str, Any]:
         raise ToolMissingError("--verify needs tensorrt_llm, which is not importable here",
                                fix=f"run it inside {upstream.CONTAINER}") from None
     kwargs = {k: v for k, v in options.items() if k != "model"}
+    if kwargs.get("speculative_config", {}).get("speculative_model_dir"):
+        # engine.json paths are relative to the engine directory, not to the current directory
+        draft = str(engine_dir / kwargs["speculative_config"]["speculative_model_dir"])
+        kwargs["speculative_config"] = {**kwargs["speculative_config"], "speculative_model_dir": draft}
     try:
+        from tensorrt_llm.llmapi.llm_args import DecodingBaseConfig
+
+        if kwargs.get("speculative_config") and hasattr(DecodingBaseConfig, "from_dict"):
+            # releases whose LLM() does not coerce a dict into the right *DecodingConfig class
+            kwargs["speculative_config"] = DecodingBaseConfig.from_dict(kwargs["speculative_config"])
         llm = LLM(model=str(engine_dir / options["model"]), **kwargs)
         output = llm.generate(["The capital of France is"], SamplingParams(max_tokens=8))[0]
     except Exception as error:
