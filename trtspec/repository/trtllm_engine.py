@@ -161,7 +161,9 @@ def llm_parameters(values: dict[str, Any], *, draft: bool) -> dict[str, Any]:
         "num_nodes": 1,
     }
     if values["participant_ids"]:
-        params["participant_ids"] = ",".join(str(i) for i in values["participant_ids"])
+        # Each engine's ranks are distinct MPI participants: the draft's follow the target's.
+        offset = len(values["participant_ids"]) if draft else 0
+        params["participant_ids"] = ",".join(str(i + offset) for i in values["participant_ids"])
     return params
 
 
@@ -287,8 +289,27 @@ def fill_values(values: dict[str, Any], *, draft: bool = False) -> dict[str, Any
             filled[key] = value
     filled["gpu_device_ids"] = values["gpu_device_ids"]
     if values["participant_ids"]:
-        filled["participant_ids"] = values["participant_ids"]
+        filled["participant_ids"] = [int(i) for i in params["participant_ids"].split(",")]
     return filled
+
+
+def other_fill_values(values: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """fill_template values for the other models' placeholders [BK@v0.19.0, reference §2.2]."""
+    common = {"triton_max_batch_size": values["triton_max_batch_size"]}
+    fills = {
+        "preprocessing": {**common, "tokenizer_dir": values["tokenizer_dir"], "add_special_tokens": False,
+                          "preprocessing_instance_count": values["instance_count"], "engine_dir": values["engine_dir"],
+                          "max_queue_delay_microseconds": values["max_queue_delay_microseconds"], "max_queue_size": 0},
+        "postprocessing": {**common, "tokenizer_dir": values["tokenizer_dir"], "skip_special_tokens": True,
+                           "postprocessing_instance_count": values["instance_count"]},
+        "ensemble": {**common, "logits_datatype": "TYPE_FP32"},
+    }
+    if values["draft_target"]:
+        fills["tensorrt_llm_bls"] = {**common, "decoupled_mode": False, "accumulate_tokens": False,
+                                     "bls_instance_count": values["triton_max_batch_size"],
+                                     "logits_datatype": "TYPE_FP32", "tensorrt_llm_model_name": "tensorrt_llm",
+                                     "tensorrt_llm_draft_model_name": "tensorrt_llm_draft"}
+    return fills
 
 
 def render(engine: dict[str, Any], spec: Any, engine_path: str, dest: Path, engine_dir: Path) -> list[Path]:
@@ -301,12 +322,18 @@ def render(engine: dict[str, Any], spec: Any, engine_path: str, dest: Path, engi
         written.append(path)
     fill = dest / "fill_template.sh"
     lines = ["#!/usr/bin/env bash",
-             "# Re-fill the container's own templates with the values trtspec rendered (optional).",
-             f"set -euo pipefail\ncp -r {CONTAINER_MODELS}/. \"$1\"/",
-             f"python3 /app/tools/fill_template.py -i \"$1\"/tensorrt_llm/config.pbtxt "
-             f"'{pbtxt.fill_template_args(fill_values(values))}'"]
+             "# Re-fill the container's own templates with the values trtspec rendered (optional):",
+             "#   bash fill_template.sh <new repository dir>",
+             f"set -euo pipefail\ncp -r {CONTAINER_MODELS}/. \"$1\"/"]
+    targets = [("tensorrt_llm", fill_values(values))]
     if values["draft_target"]:
-        lines.append(f"python3 /app/tools/fill_template.py -i \"$1\"/tensorrt_llm_draft/config.pbtxt "
-                     f"'{pbtxt.fill_template_args(fill_values(values, draft=True))}'")
+        # Upstream: clone tensorrt_llm as tensorrt_llm_draft and rewrite its name (reference §6).
+        lines.append('cp -r "$1"/tensorrt_llm/. "$1"/tensorrt_llm_draft/ && '
+                     'sed -i \'s/^name: "tensorrt_llm"/name: "tensorrt_llm_draft"/\' "$1"/tensorrt_llm_draft/config.pbtxt')
+        targets.append(("tensorrt_llm_draft", fill_values(values, draft=True)))
+    targets += list(other_fill_values(values).items())
+    for model, fills in targets:
+        lines.append(f'python3 /app/tools/fill_template.py -i "$1"/{model}/config.pbtxt '
+                     f"'{pbtxt.fill_template_args(fills)}'")
     fill.write_text("\n".join(lines) + "\n")
     return written + [fill]
