@@ -117,3 +117,13 @@ def test_reported_rows_name_every_part():
 def test_tp_size_must_divide_the_attention_heads():
     with pytest.raises(PlanError, match="tp_size 3 does not divide the target's 64 attention heads"):
         plan_memory(LLAMA_70B, PlanSettings(tp_size=3))
+
+
+def test_pipeline_parallel_splits_layers_and_their_kv_cache():
+    one = plan_memory(LLAMA_70B, PlanSettings(gpu="h100", fp8_weights=True))
+    two = plan_memory(LLAMA_70B, PlanSettings(gpu="h100", fp8_weights=True, pp_size=2))
+    assert two.components[0].kv_bytes_per_token * 2 == one.components[0].kv_bytes_per_token
+    # decoder layers halve; the embedding and lm_head sit on different stages
+    vocab_bytes = 2 * LLAMA_70B.vocab_size * LLAMA_70B.hidden_size
+    assert two.components[0].weight_bytes == pytest.approx((one.components[0].weight_bytes - vocab_bytes) / 2
+                                                           + vocab_bytes / 2, rel=1e-3)

@@ -132,3 +132,14 @@ def test_help_has_examples():
     runner = CliRunner()
     assert "Examples:" in runner.invoke(main, ["build", "--help"]).output
     assert "Examples:" in runner.invoke(main, ["plan", "--help"]).output
+
+
+def test_introspection_reads_field_names_and_aliases_from_pydantic_classes():
+    from pydantic import AliasChoices, BaseModel, Field
+
+    class DecodingConfig(BaseModel):  # the shape of TensorRT-LLM's DecodingBaseConfig
+        max_draft_len: int | None = None
+        speculative_model: str | None = Field(default=None, validation_alias=AliasChoices(
+            "speculative_model", "speculative_model_dir"))
+
+    assert upstream._names(DecodingConfig) == {"max_draft_len", "speculative_model", "speculative_model_dir"}
