@@ -143,3 +143,10 @@ def test_introspection_reads_field_names_and_aliases_from_pydantic_classes():
             "speculative_model", "speculative_model_dir"))
 
     assert upstream._names(DecodingConfig) == {"max_draft_len", "speculative_model", "speculative_model_dir"}
+
+
+@pytest.mark.parametrize("mode", ["eagle3", "ngram"])
+def test_build_cli_refuses_eagle3_and_ngram_engines_with_the_reason(mode, in_tmp):
+    result = CliRunner().invoke(main, ["build", "--backend", "trtllm-engine", "--mode", mode])
+    assert result.exit_code == 2 and "use build.backend: trtllm" in result.output
+    assert not (in_tmp / "engines").exists()
