@@ -63,9 +63,21 @@ UNSET = {
     "eagle_choices": "EAGLE is refused on trtllm-engine (EAGLE-3 needs the LLM API)",
     "gpu_weights_percent": "weights stay on the GPU",
     "sink_token_length": "no attention sinks",
-    "multimodal_encoders_name": "text-only models", "multimodal_model_path": "text-only models",
-    "max_num_images": "text-only models",
 }
+# The other models' placeholders [BK@v0.19.0, reference §2.2], and those left unset there.
+UPSTREAM_OTHER_PLACEHOLDERS = {
+    "preprocessing": frozenset({"add_special_tokens", "engine_dir", "max_num_images", "max_queue_delay_microseconds",
+                                "max_queue_size", "multimodal_model_path", "preprocessing_instance_count",
+                                "tokenizer_dir", "triton_max_batch_size"}),
+    "postprocessing": frozenset({"postprocessing_instance_count", "skip_special_tokens", "tokenizer_dir",
+                                 "triton_max_batch_size"}),
+    "ensemble": frozenset({"triton_max_batch_size", "logits_datatype"}),
+    "tensorrt_llm_bls": frozenset({"accumulate_tokens", "bls_instance_count", "decoupled_mode", "logits_datatype",
+                                   "multimodal_encoders_name", "tensorrt_llm_draft_model_name",
+                                   "tensorrt_llm_model_name", "triton_max_batch_size"}),
+}
+UNSET_OTHER = {"max_num_images": "text-only models", "multimodal_model_path": "text-only models",
+               "multimodal_encoders_name": "text-only models"}
 
 
 def _fraction_split(total: float, target_kv: int | None, draft_kv: int | None) -> tuple[float, float]:

@@ -1,0 +1,80 @@
+"""Fixtures for the deploy tests: real engines built by `trtspec build`, a real tritonserver.
+
+`served` starts one tritonserver per test module on free loopback ports, serving the tiny
+target's cpu engine (n-gram mode), and stops it at the end. Nothing here mocks Triton.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+
+def free_ports(count: int) -> list[int]:
+    sockets, ports = [], []
+    for _ in range(count):
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sockets.append(sock)
+        ports.append(sock.getsockname()[1])
+    for sock in sockets:
+        sock.close()
+    return ports
+
+
+def make_spec(root: Path, source: Path, *, backend: str = "cpu", mode: str = "ngram", draft: Path | None = None,
+              name: str = "tiny", **sections):
+    from trtspec.spec import validate_spec
+
+    http, grpc, metrics = free_ports(3)
+    data = {"model": {"source": str(source), "name": name},
+            "speculative": {"mode": mode, **({"draft": str(draft)} if draft else {})},
+            "build": {"backend": backend, "max_batch_size": 8, "max_input_len": 256, "max_seq_len": 512,
+                      "output_dir": str(root / "engines")},
+            "serve": {"http_port": http, "grpc_port": grpc, "metrics_port": metrics,
+                      "repository": str(root / "model_repository"), "startup_timeout_s": 120},
+            "workdir": str(root / "work")}
+    for section, values in sections.items():
+        data.setdefault(section, {}).update(values)
+    return validate_spec(data)
+
+
+@pytest.fixture(scope="session")
+def spec_factory():
+    """make_spec(root, source, backend=, mode=, draft=, **sections) -> Spec on free loopback ports."""
+    return make_spec
+
+
+@pytest.fixture(scope="session")
+def tiny_cpu_engine(tmp_path_factory, tiny_llama):
+    """(spec, engine_dir): the tiny target built with `trtspec build --backend cpu`, n-gram mode."""
+    from trtspec.build import build
+
+    root = tmp_path_factory.mktemp("deploy-cpu")
+    spec = make_spec(root, tiny_llama)
+    return spec, build(spec).engine_dir
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, tiny_llama):
+    """A running tritonserver serving the tiny cpu engine: (spec, client, engine_dir)."""
+    from trtspec import repository, server
+    from trtspec.artifacts import Layout
+    from trtspec.build import build
+    from trtspec.client import TritonLLMClient
+
+    root = tmp_path_factory.mktemp("served")
+    spec = make_spec(root, tiny_llama, serve={"instance_count": 1})
+    engine_dir = build(spec).engine_dir
+    layout = Layout.from_spec(spec)
+    repository.render(engine_dir, spec, layout.repository)
+    server.start_local(spec, layout.repository, layout)
+    client = TritonLLMClient(f"127.0.0.1:{spec.serve.grpc_port}",
+                             metrics_url=f"http://127.0.0.1:{spec.serve.metrics_port}/metrics")
+    try:
+        yield spec, client, engine_dir
+    finally:
+        client.close()
+        server.stop_local(layout)

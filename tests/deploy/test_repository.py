@@ -1,0 +1,190 @@
+"""Rendered repositories: golden config.pbtxt / model.yaml, ModelConfig parsing, cross-checks, atomic swap.
+
+Set TRTSPEC_UPDATE_GOLDEN=1 to rewrite tests/golden/repository/ after an intended change.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from trtspec.errors import IncompatibleArtifactError, TrtSpecError
+from trtspec.repository import pbtxt, render
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "repository"
+ENGINE_PATH = "/engines/tiny"   # container-style path keeps the goldens independent of tmp dirs
+
+
+def _compare_with_golden(case: str, repo: Path) -> None:
+    files = sorted(p for p in repo.rglob("*") if p.is_file() and p.name != "manifest.json")
+    golden_dir = GOLDEN / case
+    if os.environ.get("TRTSPEC_UPDATE_GOLDEN") == "1":
+        for path in files:
+            target = golden_dir / path.relative_to(repo)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(path.read_text())
+    expected = sorted(p.relative_to(golden_dir) for p in golden_dir.rglob("*") if p.is_file())
+    assert [p.relative_to(repo) for p in files] == expected, f"files differ from {golden_dir}"
+    for path in files:
+        assert path.read_text() == (golden_dir / path.relative_to(repo)).read_text(), f"{case}: {path.name} changed"
+
+
+def _check_all_pbtxt(repo: Path) -> list:
+    configs = []
+    for path in sorted(repo.rglob("config.pbtxt")):
+        text = path.read_text()
+        assert "${" not in text
+        configs.append(pbtxt.check(text, where=str(path)))
+    assert configs
+    return configs
+
+
+@pytest.fixture(scope="module")
+def gpu_engines(tmp_path_factory, tiny_llama, tiny_llama_draft, spec_factory):
+    """Engines built by `trtspec build` for trtllm (n-gram, draft-target) and trtllm-engine (draft-target, tp 2)."""
+    from trtspec.build import build
+
+    root = tmp_path_factory.mktemp("gpu-engines")
+    cases = {
+        "trtllm-ngram": spec_factory(root, tiny_llama, backend="trtllm", mode="ngram"),
+        "trtllm-draft-target": spec_factory(root, tiny_llama, backend="trtllm", mode="draft-target",
+                                         draft=tiny_llama_draft),
+        "trtllm-engine-draft-target-tp2": spec_factory(root, tiny_llama, backend="trtllm-engine", mode="draft-target",
+                                                    draft=tiny_llama_draft, build={"tp_size": 2}),
+        "trtllm-engine-none": spec_factory(root, tiny_llama, backend="trtllm-engine", mode="none"),
+    }
+    return {case: (spec, build(spec).engine_dir) for case, spec in cases.items()}
+
+
+def test_cpu_repository_matches_golden_and_parses(tiny_cpu_engine, tmp_path):
+    spec, engine_dir = tiny_cpu_engine
+    files = render(engine_dir, spec, tmp_path / "repo", engine_path=ENGINE_PATH)
+    assert {f.name for f in files} == {"config.pbtxt", "model.py"}
+    (config,) = _check_all_pbtxt(tmp_path / "repo")
+    assert config.backend == "python" and config.model_transaction_policy.decoupled
+    assert config.instance_group[0].count == spec.serve.instance_count
+    assert config.parameters["engine_dir"].string_value == ENGINE_PATH
+    assert {i.name for i in config.input} >= {"text_input", "streaming", "sampling_param_max_tokens", "speculative",
+                                             "sampling_param_return_perf_metrics"}
+    assert [i.name for i in config.input if not i.optional] == ["text_input"]
+    _compare_with_golden("cpu", tmp_path / "repo")
+
+
+@pytest.mark.parametrize("case", ["trtllm-ngram", "trtllm-draft-target", "trtllm-engine-draft-target-tp2",
+                                  "trtllm-engine-none"])
+def test_gpu_repositories_match_golden_and_parse(gpu_engines, case, tmp_path):
+    spec, engine_dir = gpu_engines[case]
+    render(engine_dir, spec, tmp_path / "repo", engine_path=ENGINE_PATH)
+    configs = {c.name: c for c in _check_all_pbtxt(tmp_path / "repo")}
+    if case.startswith("trtllm-engine"):
+        llm = configs["tensorrt_llm"]
+        assert llm.backend == "tensorrtllm"
+        assert llm.parameters["gpt_model_type"].string_value == "inflight_fused_batching"
+        assert llm.max_batch_size == spec.build.max_batch_size
+        assert {"ensemble", "preprocessing", "postprocessing"} <= set(configs)
+    _compare_with_golden(case, tmp_path / "repo")
+
+
+def test_trtllm_model_yaml_is_llm_arguments_with_triton_config(gpu_engines, tmp_path):
+    import yaml
+
+    spec, engine_dir = gpu_engines["trtllm-draft-target"]
+    render(engine_dir, spec, tmp_path / "repo", engine_path=ENGINE_PATH)
+    data = yaml.safe_load((tmp_path / "repo" / "tensorrt_llm" / "1" / "model.yaml").read_text())
+    assert data["backend"] == "pytorch" and data["model"] == f"{ENGINE_PATH}/target"
+    assert data["triton_config"] == {"max_batch_size": 0, "decoupled": True}
+    speculative = data["speculative_config"]
+    assert speculative["max_draft_len"] == spec.speculative.max_draft_len
+    assert any(str(v).startswith(ENGINE_PATH + "/draft") for v in speculative.values())
+
+
+def test_tp2_engine_escapes_device_and_participant_ids(gpu_engines, tmp_path):
+    spec, engine_dir = gpu_engines["trtllm-engine-draft-target-tp2"]
+    render(engine_dir, spec, tmp_path / "repo", engine_path=ENGINE_PATH)
+    target = pbtxt.check((tmp_path / "repo" / "tensorrt_llm" / "config.pbtxt").read_text())
+    draft = pbtxt.check((tmp_path / "repo" / "tensorrt_llm_draft" / "config.pbtxt").read_text())
+    assert target.parameters["gpu_device_ids"].string_value == "0,1"
+    assert target.parameters["participant_ids"].string_value == "1,2"
+    assert draft.parameters["participant_ids"].string_value == "3,4"
+    # The two engines share the GPU's KV budget: the draft's fraction applies to what the target left.
+    t = float(target.parameters["kv_cache_free_gpu_mem_fraction"].string_value)
+    d = float(draft.parameters["kv_cache_free_gpu_mem_fraction"].string_value)
+    assert t < spec.build.free_gpu_memory_fraction and abs(t + d * (1 - t) - spec.build.free_gpu_memory_fraction) < 0.01
+    script = (tmp_path / "repo" / "fill_template.sh").read_text()
+    assert "gpu_device_ids:0\\,1" in script and "participant_ids:1\\,2" in script and "participant_ids:3\\,4" in script
+    bls = pbtxt.check((tmp_path / "repo" / "tensorrt_llm_bls" / "config.pbtxt").read_text())
+    assert not bls.model_transaction_policy.decoupled   # upstream's BLS spec loop is non-streaming
+
+
+def test_every_upstream_placeholder_is_filled_or_explained():
+    from trtspec.repository import trtllm_engine as te
+
+    values = {"triton_max_batch_size": 8, "engine_dir": "/e/target", "draft_engine_dir": None, "tokenizer_dir": "/e/t",
+              "decoupled_mode": True, "kv_cache_free_gpu_mem_fraction": (0.9, None), "decoding_mode": "top_k_top_p",
+              "gpu_device_ids": [0], "participant_ids": None, "num_draft_tokens": 0, "use_draft_logits": False,
+              "max_queue_delay_microseconds": 0, "draft_target": False, "instance_count": 1}
+    filled = set(te.fill_values(values))
+    assert filled <= te.UPSTREAM_PLACEHOLDERS, filled - te.UPSTREAM_PLACEHOLDERS
+    assert set(te.UNSET) <= te.UPSTREAM_PLACEHOLDERS
+    missing = te.UPSTREAM_PLACEHOLDERS - filled - set(te.UNSET) - {"participant_ids"}  # participant_ids: tp > 1 only
+    assert not missing, f"placeholders neither filled nor explained: {sorted(missing)}"
+    others = te.other_fill_values({**values, "draft_target": True})
+    assert set(others) == set(te.UPSTREAM_OTHER_PLACEHOLDERS)
+    for model, fills in others.items():
+        upstream = te.UPSTREAM_OTHER_PLACEHOLDERS[model]
+        assert set(fills) <= upstream, (model, set(fills) - upstream)
+        assert not upstream - set(fills) - set(te.UNSET_OTHER), (model, upstream - set(fills))
+
+
+def test_check_refuses_leftover_placeholders_and_bad_fields():
+    with pytest.raises(TrtSpecError, match="unfilled placeholder"):
+        pbtxt.check('name: "m"\nmax_batch_size: ${triton_max_batch_size}\n')
+    with pytest.raises(TrtSpecError, match="does not parse"):
+        pbtxt.check('name: "m"\nno_such_field: 1\n')
+    with pytest.raises(TrtSpecError, match="not a valid Triton ModelConfig"):
+        pbtxt.render({"name": "m", "max_batch_sise": 1})
+
+
+def test_cross_checks_against_engine_json(tiny_cpu_engine, tmp_path):
+    spec, engine_dir = tiny_cpu_engine
+    wrong_batch = spec.model_copy(deep=True)
+    wrong_batch.build.max_batch_size = 4
+    with pytest.raises(IncompatibleArtifactError, match="max_batch_size"):
+        render(engine_dir, wrong_batch, tmp_path / "a")
+    longer_draft = spec.model_copy(deep=True)
+    longer_draft.speculative.max_draft_len = 16
+    with pytest.raises(IncompatibleArtifactError, match="max_draft_len"):
+        render(engine_dir, longer_draft, tmp_path / "b")
+    with pytest.raises(TrtSpecError, match="trtspec build"):
+        render(tmp_path / "no-engine", spec, tmp_path / "c")
+
+
+def test_failed_render_leaves_previous_repository_intact(tiny_cpu_engine, tmp_path):
+    spec, engine_dir = tiny_cpu_engine
+    repo = tmp_path / "repo"
+    render(engine_dir, spec, repo)
+    before = {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()}
+    broken = spec.model_copy(deep=True)
+    broken.build.max_batch_size = 3   # the cross-check fails inside render
+    with pytest.raises(IncompatibleArtifactError):
+        render(engine_dir, broken, repo)
+    assert {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()} == before
+    assert [p.name for p in tmp_path.iterdir()] == ["repo"], "staging directory left behind"
+
+
+def test_failure_inside_staging_leaves_previous_repository_intact(tiny_cpu_engine, tmp_path, monkeypatch):
+    from trtspec.repository import cpu
+
+    spec, engine_dir = tiny_cpu_engine
+    repo = tmp_path / "repo"
+    render(engine_dir, spec, repo)
+    before = {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()}
+    # A config that renders but leaves a placeholder: caught by the check after files are staged.
+    original = cpu.model_config
+    monkeypatch.setattr(cpu, "model_config", lambda *a: {**original(*a), "backend": "${triton_backend}"})
+    with pytest.raises(TrtSpecError, match="unfilled placeholder"):
+        render(engine_dir, spec, repo)
+    assert {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()} == before
+    assert [p.name for p in tmp_path.iterdir()] == ["repo"]
