@@ -97,3 +97,17 @@ def test_smollm2_cpu_build(in_tmp, smollm2):
     engine = json.loads((engine_dir / "engine.json").read_text())
     assert engine["target"]["source"] == "smollm2" and engine["runtime"]["ngram_max"] == 3
     _check_smoke(engine_dir)
+
+
+def test_cpu_fp8_build_serves_the_modelopt_checkpoint_with_its_draft(in_tmp, tiny_llama, tiny_llama_draft, fp8_target):
+    config = write_workspace(in_tmp, tiny_llama, draft=tiny_llama_draft, fp8_target=fp8_target)
+    result = _build(config, "--mode", "draft-target", "--fp8")
+    assert result.exit_code == 0, result.output
+    engine_dir = in_tmp / "engines" / "tiny-draft-target-fp8-cpu"
+    engine = json.loads((engine_dir / "engine.json").read_text())
+    assert (engine_dir / "target" / "hf_quant_config.json").exists()
+    assert engine["target"]["sha256"] == artifacts.weights_sha256(fp8_target)
+    # the draft was paired with the unquantized target; the engine serves the FP8 one
+    assert engine["draft"]["made_for_sha256"] == artifacts.weights_sha256(tiny_llama)
+    assert engine["draft"]["target_sha256"] == engine["target"]["sha256"]
+    _check_smoke(engine_dir)

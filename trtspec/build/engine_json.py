@@ -150,8 +150,11 @@ def engine_json(spec: Any, name: str, inputs: BuildInputs, *, target_path: str =
     s = spec.speculative
     draft = None
     if inputs.draft is not None:
+        # target_sha256 names the target this engine serves (the FP8 one with --fp8): check_pair has
+        # already traced the draft's recorded target to it; made_for_sha256 keeps what convert recorded.
         draft = {"kind": inputs.draft_kind, "path": draft_path, "sha256": inputs.draft.sha256,
-                 "target_sha256": (inputs.draft.manifest or {}).get("target_sha256") or inputs.base_target.sha256}
+                 "target_sha256": inputs.target.sha256,
+                 "made_for_sha256": (inputs.draft.manifest or {}).get("target_sha256") or inputs.base_target.sha256}
     return {
         "format": FORMAT, "trtspec_version": __version__, "name": name,
         "backend": spec.build.backend, "mode": s.mode, "build_config": build_config(spec),
