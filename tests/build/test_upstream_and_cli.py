@@ -150,3 +150,14 @@ def test_build_cli_refuses_eagle3_and_ngram_engines_with_the_reason(mode, in_tmp
     result = CliRunner().invoke(main, ["build", "--backend", "trtllm-engine", "--mode", mode])
     assert result.exit_code == 2 and "use build.backend: trtllm" in result.output
     assert not (in_tmp / "engines").exists()
+
+
+def test_plan_works_before_convert_with_a_default_eagle3_head(in_tmp, tiny_llama):
+    target = _model_dir(in_tmp, "llama-3.1-8b", tiny_llama)
+    (in_tmp / "trtspec.yaml").write_text(f"model: {{source: {target}}}\nspeculative: {{mode: eagle3}}\n"
+                                         "quantization: {fp8: true}\nbuild: {backend: trtllm, gpu: h100}\n")
+    result = CliRunner().invoke(main, ["plan", "--json"])
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.stdout)
+    assert [c["role"] for c in plan["components"]] == ["target", "EAGLE-3 head"]
+    assert plan["fits"] and plan["full_length_sequences"] >= plan["settings"]["max_batch_size"]

@@ -61,8 +61,28 @@ def plan_for(spec: Any, target_config: dict[str, Any], draft_config: dict[str, A
 
 
 def plan_inputs(spec: Any) -> Plan:
-    """Resolve the spec's checkpoints and plan them (what `trtspec plan` shows)."""
-    inputs = ej.resolve_inputs(spec)
+    """Plan the spec's checkpoints (what `trtspec plan` shows).
+
+    Before `trtspec convert` has run, the plan uses the model sources' config.json instead (the
+    shapes are the same) and ModelOpt's default one-layer EAGLE-3 head.
+    """
+    from trtspec.errors import ModelSourceError
+    from trtspec.models import resolve_model
+
+    try:
+        inputs = ej.resolve_inputs(spec)
+    except ModelSourceError:
+        target_dir = Layout.from_spec(spec).checkpoint("target")
+        if (target_dir / "config.json").exists():
+            target_config = artifacts.read_json(target_dir / "config.json")
+        else:
+            target_config = resolve_model(spec.model.source, trust_remote_code=spec.model.trust_remote_code,
+                                          quiet=True).config
+        draft_config = None
+        if spec.speculative.mode == "draft-target":
+            draft_config = resolve_model(spec.speculative.draft, trust_remote_code=spec.model.trust_remote_code,
+                                         quiet=True).config
+        return plan_for(spec, target_config, draft_config)
     return plan_for(spec, inputs.base_target.config, inputs.draft.config if inputs.draft else None)
 
 
