@@ -1,0 +1,141 @@
+"""A real tritonserver on loopback serving the tiny cpu engine, called with tritonclient.
+
+One server per module (conftest `served`). What must hold: streaming works; greedy text through
+Triton equals the engine's in-process greedy output and the non-speculative output; 8 concurrent
+streams are all correct; every bad request is refused with a message naming the problem while the
+server keeps serving; the speculative counters rise; a client that goes away frees its sequence.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from trtspec.client import metric_total
+from trtspec.errors import ServerError
+
+pytestmark = pytest.mark.e2e
+
+PROMPTS = ["the quick brown fox jumps over the lazy dog. the quick brown fox",
+           "What is the capital of France?",
+           "def add(a, b):\n    return a + b\n",
+           "1 2 3 4 5 6 7 8 9 10",
+           "speculative decoding drafts tokens and the target verifies them",
+           "the lazy dog",
+           "Paris is the capital of",
+           "11 12 13 14 15 16"]
+MAX_TOKENS = 24
+
+
+@pytest.fixture(scope="module")
+def expected(served):
+    """Greedy outputs of the same engine in-process: speculative and not (they must agree)."""
+    from trtspec.runtime import load_engine
+
+    _, _, engine_dir = served
+    engine = load_engine(engine_dir)
+    outputs = {}
+    for prompt in PROMPTS:
+        spec_text = engine.generate(prompt, max_new_tokens=MAX_TOKENS, temperature=0.0, speculative=True).text
+        plain_text = engine.generate(prompt, max_new_tokens=MAX_TOKENS, temperature=0.0, speculative=False).text
+        assert spec_text == plain_text, f"in-process speculative != plain for {prompt!r}"
+        outputs[prompt] = spec_text
+    return outputs
+
+
+def test_streaming_infer_sends_pieces_then_a_final_with_stats(served, expected):
+    _, client, _ = served
+    events = list(client.stream(PROMPTS[0], max_tokens=MAX_TOKENS, temperature=0.0))
+    assert len(events) > 1 and events[-1].final and not any(e.final for e in events[:-1])
+    assert [e.time_s for e in events] == sorted(e.time_s for e in events)
+    stats = events[-1].stats
+    assert stats["finish_reason"] in ("length", "stop")
+    assert stats["num_output_tokens"] >= 1 and stats["total_draft_tokens"] >= stats["total_accepted_draft_tokens"]
+    assert "".join(e.text for e in events) == expected[PROMPTS[0]]
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_greedy_through_triton_equals_in_process_and_non_speculative(served, expected, stream):
+    _, client, _ = served
+    for prompt in PROMPTS[:3]:
+        speculative = client.generate(prompt, max_tokens=MAX_TOKENS, stream=stream)
+        plain = client.generate(prompt, max_tokens=MAX_TOKENS, stream=stream, speculative=False)
+        assert speculative["text"] == plain["text"] == expected[prompt]
+        assert plain["total_draft_tokens"] == 0
+
+
+def test_eight_concurrent_streaming_clients_all_correct(served, expected):
+    _, client, _ = served
+    results: dict[str, str] = {}
+    errors: list[BaseException] = []
+
+    def one(prompt: str) -> None:
+        try:
+            results[prompt] = "".join(e.text for e in client.stream(prompt, max_tokens=MAX_TOKENS))
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=one, args=(p,)) for p in PROMPTS]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not errors, errors
+    assert results == expected
+
+
+BAD_REQUESTS = [
+    ("empty text", {"prompt": ""}, "text_input: empty"),
+    ("max_tokens zero", {"max_tokens": 0}, "sampling_param_max_tokens: must be at least 1"),
+    ("max_tokens negative", {"max_tokens": -5}, "sampling_param_max_tokens: must be at least 1"),
+    ("max_tokens over the limit", {"max_tokens": 100_000}, "max_seq_len"),
+    ("temperature below zero", {"temperature": -0.5}, "sampling_param_temperature"),
+    ("top_p zero", {"top_p": 0.0}, "sampling_param_top_p"),
+    ("top_p above one", {"top_p": 1.5}, "sampling_param_top_p"),
+    ("bytes not UTF-8", {"prompt": b"\xff\xfe\xfd"}, "not valid UTF-8"),
+    ("unknown input", {"extra": {"no_such_input": np.array([1], dtype=np.int32)}}, "no_such_input"),
+    ("prompt over max_input_len", {"prompt": "the quick brown fox " * 200}, "max_input_len"),
+]
+
+
+@pytest.mark.parametrize("case, overrides, message", BAD_REQUESTS, ids=[c[0] for c in BAD_REQUESTS])
+def test_bad_request_is_refused_and_server_keeps_serving(served, expected, case, overrides, message):
+    _, client, _ = served
+    kwargs = {"prompt": "hello", "max_tokens": 8, **overrides}
+    with pytest.raises(ServerError, match=message):
+        client.generate(**kwargs)
+    assert client.is_ready()
+    assert client.generate(PROMPTS[1], max_tokens=MAX_TOKENS)["text"] == expected[PROMPTS[1]]
+
+
+def test_metrics_show_speculative_counters_rising(served):
+    _, client, _ = served
+    names = ["trtspec:spec_decode_num_drafts", "trtspec:spec_decode_num_draft_tokens",
+             "trtspec:spec_decode_num_accepted_tokens", "trtspec:spec_decode_num_accepted_tokens_per_pos"]
+    before = client.server_metrics()
+    result = client.generate(PROMPTS[0], max_tokens=MAX_TOKENS)
+    after = client.server_metrics()
+    assert result["num_drafts"] > 0
+    assert metric_total(after, names[0]) - metric_total(before, names[0]) == result["num_drafts"]
+    assert metric_total(after, names[1]) - metric_total(before, names[1]) == result["total_draft_tokens"]
+    assert metric_total(after, names[2]) - metric_total(before, names[2]) == result["total_accepted_draft_tokens"]
+    assert metric_total(after, names[3]) - metric_total(before, names[3]) == result["total_accepted_draft_tokens"]
+    assert any('position="0"' in key for key in after if key.startswith(names[3]))
+
+
+def test_client_that_disconnects_mid_stream_frees_its_sequence(served, expected):
+    _, client, _ = served
+    name = "trtspec:num_requests_cancelled"
+    before = metric_total(client.server_metrics(), name)
+    events = client.stream(PROMPTS[3], max_tokens=400, speculative=False)
+    first = next(events)
+    assert not first.final
+    events.close()   # stop_stream(cancel_requests=True): the server sees the client go away
+    deadline = time.monotonic() + 30
+    while metric_total(client.server_metrics(), name) <= before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert metric_total(client.server_metrics(), name) == before + 1
+    assert client.generate(PROMPTS[1], max_tokens=MAX_TOKENS)["text"] == expected[PROMPTS[1]]

@@ -1,0 +1,118 @@
+"""Server plans (pure): local command, docker run, k8s manifests; ports; stop only our process."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from trtspec import server, subproc
+from trtspec.artifacts import Layout, write_json
+from trtspec.errors import ServerError
+
+
+@pytest.fixture
+def gpu_spec(tmp_path, tiny_llama, spec_factory):
+    return spec_factory(tmp_path, tiny_llama, backend="trtllm", mode="ngram", build={"tp_size": 2})
+
+
+def test_local_command_binds_loopback_with_model_control_none(tmp_path, tiny_llama, spec_factory):
+    spec = spec_factory(tmp_path, tiny_llama)
+    command = server.local_command(spec, Path("/x/tritonserver"), tmp_path / "repo", tmp_path / "backends")
+    assert command[0] == "/x/tritonserver"
+    for flag in ("--model-control-mode=none", f"--grpc-port={spec.serve.grpc_port}", "--http-address=127.0.0.1",
+                 "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1", f"--backend-directory={tmp_path / 'backends'}"):
+        assert flag in command
+
+
+def test_multi_gpu_local_command_uses_mpirun_per_rank(gpu_spec, tmp_path):
+    command = server.local_command(gpu_spec, Path("/opt/tritonserver/bin/tritonserver"), tmp_path / "repo", None)
+    assert command[:2] == ["mpirun", "--allow-run-as-root"]
+    assert command.count("-n") == 2 and command.count(":") == 1
+    rank1 = command[command.index(":") + 1:]
+    assert "--model-control-mode=explicit" in rank1 and "--load-model=tensorrt_llm" in rank1
+    assert "--model-control-mode=none" not in rank1
+    assert "--backend-config=python,shm-region-prefix-name=prefix1_" in rank1
+
+
+def test_docker_command_has_gpus_shm_ports_and_mounts(gpu_spec, tmp_path):
+    engine = tmp_path / "engines" / "tiny-ngram-trtllm"
+    command = server.docker_command(gpu_spec, tmp_path / "repo", engine)
+    assert command[:2] == ["docker", "run"] and "--gpus" in command and "--shm-size=2g" in command
+    for port in (gpu_spec.serve.http_port, gpu_spec.serve.grpc_port, gpu_spec.serve.metrics_port):
+        assert f"127.0.0.1:{port}:{port}" in command
+    assert f"{(tmp_path / 'repo').resolve()}:/models" in command
+    assert f"{engine.resolve()}:/engines/tiny-ngram-trtllm:ro" in command
+    shell = command[-1]
+    assert shell.startswith("cp -n /app/all_models/llmapi/tensorrt_llm/1/*.py /models/tensorrt_llm/1/")
+    assert "exec /opt/tritonserver/bin/tritonserver --model-repository=/models" in shell
+    assert "--grpc-address=0.0.0.0" in shell  # inside the container; the host side stays on 127.0.0.1
+
+
+def test_k8s_manifests_structure(gpu_spec):
+    deployment, service = server.k8s_manifests(gpu_spec, "tiny-ngram-trtllm")
+    assert deployment["kind"] == "Deployment" and deployment["apiVersion"] == "apps/v1"
+    pod = deployment["spec"]["template"]
+    assert deployment["spec"]["selector"]["matchLabels"] == pod["metadata"]["labels"] == service["spec"]["selector"]
+    (container,) = pod["spec"]["containers"]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 2
+    probe = container["readinessProbe"]["httpGet"]
+    assert probe == {"path": "/v2/health/ready", "port": gpu_spec.serve.http_port}
+    annotations = pod["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/port"] == str(gpu_spec.serve.metrics_port)
+    assert {p["containerPort"] for p in container["ports"]} == {p["port"] for p in service["spec"]["ports"]}
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    assert {"/models", "/engines/tiny-ngram-trtllm", "/dev/shm"} <= mounts
+    volumes = {v["name"] for v in pod["spec"]["volumes"]}
+    assert {m["name"] for m in container["volumeMounts"]} <= volumes
+    text = server.manifests_yaml([deployment, service])
+    import yaml
+
+    assert [d["kind"] for d in yaml.safe_load_all(text)] == ["Deployment", "Service"]
+
+
+def test_cpu_k8s_manifest_asks_for_no_gpu(tmp_path, tiny_llama, spec_factory):
+    spec = spec_factory(tmp_path, tiny_llama)
+    deployment, _ = server.k8s_manifests(spec, "tiny-ngram-cpu")
+    resources = deployment["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert "limits" not in resources and "nvidia.com/gpu" not in resources["requests"]
+
+
+def test_busy_port_is_refused(tmp_path, tiny_llama, spec_factory):
+    import socket
+
+    spec = spec_factory(tmp_path, tiny_llama)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", spec.serve.grpc_port))
+        sock.listen()
+        with pytest.raises(ServerError, match=f"grpc_port {spec.serve.grpc_port}"):
+            server.check_ports(spec.serve)
+
+
+def test_stop_leaves_a_process_that_is_not_ours_alone(tmp_path, tiny_llama, spec_factory):
+    # A recorded pid that now belongs to some other program (pids get reused) must survive stop.
+    spec = spec_factory(tmp_path, tiny_llama)
+    layout = Layout.from_spec(spec)
+    layout.server_dir.mkdir(parents=True)
+    pid = subproc.start([sys.executable, "-c", "import time; time.sleep(60)"], log_path=tmp_path / "other.log")
+    try:
+        write_json(layout.server_pid, {"pid": pid, "binary": "/x/tritonserver", "host": "127.0.0.1",
+                                       "http_port": 1, "started": 0})
+        result = server.stop_local(layout)
+        assert not result["stopped"] and "another process" in result["reason"]
+        assert subproc.is_running(pid)
+        assert not layout.server_pid.exists()
+    finally:
+        subproc.stop(pid)
+
+
+def test_find_tritonserver_prefers_env_override(tmp_path, monkeypatch):
+    fake = tmp_path / "tritonserver"
+    fake.write_text("")
+    monkeypatch.setenv("TRTSPEC_TRITONSERVER", str(fake))
+    assert server.find_tritonserver() == fake
+    monkeypatch.setenv("TRTSPEC_TRITONSERVER", str(tmp_path / "missing"))
+    with pytest.raises(Exception, match="no such file"):
+        server.find_tritonserver()
