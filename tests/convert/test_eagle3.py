@@ -1,0 +1,84 @@
+"""EAGLE-3: the exported head is what vLLM and TensorRT-LLM read, with manifest and report.
+
+Expected names and shapes come from vLLM's vllm/model_executor/models/llama_eagle3.py
+(vllm-project/vllm@00bd1493, Eagle3LlamaForCausalLM / LlamaDecoderLayer / LlamaModel):
+  - config.json architectures ["LlamaForCausalLMEagle3"], draft_vocab_size, eagle_config with
+    use_aux_hidden_state;
+  - `fc.weight` [hidden, 3 * hidden] (vLLM builds fc with input 3 * hidden_size);
+  - `layers.0.self_attn.{q,k,v}_proj.weight` with 2 * hidden inputs (embeddings ++ hidden state),
+    `layers.0.hidden_norm.weight`, `norm.weight`;
+  - `lm_head.weight` [draft_vocab_size, hidden] and `d2t` [draft_vocab_size] (loaded into
+    draft_id_to_target_id; target id = draft id + d2t[draft id]);
+  - no "model." prefix in the file (vLLM adds it to every name but lm_head).
+ModelOpt's own list (LLAMA_EAGLE_SINGLE_LAYER in modelopt/torch/export/plugins/hf_spec_export.py)
+is the same set, which TensorRT-LLM's ModelOpt EAGLE-3 flow consumes.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import manifest, run_cli
+
+pytestmark = pytest.mark.slow
+
+
+def test_export_matches_what_vllm_and_trtllm_load(eagle3_run, tiny_llama):
+    from safetensors import safe_open
+
+    directory, _, _ = eagle3_run
+    head = directory / "work" / "checkpoints" / "eagle3"
+    target = json.loads((tiny_llama / "config.json").read_text())
+    hidden, heads = target["hidden_size"], target["num_attention_heads"]
+    config = json.loads((head / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLMEagle3"]
+    assert config["vocab_size"] == target["vocab_size"] and config["draft_vocab_size"] == 128
+    assert config["num_hidden_layers"] == 1 and config["eagle_config"]["use_aux_hidden_state"] is True
+    assert len(config["eagle_config"]["eagle_aux_hidden_state_layer_ids"]) == 3
+    with safe_open(str(head / "model.safetensors"), "pt") as handle:
+        shapes = {name: list(handle.get_slice(name).get_shape()) for name in handle.keys()}
+        d2t = handle.get_tensor("d2t")
+    assert not any(name.startswith("model.") for name in shapes)
+    assert shapes["fc.weight"] == [hidden, 3 * hidden]
+    head_dim = hidden // heads
+    assert shapes["layers.0.self_attn.q_proj.weight"] == [heads * head_dim, 2 * hidden]
+    assert shapes["layers.0.self_attn.k_proj.weight"][1] == 2 * hidden
+    assert shapes["layers.0.hidden_norm.weight"] == [hidden]
+    assert shapes["norm.weight"] == [hidden]
+    assert shapes["lm_head.weight"] == [128, hidden]
+    assert shapes["d2t"] == [128]
+    # d2t maps every draft id to a distinct target id inside the vocabulary.
+    import torch
+
+    mapped = torch.arange(128) + d2t
+    assert mapped.unique().numel() == 128 and int(mapped.max()) < target["vocab_size"]
+
+
+def test_manifest_and_acceptance_report(eagle3_run):
+    directory, _, summary = eagle3_run
+    head = directory / "work" / "checkpoints" / "eagle3"
+    data = manifest(head)
+    target_manifest = manifest(directory / "work" / "checkpoints" / "target")
+    assert data["kind"] == "eagle3"
+    assert data["target_sha256"] == target_manifest["inputs"]["source_sha256"]
+    assert data["inputs"]["eagle3"]["draft_vocab_size"] == 128
+    assert data["versions"]["nvidia-modelopt"]
+    report = data["report"]
+    assert report["training"]["steps"] == 3
+    acceptance = report["acceptance"]
+    assert acceptance["max_draft_len"] == 4 and acceptance["prompts"] == 2
+    assert 1.0 <= acceptance["mean_acceptance_length"] <= 5.0
+    assert len(acceptance["acceptance_per_position"]) == 4
+    assert "pseudo_speculative_generate" in acceptance["method"]
+    kinds = [c["kind"] for c in summary["checkpoints"]]
+    assert kinds == ["target", "eagle3"]
+    assert not (head.parent / ".eagle3-work" / "state.pt.partial").exists()
+
+
+def test_rerun_skips(eagle3_run, eval_prompts_file):
+    _, spec, _ = eagle3_run
+    result = run_cli("-c", str(spec), "--eval-prompts", str(eval_prompts_file))
+    assert result.exit_code == 0
+    assert "eagle3" in result.stdout and "up to date, skipped" in result.stdout
+    assert "written" not in result.stdout

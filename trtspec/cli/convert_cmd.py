@@ -1,0 +1,78 @@
+"""`trtspec convert`: the target checkpoint, FP8, the EAGLE-3 head or the draft, as the spec asks."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+
+import click
+
+from trtspec.cli._options import (
+    config_option,
+    dry_run_option,
+    emit_json,
+    fp8_option,
+    json_option,
+    mode_option,
+    resolve_spec,
+)
+
+EPILOG = """\b
+Examples:
+  trtspec convert                                  # as trtspec.yaml says
+  trtspec convert --mode eagle3                    # train + export an EAGLE-3 head (<= 15 min CPU)
+  trtspec convert --fp8                            # FP8 PTQ: HF + TensorRT-LLM checkpoints + quality report
+  trtspec convert --mode draft-target --draft ./small-model
+  trtspec convert --mode eagle3 --eval-prompts held-out.jsonl --json
+  trtspec convert --dry-run                        # list what would be written, write nothing
+
+\b
+Writes <workdir>/checkpoints/{target, target-fp8, target-fp8-trtllm, eagle3, draft, draft-fp8}/,
+each with manifest.json. A re-run with unchanged inputs skips and says so.
+"""
+
+
+@click.command(epilog=EPILOG)
+@config_option
+@mode_option
+@fp8_option
+@click.option("--draft", "draft_source", default=None, help="Draft model source (overrides speculative.draft).")
+@click.option("--eval-prompts", type=click.Path(dir_okay=False), default=None,
+              help="Held-out JSONL prompts for the EAGLE-3 acceptance report (default: the packaged "
+                   "calibration set, which EAGLE-3 training never sees).")
+@click.option("--eval-tokens", type=click.IntRange(4, 4096), default=48, show_default=True,
+              help="Greedy tokens per held-out prompt in the EAGLE-3 acceptance report.")
+@dry_run_option
+@json_option
+def convert(config_path, mode, fp8, draft_source, eval_prompts, eval_tokens, dry_run, as_json) -> None:
+    """ModelOpt conversion: record the target, FP8 PTQ, EAGLE-3 head training, draft pairing."""
+    from rich.console import Console
+
+    from trtspec.convert.pipeline import planned_kinds, run_convert, summary
+
+    spec = resolve_spec(config_path, speculative__mode=mode, quantization__fp8=fp8, speculative__draft=draft_source)
+    console = Console(stderr=True)
+    if not as_json:
+        console.print(f"convert: {', '.join(planned_kinds(spec))} for {spec.model.source}"
+                      + (" (dry run)" if dry_run else ""))
+    # ModelOpt and transformers print progress to stdout; keep stdout for our own output (--json).
+    with contextlib.redirect_stdout(sys.stderr):
+        results = run_convert(spec, console=console, dry_run=dry_run, eval_prompts_path=eval_prompts,
+                              eval_tokens=eval_tokens)
+    if as_json:
+        emit_json(summary(results))
+        return
+    for result in results:
+        message = {"skipped": "up to date, skipped (inputs unchanged)", "planned": "would be written",
+                   "written": "written"}[result.status]
+        click.echo(f"{result.kind:<18} {message}: {result.path}")
+        report = result.report or {}
+        if "greedy_token_agreement" in report:
+            click.echo(f"{'':<18} FP8 vs original: greedy agreement {report['greedy_token_agreement']:.1%}, "
+                       f"perplexity {report['perplexity_fp8']} vs {report['perplexity_original']}")
+        if "acceptance" in report:
+            acc = report["acceptance"]
+            click.echo(f"{'':<18} mean acceptance length {acc['mean_acceptance_length']} at max_draft_len "
+                       f"{acc['max_draft_len']} (bonus included), per position {acc['acceptance_per_position']}, "
+                       f"{report['training']['steps']} steps in {report['training']['seconds']} s; "
+                       f"method: {acc['method']}")

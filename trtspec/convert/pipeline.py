@@ -1,0 +1,141 @@
+"""Which checkpoints a spec asks for, and running them in order with skip-on-rerun.
+
+  target                       always (hardlinks or a copy of the resolved source + manifest)
+  target-fp8, -fp8-trtllm      quantization.fp8: one ModelOpt PTQ, exported as an HF checkpoint
+                               (trtllm and cpu backends) and, always alongside, a TensorRT-LLM
+                               checkpoint for trtllm-engine (cheap, and switching backends later
+                               then needs no re-calibration)
+  eagle3                       speculative.mode eagle3
+  draft (+ draft-fp8)          speculative.mode draft-target
+ngram and none need no checkpoint beyond the target.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from trtspec import artifacts
+from trtspec.artifacts import Layout
+from trtspec.convert import draft as draft_checks
+from trtspec.convert import fp8, reports
+from trtspec.convert.prompts import load_prompts, prompt_file, prompts_sha256
+from trtspec.convert.target import StageResult, copy_checkpoint, load_causal_lm, resolve_target, write_target
+
+FP8_EVAL_PROMPTS = 8
+
+
+def planned_kinds(spec) -> list[str]:
+    """The checkpoint kinds this spec produces, in order."""
+    kinds = ["target"]
+    if spec.quantization.fp8:
+        kinds += ["target-fp8", "target-fp8-trtllm"]
+    if spec.speculative.mode == "eagle3":
+        kinds.append("eagle3")
+    if spec.speculative.mode == "draft-target":
+        kinds += ["draft"] + (["draft-fp8"] if spec.quantization.fp8 else [])
+    return kinds
+
+
+def run_convert(spec, *, console, dry_run: bool = False, eval_prompts_path: str | None = None,
+                eval_tokens: int = 48) -> list[StageResult]:
+    """Run every stage the spec asks for; each one skips itself when its inputs are unchanged."""
+    layout = Layout.from_spec(spec)
+    info = resolve_target(spec.model.source, trust_remote_code=spec.model.trust_remote_code)
+    results = [write_target(info, layout.checkpoint("target"), source=spec.model.source, dry_run=dry_run)]
+    # Later stages read the recorded target (its own path) but key on the source's weights hash.
+    target_dir = layout.checkpoint("target") if results[0].status != "planned" else info.path
+    target_sha = info.sha256
+    calibration = load_prompts(prompt_file(spec.quantization.calibration_prompts, "calibration"))
+    training = load_prompts(prompt_file(spec.speculative.eagle3.prompts, "train"))
+    if spec.quantization.fp8:
+        results += run_fp8(spec, layout, target_dir, target_sha, calibration, training[:FP8_EVAL_PROMPTS],
+                           kind="target", console=console, dry_run=dry_run)
+    if spec.speculative.mode == "eagle3":
+        from trtspec.convert.eagle3 import run_eagle3
+
+        held_out = load_prompts(eval_prompts_path) if eval_prompts_path else calibration[:12]
+        results.append(run_eagle3(spec, layout, target_dir, target_sha, prompt_file(spec.speculative.eagle3.prompts, "train"),
+                                  held_out, console=console, dry_run=dry_run, eval_tokens=eval_tokens))
+    if spec.speculative.mode == "draft-target":
+        results += run_draft(spec, layout, target_dir, target_sha, calibration, training[:FP8_EVAL_PROMPTS],
+                             console=console, dry_run=dry_run)
+    return results
+
+
+def run_fp8(spec, layout: Layout, source_dir: Path, source_sha: str, calibration: list[str], eval_prompts: list[str],
+            *, kind: str, console, dry_run: bool, target_sha: str | None = None) -> list[StageResult]:
+    """FP8 PTQ of `source_dir` -> `<kind>-fp8` (HF) and, for the target, `target-fp8-trtllm`."""
+    quant = spec.quantization
+    prompts = calibration[:quant.calibration_size]
+    inputs = {"source_sha256": source_sha, "calibration_sha256": prompts_sha256(prompts),
+              "fp8_kv_cache": quant.fp8_kv_cache, "dtype": spec.model.dtype}
+    trtllm_inputs = {**inputs, "tp_size": spec.build.tp_size, "pp_size": spec.build.pp_size}
+    outputs = {f"{kind}-fp8": inputs}
+    if kind == "target":
+        outputs["target-fp8-trtllm"] = trtllm_inputs
+    pending = {name: layout.checkpoint(name) for name, key in outputs.items()
+               if not artifacts.is_up_to_date(layout.checkpoint(name), key)}
+    results = [StageResult(name, layout.checkpoint(name), "skipped", artifacts.read_manifest(layout.checkpoint(name)))
+               for name in outputs if name not in pending]
+    if not pending or dry_run:
+        return results + [StageResult(name, path, "planned") for name, path in pending.items()]
+    import copy
+
+    original, tokenizer = load_causal_lm(source_dir, dtype=spec.model.dtype, trust_remote_code=spec.model.trust_remote_code)
+    quantized = copy.deepcopy(original)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console) as progress:
+        task = progress.add_task(f"FP8 calibration ({kind})", total=len(prompts))
+        fp8.quantize_fp8(quantized, tokenizer, prompts, fp8_kv_cache=quant.fp8_kv_cache,
+                         on_prompt=lambda n: progress.advance(task, n))
+    report = reports.fp8_quality(original, quantized, tokenizer, eval_prompts)
+    report["calibration_prompts"] = len(prompts)
+    common = {"source": str(source_dir), "source_sha256": source_sha, "settings": quant.model_dump(mode="json"),
+              "report": report}
+    if target_sha:  # a quantized draft still belongs to one target
+        common["target_sha256"] = target_sha
+    for name, final in pending.items():
+        with artifacts.atomic_dir(final) as staging:
+            if name.endswith("-trtllm"):
+                fp8.export_trtllm(quantized, staging, tp_size=spec.build.tp_size, pp_size=spec.build.pp_size)
+            else:
+                fp8.export_hf(quantized, tokenizer, staging)
+            manifest = artifacts.write_manifest(staging, name, weights_sha256=artifacts.weights_sha256(staging),
+                                                inputs=outputs[name], **common)
+        results.append(StageResult(name, final, "written", manifest, report))
+    layout.reports.mkdir(parents=True, exist_ok=True)
+    artifacts.write_json(layout.report_dir(f"convert-{kind}-fp8.json"), report)
+    return results
+
+
+def run_draft(spec, layout: Layout, target_dir: Path, target_sha: str, calibration: list[str], eval_prompts: list[str],
+              *, console, dry_run: bool) -> list[StageResult]:
+    """Check the draft against the target, record it as `draft` (+ `draft-fp8` with FP8)."""
+    draft_info = resolve_target(spec.speculative.draft, trust_remote_code=spec.model.trust_remote_code)
+    pairing = draft_checks.check_pair(target_dir, draft_info.path)
+    final = layout.checkpoint("draft")
+    inputs = {"source": spec.speculative.draft, "source_sha256": draft_info.sha256, "target_sha256": target_sha}
+    if artifacts.is_up_to_date(final, inputs):
+        results = [StageResult("draft", final, "skipped", artifacts.read_manifest(final))]
+    elif dry_run:
+        results = [StageResult("draft", final, "planned")]
+    else:
+        with artifacts.atomic_dir(final) as staging:
+            copy_checkpoint(draft_info.path, staging)
+            manifest = artifacts.write_manifest(
+                staging, "draft", source=spec.speculative.draft, resolved_path=str(draft_info.path),
+                target_sha256=target_sha, weights_sha256=artifacts.weights_sha256(staging), inputs=inputs,
+                pairing=pairing, model=draft_info.summary())
+        results = [StageResult("draft", final, "written", manifest, {"pairing": pairing})]
+    if spec.quantization.fp8:
+        source = final if results[0].status != "planned" else draft_info.path
+        results += run_fp8(spec, layout, source, draft_info.sha256, calibration, eval_prompts, kind="draft",
+                           console=console, dry_run=dry_run, target_sha=target_sha)
+    return results
+
+
+def summary(results: list[StageResult]) -> dict[str, Any]:
+    return {"checkpoints": [result.to_dict() for result in results]}

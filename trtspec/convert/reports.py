@@ -1,0 +1,102 @@
+"""Quality reports: FP8 against the original, and EAGLE-3 acceptance on held-out prompts.
+
+Acceptance vocabulary (as in the runtime): at each speculative step the head drafts
+`max_draft_len` tokens after the committed text; the target accepts the longest prefix that
+matches its own greedy tokens and adds one bonus token. Acceptance length = accepted + 1 (bonus
+included); its mean over steps is the tokens each target pass yields.
+
+`eagle3_acceptance` measures this with ModelOpt's `pseudo_speculative_generate` (the head drafts
+from the target's hidden states over the whole prefix) against the target's greedy continuation.
+The report says which method produced its numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from trtspec.convert.prompts import chat_ids
+
+
+def greedy_continuations(model, tokenizer, prompts: list[str], new_tokens: int) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, greedy continuation ids) per prompt, with the target alone."""
+    import torch
+
+    pairs = []
+    for prompt in prompts:
+        ids = chat_ids(tokenizer, prompt)
+        with torch.no_grad():
+            out = model.generate(input_ids=torch.tensor([ids]), max_new_tokens=new_tokens, do_sample=False,
+                                 temperature=None, top_p=None, top_k=None, pad_token_id=tokenizer.pad_token_id)
+        pairs.append((ids, out[0, len(ids):].tolist()))
+    return pairs
+
+
+def eagle3_acceptance(eagle_model, references: list[tuple[list[int], list[int]]], *, max_draft_len: int = 4,
+                      on_prompt: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Mean acceptance length (bonus included) and acceptance per draft position.
+
+    `references` are (prompt ids, the target's greedy continuation). At position i the head drafts
+    `max_draft_len` tokens after the target's token i; drafts are accepted while they equal the
+    continuation; the step then advances by accepted + 1, as a speculative engine would.
+    """
+    import torch
+
+    steps, accepted_total = 0, 0
+    per_position = [0] * max_draft_len
+    lengths = []
+    for prompt_ids, continuation in references:
+        position = 0
+        while position < len(continuation) - 1:
+            prefix = torch.tensor([prompt_ids + continuation[:position]])
+            _, drafts = eagle_model.pseudo_speculative_generate(prefix, steps=max_draft_len)
+            accepted = 0
+            for offset, token in enumerate(drafts[0].tolist()):
+                truth = position + 1 + offset
+                if truth >= len(continuation) or token != continuation[truth]:
+                    break
+                per_position[offset] += 1
+                accepted += 1
+            steps += 1
+            accepted_total += accepted
+            lengths.append(accepted + 1)
+            position += accepted + 1
+        if on_prompt:
+            on_prompt(1)
+    mean_length = sum(lengths) / max(1, len(lengths))
+    return {"method": "modelopt.pseudo_speculative_generate vs target greedy continuation",
+            "max_draft_len": max_draft_len, "prompts": len(references), "steps": steps,
+            "mean_acceptance_length": round(mean_length, 3),
+            "acceptance_rate": round(accepted_total / max(1, steps * max_draft_len), 3),
+            "accepted_per_position": per_position,
+            "acceptance_per_position": [round(count / max(1, steps), 3) for count in per_position]}
+
+
+def fp8_quality(original, quantized, tokenizer, prompts: list[str], *, new_tokens: int = 32) -> dict[str, Any]:
+    """Greedy token agreement and perplexity, FP8 model against the original.
+
+    Agreement: the FP8 model is teacher-forced on the original's greedy continuation and we count
+    the positions where its own argmax equals the original's token. Perplexity: both models score
+    the original's continuation (lower is better; close values mean FP8 kept the distribution).
+    """
+    import torch
+
+    agree = total = 0
+    nll = {"original": 0.0, "fp8": 0.0}
+    for prompt_ids, continuation in greedy_continuations(original, tokenizer, prompts, new_tokens):
+        if not continuation:
+            continue
+        ids = torch.tensor([prompt_ids + continuation])
+        start = len(prompt_ids)
+        with torch.no_grad():
+            for name, model in (("original", original), ("fp8", quantized)):
+                logits = model(ids).logits[0, start - 1:-1].float()
+                target = ids[0, start:]
+                nll[name] += float(torch.nn.functional.cross_entropy(logits, target, reduction="sum"))
+                if name == "fp8":
+                    agree += int((logits.argmax(-1) == target).sum())
+        total += len(continuation)
+    return {"prompts": len(prompts), "tokens": total, "greedy_token_agreement": round(agree / max(1, total), 4),
+            "perplexity_original": round(math.exp(nll["original"] / max(1, total)), 3),
+            "perplexity_fp8": round(math.exp(nll["fp8"] / max(1, total)), 3)}
