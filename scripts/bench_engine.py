@@ -1,0 +1,165 @@
+#!/usr/bin/env python
+"""Benchmark the cpu engine on SmolLM2: speculative vs plain, against HF transformers, same run.
+
+For every dev prompt (chat template applied once, the same token ids for every contender), in
+interleaved order: the engine without speculation, the engine per drafter, HF greedy
+`generate`, HF `generate(prompt_lookup_num_tokens=...)`. Greedy, --max-tokens new tokens,
+EOS ignored by none: each contender stops where the target stops. Reports tokens/s per
+category, speedups, mean acceptance length, and the theoretical speedup (Leviathan et al. 2023)
+from measured acceptance and measured draft/verify costs.
+
+    /tmp/venv/bin/python scripts/bench_engine.py --max-tokens 128 --out docs/bench-engine.json
+    /tmp/venv/bin/python scripts/bench_engine.py --eagle3 work/checkpoints/eagle3   # + EAGLE-3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEV_PROMPTS = ROOT.parent / "shared" / "prompts" / "dev-prompts.jsonl"
+
+
+def leviathan_speedup(alpha: float, gamma: float, cost_ratio: float) -> float:
+    """Expected speedup (Leviathan et al. 2023, Thm 3.8): (1 - a^(g+1)) / ((1 - a)(g c + 1)).
+
+    Here `cost_ratio` is measured directly as (draft + verify time per step) / (plain step time),
+    which replaces the paper's (g c + 1) denominator, so verify width costs are included.
+    """
+    expected_tokens = gamma + 1 if alpha >= 1 else (1 - alpha ** (gamma + 1)) / (1 - alpha)
+    return expected_tokens / cost_ratio
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--max-draft-len", type=int, default=8)
+    parser.add_argument("--ngram-max", type=int, default=3)
+    parser.add_argument("--hf-lookup", type=int, default=10, help="HF prompt_lookup_num_tokens (HF's default 10)")
+    parser.add_argument("--eagle3", type=Path, default=None, help="a trained EAGLE-3 checkpoint directory")
+    parser.add_argument("--limit", type=int, default=0, help="only the first N prompts per category")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument("--out", type=Path, default=None, help="write the raw results as JSON here")
+    args = parser.parse_args()
+
+    import torch
+
+    from trtspec.models import resolve_model
+    from trtspec.runtime import Engine
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    path = resolve_model("smollm2", quiet=True).path
+    engines = {"ngram": Engine.from_checkpoints(path, mode="ngram", max_draft_len=args.max_draft_len,
+                                                ngram_min=1, ngram_max=args.ngram_max)}
+    if args.eagle3:
+        engines["eagle3"] = Engine.from_checkpoints(path, mode="eagle3", draft_dir=args.eagle3,
+                                                    max_draft_len=args.max_draft_len)
+    base = engines["ngram"]
+    model, tokenizer = base.target, base.tokenizer
+    rows = [json.loads(line) for line in DEV_PROMPTS.read_text().splitlines() if line.strip()]
+    if args.limit:
+        kept, seen = [], defaultdict(int)
+        for row in rows:
+            seen[row["category"]] += 1
+            if seen[row["category"]] <= args.limit:
+                kept.append(row)
+        rows = kept
+
+    def hf(ids, **extra):
+        inputs = torch.tensor([ids])
+        started = time.perf_counter()
+        with torch.inference_mode():
+            out = model.generate(inputs, attention_mask=torch.ones_like(inputs), max_new_tokens=args.max_tokens,
+                                 do_sample=False, pad_token_id=tokenizer.pad_token_id, **extra)
+        return time.perf_counter() - started, out[0, len(ids):].tolist(), None
+
+    def engine_run(engine, ids, speculative):
+        started = time.perf_counter()
+        result = engine.generate(ids, max_new_tokens=args.max_tokens, speculative=speculative)
+        return time.perf_counter() - started, result.token_ids, result.stats
+
+    contenders = {"engine-plain": lambda ids: engine_run(base, ids, False)}
+    for name, engine in engines.items():
+        contenders[f"engine-{name}"] = (lambda e: lambda ids: engine_run(e, ids, True))(engine)
+    contenders["hf-greedy"] = lambda ids: hf(ids)
+    contenders["hf-prompt-lookup"] = lambda ids: hf(ids, prompt_lookup_num_tokens=args.hf_lookup)
+
+    warm = base.encode(rows[0]["prompt"])
+    for run in contenders.values():  # warm-up: first-call allocations, lazy imports
+        run(warm[:16])
+    results = []
+    for index, row in enumerate(rows):
+        ids = base.encode(row["prompt"])
+        record = {"category": row["category"], "prompt_tokens": len(ids), "runs": {}}
+        for name, run in contenders.items():
+            seconds, tokens, stats = run(ids)
+            record["runs"][name] = {"seconds": seconds, "tokens": len(tokens), "token_ids": tokens,
+                                    "stats": stats.to_dict() if stats else None}
+        plain = record["runs"]["engine-plain"]["token_ids"]
+        record["identical"] = {name: r["token_ids"][: len(plain)] == plain[: len(r["token_ids"])]
+                               for name, r in record["runs"].items()}
+        results.append(record)
+        print(f"[{index + 1}/{len(rows)}] {row['category']:9s} " + "  ".join(
+            f"{n}={r['tokens'] / r['seconds']:.1f}" for n, r in record["runs"].items()), file=sys.stderr, flush=True)
+    summary = summarize(results, list(contenders), args)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "summary": summary,
+                                        "results": results}, indent=1))
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def summarize(results, names, args) -> dict:
+    categories = sorted({r["category"] for r in results}) + ["all"]
+    out: dict = {"tokens_per_s": {}, "speedup_vs_engine_plain": {}, "hf_prompt_lookup_speedup": {},
+                 "mean_acceptance_length": {}, "theoretical": {}, "identical_to_engine_plain": {}}
+    for category in categories:
+        chosen = [r for r in results if category in ("all", r["category"])]
+        rate = {n: sum(r["runs"][n]["tokens"] for r in chosen) / sum(r["runs"][n]["seconds"] for r in chosen)
+                for n in names}
+        out["tokens_per_s"][category] = rate
+        out["speedup_vs_engine_plain"][category] = {n: rate[n] / rate["engine-plain"] for n in names}
+        out["hf_prompt_lookup_speedup"][category] = rate["hf-prompt-lookup"] / rate["hf-greedy"]
+        for name in names:
+            if not name.startswith("engine-") or name == "engine-plain":
+                continue
+            stats = [r["runs"][name]["stats"] for r in chosen]
+            drafts = sum(s["num_drafts"] for s in stats)
+            accepted = sum(s["num_accepted_tokens"] for s in stats)
+            draft_tokens = sum(s["num_draft_tokens"] for s in stats)
+            passes = sum(s["num_target_passes"] for s in stats)
+            out["mean_acceptance_length"].setdefault(category, {})[name] = 1 + accepted / drafts if drafts else 1.0
+            # Costs per target pass, measured inside the same runs.
+            plain_step = (sum(r["runs"]["engine-plain"]["seconds"] for r in chosen)
+                          / sum(max(1, r["runs"]["engine-plain"]["tokens"]) for r in chosen))
+            spec_step = sum(s["draft_time_s"] + s["verify_time_s"] for s in stats) / max(1, passes)
+            alpha = accepted / draft_tokens if draft_tokens else 0.0
+            gamma = draft_tokens / drafts if drafts else 0.0
+            # Steps without a draft (no n-gram match) commit one token at about plain cost.
+            draft_share = drafts / max(1, passes)
+            expected = draft_share * leviathan_speedup(alpha, gamma, 1.0) + (1 - draft_share)
+            theoretical = expected * plain_step / spec_step
+            measured = out["speedup_vs_engine_plain"][category][name]
+            out["theoretical"].setdefault(category, {})[name] = {
+                "alpha": alpha, "mean_draft_len": gamma, "draft_share": draft_share,
+                "cost_ratio": spec_step / plain_step, "theoretical_speedup": theoretical,
+                "measured_speedup": measured, "measured_over_theoretical": measured / theoretical}
+        out["identical_to_engine_plain"][category] = {
+            n: sum(r["identical"][n] for r in chosen) for n in names} | {"of": len(chosen)}
+    out["hf_greedy_vs_engine_plain"] = {c: out["tokens_per_s"][c]["engine-plain"] / out["tokens_per_s"][c]["hf-greedy"]
+                                        for c in categories}
+    out["median_engine_plain_tokens_per_s"] = statistics.median(
+        r["runs"]["engine-plain"]["tokens"] / r["runs"]["engine-plain"]["seconds"] for r in results)
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())
