@@ -77,3 +77,21 @@ def test_bench_baseline_against_a_real_server(served_spec, tmp_path):
     assert all(r["ttft_s"] > 0 and r["ttft_s"] <= r["e2e_s"] for r in records)
     for png in ("throughput.png", "acceptance.png"):
         assert (out / png).read_bytes()[:8] == PNG_MAGIC
+
+
+def test_serving_overhead_triton_over_in_process(served_spec, tmp_path):
+    from trtspec.spec import load_spec
+
+    spec = load_spec(served_spec)
+    engine = f"{spec.build.output_dir}/tiny-ngram-cpu"
+    out = tmp_path / "overhead"
+    result = CliRunner().invoke(main, ["bench", "-c", str(served_spec), "--url", f"127.0.0.1:{spec.serve.grpc_port}",
+                                       "--engine", engine, "--concurrency", "1", "--num-prompts", "2",
+                                       "--max-tokens", "8", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "triton / in-process" in result.output
+    report = json.loads((out / "bench.json").read_text())
+    assert [r["variant"] for r in report["results"]] == ["triton", "in-process"]
+    (row,) = report["speedup"]
+    triton, local = report["results"]
+    assert row["output_throughput_speedup"] == pytest.approx(triton["output_throughput"] / local["output_throughput"])

@@ -202,9 +202,10 @@ class Cell:
 
 
 def group_cells(records: Iterable[RequestRecord], durations: dict[tuple[str, int, int], float],
-                counters: dict[tuple[str, int], dict[str, float]] | None = None) -> list[Cell]:
-    """Cells in (concurrency, speculative-before-baseline) order. durations: (variant, conc, repeat) -> s;
-    counters: (variant, conc) -> counter deltas."""
+                counters: dict[tuple[str, int], dict[str, float]] | None = None,
+                order: Sequence[str] = (SPECULATIVE, BASELINE)) -> list[Cell]:
+    """Cells by concurrency, then variants in `order` (others after, by name).
+    durations: (variant, conc, repeat) -> s; counters: (variant, conc) -> counter deltas."""
     cells: dict[tuple[str, int], Cell] = {}
     for (variant, concurrency, repeat), seconds in durations.items():
         cells.setdefault((variant, concurrency), Cell(variant, concurrency)).duration_by_repeat[repeat] = seconds
@@ -214,8 +215,8 @@ def group_cells(records: Iterable[RequestRecord], durations: dict[tuple[str, int
     for record in records:
         cells.setdefault((record.variant, record.concurrency), Cell(record.variant, record.concurrency)
                          ).records.append(record)
-    order = {SPECULATIVE: 0, BASELINE: 1}
-    return sorted(cells.values(), key=lambda c: (c.concurrency, order.get(c.variant, 2), c.variant))
+    rank = {variant: i for i, variant in enumerate(order)}
+    return sorted(cells.values(), key=lambda c: (c.concurrency, rank.get(c.variant, len(rank)), c.variant))
 
 
 def summarize_cell(cell: Cell) -> dict[str, Any]:
@@ -259,12 +260,14 @@ def summarize_cell(cell: Cell) -> dict[str, Any]:
     return result
 
 
-def speedups(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Speculative over baseline per concurrency: tokens/s (median of per-repeat ratios), TPOT, E2EL."""
+def speedups(summaries: Sequence[dict[str, Any]], numerator: str = SPECULATIVE,
+             denominator: str = BASELINE) -> list[dict[str, Any]]:
+    """`numerator` over `denominator` per concurrency (speculative over baseline unless told):
+    tokens/s (median of per-repeat ratios), TPOT, E2EL, and the acceptance-length ceiling."""
     by_key = {(s["variant"], s["max_concurrency"]): s for s in summaries}
     out = []
     for concurrency in sorted({s["max_concurrency"] for s in summaries}):
-        spec, base = by_key.get((SPECULATIVE, concurrency)), by_key.get((BASELINE, concurrency))
+        spec, base = by_key.get((numerator, concurrency)), by_key.get((denominator, concurrency))
         if not spec or not base:
             continue
         ratios = [a / b for a, b in zip(spec["output_throughput_by_repeat"], base["output_throughput_by_repeat"],
@@ -282,9 +285,10 @@ def speedups(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def by_category(records: Iterable[RequestRecord]) -> list[dict[str, Any]]:
+def by_category(records: Iterable[RequestRecord], numerator: str = SPECULATIVE,
+                denominator: str = BASELINE) -> list[dict[str, Any]]:
     """Per (concurrency, category): per-user tokens/s (sum tokens / sum E2EL) for each variant,
-    their ratio, and the speculative acceptance length."""
+    numerator over denominator (`speedup`), and the numerator's acceptance length."""
     groups: dict[tuple[int, str], dict[str, list[RequestRecord]]] = {}
     for record in records:
         if record.ok:
@@ -295,11 +299,11 @@ def by_category(records: Iterable[RequestRecord]) -> list[dict[str, Any]]:
         for variant, recs in variants.items():
             row[f"{variant}_requests"] = len(recs)
             row[f"{variant}_user_tokens_per_s"] = _ratio(sum(r.output_tokens for r in recs), sum(r.e2e_s for r in recs))
-        counts = sum_counts(variants.get(SPECULATIVE, []))
+        counts = sum_counts(variants.get(numerator, []))
         if counts is not None:
             row["spec_decode_acceptance_length"] = spec_summary(counts)["spec_decode_acceptance_length"]
-        if SPECULATIVE in variants and BASELINE in variants:
-            row["speedup"] = _ratio(row[f"{SPECULATIVE}_user_tokens_per_s"], row[f"{BASELINE}_user_tokens_per_s"])
+        if numerator in variants and denominator in variants:
+            row["speedup"] = _ratio(row[f"{numerator}_user_tokens_per_s"], row[f"{denominator}_user_tokens_per_s"])
         out.append(row)
     return out
 

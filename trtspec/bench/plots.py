@@ -12,7 +12,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-COLORS = {"speculative": "tab:blue", "baseline": "tab:gray"}
+COLORS = {"speculative": "tab:blue", "baseline": "tab:gray", "triton": "tab:green", "in-process": "tab:purple"}
+
+
+def _variants(results: list[dict[str, Any]]) -> list[str]:
+    seen: list[str] = []
+    for r in results:
+        if r["variant"] not in seen:
+            seen.append(r["variant"])
+    return seen
 
 
 def _pyplot():
@@ -39,10 +47,10 @@ def plot_throughput(results: list[dict[str, Any]], speedup: list[dict[str, Any]]
     concurrencies = sorted({r["max_concurrency"] for r in results})
     for axis, key, scale, panel_title, unit in panels:
         top = 0.0
-        for variant in ("speculative", "baseline"):
+        for variant in _variants(results):
             xs, ys = _series(results, variant, key)
             if xs:
-                axis.plot(xs, [y / scale for y in ys], "o-", color=COLORS[variant], label=variant, linewidth=2)
+                axis.plot(xs, [y / scale for y in ys], "o-", color=COLORS.get(variant), label=variant, linewidth=2)
                 top = max(top, max(ys) / scale)
         axis.set(title=panel_title, xlabel="concurrency", ylabel=unit)
         axis.set_xticks(concurrencies)
@@ -51,11 +59,12 @@ def plot_throughput(results: list[dict[str, Any]], speedup: list[dict[str, Any]]
         axis.grid(alpha=0.3)
         axis.legend(fontsize=8, loc="best")
     by_conc = {s["max_concurrency"]: s for s in speedup}
-    for x, y in zip(*_series(results, "speculative", "output_throughput"), strict=True):
+    first = _variants(results)[0]   # the numerator of the ratios: speculative, or triton for overhead runs
+    for x, y in zip(*_series(results, first, "output_throughput"), strict=True):
         ratio = by_conc.get(x, {}).get("output_throughput_speedup")
         if ratio is not None:
             ax_tps.annotate(f"{ratio:.2f}x", (x, y), textcoords="offset points", xytext=(0, 8),
-                            ha="center", fontsize=10, fontweight="bold", color=COLORS["speculative"])
+                            ha="center", fontsize=10, fontweight="bold", color=COLORS.get(first))
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -65,7 +74,7 @@ def plot_throughput(results: list[dict[str, Any]], speedup: list[dict[str, Any]]
 
 def plot_acceptance(results: list[dict[str, Any]], path: Path, title: str) -> Path | None:
     """None when no result carries a histogram (baseline-only runs, or Triton without positions)."""
-    rows = [r for r in results if r["variant"] == "speculative" and r.get("spec_decode_accepted_per_step_histogram")]
+    rows = [r for r in results if r.get("spec_decode_accepted_per_step_histogram")]
     if not rows:
         return None
     plt = _pyplot()
@@ -75,10 +84,12 @@ def plot_acceptance(results: list[dict[str, Any]], path: Path, title: str) -> Pa
         hist = row["spec_decode_accepted_per_step_histogram"]
         steps = sum(hist) or 1
         xs = [k + (i - (len(rows) - 1) / 2) * width for k in range(len(hist))]
-        label = f"conc {row['max_concurrency']} (AL {row['spec_decode_acceptance_length']:.2f})"
+        prefix = "" if row["variant"] == "speculative" else f"{row['variant']} "
+        label = f"{prefix}conc {row['max_concurrency']} (AL {row['spec_decode_acceptance_length']:.2f})"
         ax_hist.bar(xs, [100.0 * h / steps for h in hist], width=width, label=label)
         rates = row.get("spec_decode_per_position_acceptance_rates") or []
-        ax_pos.plot(range(1, len(rates) + 1), [100.0 * r for r in rates], "o-", label=f"conc {row['max_concurrency']}")
+        ax_pos.plot(range(1, len(rates) + 1), [100.0 * r for r in rates], "o-",
+                    label=f"{prefix}conc {row['max_concurrency']}")
     longest = max(len(r["spec_decode_accepted_per_step_histogram"]) for r in rows)
     ax_hist.set_xticks(range(longest))
     ax_hist.set(title="Accepted draft tokens per verification step", xlabel="accepted draft tokens",

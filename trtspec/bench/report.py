@@ -19,7 +19,15 @@ from pathlib import Path
 from typing import Any
 
 from trtspec import __version__
-from trtspec.bench.metrics import RequestRecord, by_category, group_cells, speedups, summarize_cell
+from trtspec.bench.metrics import (
+    BASELINE,
+    SPECULATIVE,
+    RequestRecord,
+    by_category,
+    group_cells,
+    speedups,
+    summarize_cell,
+)
 
 BENCH_JSON = "bench.json"
 BENCH_CSV = "bench.csv"
@@ -52,11 +60,14 @@ def machine_metadata() -> dict[str, Any]:
 
 def assemble_report(records: list[RequestRecord], durations: dict[tuple[str, int, int], float],
                     metadata: dict[str, Any], counters_delta: dict[str, float] | None = None,
-                    cell_counters: dict[tuple[str, int], dict[str, float]] | None = None) -> dict[str, Any]:
-    """bench.json's content: metadata, results per cell, speedups, categories, server counters."""
-    results = [summarize_cell(cell) for cell in group_cells(records, durations, cell_counters)]
+                    cell_counters: dict[tuple[str, int], dict[str, float]] | None = None,
+                    ratio: tuple[str, str] = (SPECULATIVE, BASELINE)) -> dict[str, Any]:
+    """bench.json's content: metadata, results per cell, `ratio[0]` over `ratio[1]` per concurrency
+    (key `speedup`), categories, server counters."""
+    results = [summarize_cell(cell) for cell in group_cells(records, durations, cell_counters, order=ratio)]
     return {"metadata": {**metadata, "machine": metadata.get("machine") or machine_metadata()},
-            "results": results, "speedup": speedups(results), "by_category": by_category(records),
+            "results": results, "ratio": {"numerator": ratio[0], "denominator": ratio[1]},
+            "speedup": speedups(results, *ratio), "by_category": by_category(records, *ratio),
             "server_counters": counters_delta}
 
 
@@ -126,7 +137,8 @@ def render_table(report: dict[str, Any]):
                       _fmt(r.get("spec_decode_acceptance_length"), 2), _fmt(r.get("spec_decode_acceptance_rate")))
     parts: list[Any] = [table]
     if report.get("speedup"):
-        speed = Table(title="speculative / baseline (same run, interleaved)")
+        ratio = report.get("ratio") or {"numerator": SPECULATIVE, "denominator": BASELINE}
+        speed = Table(title=f"{ratio['numerator']} / {ratio['denominator']} (same run, interleaved)")
         for name in ("conc", "tokens/s speedup", "per repeat", "TPOT speedup", "E2EL speedup",
                      "AL (ceiling)", "measured / ceiling"):
             speed.add_column(name, justify="right")
@@ -137,12 +149,14 @@ def render_table(report: dict[str, Any]):
                           _fmt(s["theoretical_speedup"], 2), _fmt(s["measured_over_theoretical"], 2))
         parts.append(speed)
     if report.get("by_category"):
+        ratio = report.get("ratio") or {"numerator": SPECULATIVE, "denominator": BASELINE}
+        top, bottom = ratio["numerator"], ratio["denominator"]
         cats = Table(title="by prompt category (per-user tokens/s = output tokens / E2E latency)")
-        for name in ("conc", "category", "spec tok/s", "base tok/s", "speedup", "AL"):
+        for name in ("conc", "category", f"{top} tok/s", f"{bottom} tok/s", "ratio", "AL"):
             cats.add_column(name, justify="right")
         for c in report["by_category"]:
-            cats.add_row(str(c["max_concurrency"]), c["category"], _fmt(c.get("speculative_user_tokens_per_s")),
-                         _fmt(c.get("baseline_user_tokens_per_s")), _fmt(c.get("speedup"), 2, "x"),
+            cats.add_row(str(c["max_concurrency"]), c["category"], _fmt(c.get(f"{top}_user_tokens_per_s")),
+                         _fmt(c.get(f"{bottom}_user_tokens_per_s")), _fmt(c.get("speedup"), 2, "x"),
                          _fmt(c.get("spec_decode_acceptance_length"), 2))
         parts.append(cats)
     for r in report["results"]:

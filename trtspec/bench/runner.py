@@ -34,15 +34,16 @@ def default_out_dir(spec: Any, kind: str) -> Path:
     return Layout.from_spec(spec).report_dir(f"{kind}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}")
 
 
-def open_target(spec: Any, url: str | None, engine_dir: str | None) -> tuple[Any, dict[str, Any]]:
-    """(target, description) for --engine (in-process) or --url / the spec's server (Triton)."""
-    if engine_dir:
-        from trtspec.bench.targets import EngineTarget
-        from trtspec.runtime import load_engine
+def open_engine(engine_dir: str) -> tuple[Any, dict[str, Any]]:
+    from trtspec.bench.targets import EngineTarget
+    from trtspec.runtime import load_engine
 
-        engine = load_engine(engine_dir)
-        return EngineTarget(engine), {"target": f"in-process engine {engine_dir}", "mode": engine.mode,
-                                      "max_draft_len": engine.max_draft_len}
+    engine = load_engine(engine_dir)
+    return EngineTarget(engine), {"target": f"in-process engine {engine_dir}", "mode": engine.mode,
+                                  "max_draft_len": engine.max_draft_len}
+
+
+def open_triton(spec: Any, url: str | None) -> tuple[Any, dict[str, Any]]:
     from trtspec.bench.targets import TritonTarget
 
     address = url or default_url(spec)
@@ -52,29 +53,57 @@ def open_target(spec: Any, url: str | None, engine_dir: str | None) -> tuple[Any
                     "max_draft_len": spec.speculative.max_draft_len}
 
 
-def run(target: Any, description: dict[str, Any], prompts: Sequence[Any], *, spec: Any, concurrency: list[int],
-        max_tokens: int, baseline: bool, repeats: int, temperature: float, out_dir: Path, prompts_source: str,
-        plots: bool = True, on_request: Callable | None = None) -> tuple[dict[str, Any], dict[str, Path]]:
+def plan_variants(spec: Any, url: str | None, engine_dir: str | None, baseline: bool
+                  ) -> tuple[dict[str, tuple[Any, bool]], tuple[str, str], dict[str, Any]]:
+    """(variants, ratio, description) for the three ways bench runs:
+
+    - `--engine` or `--url` (default: the spec's server): speculative, plus baseline if asked;
+      ratio speculative / baseline.
+    - `--engine` and `--url` together: the serving overhead, the same speculative requests
+      through Triton and in-process, interleaved; ratio triton / in-process (goal >= 0.9).
+    """
+    from trtspec.bench.metrics import BASELINE, SPECULATIVE
+
+    if engine_dir and url:
+        if baseline:
+            raise TrtSpecError("--baseline cannot be combined with --url and --engine together",
+                               fix="measure the overhead (both) and the speedup (one of them) in two runs")
+        triton, described = open_triton(spec, url)
+        engine, engine_described = open_engine(engine_dir)
+        description = {**described, "target": f"{described['target']} vs {engine_described['target']}",
+                       "mode": engine_described["mode"], "max_draft_len": engine_described["max_draft_len"]}
+        return {"triton": (triton, True), "in-process": (engine, True)}, ("triton", "in-process"), description
+    target, description = open_engine(engine_dir) if engine_dir else open_triton(spec, url)
+    variants = {SPECULATIVE: (target, True)}
+    if baseline:
+        variants[BASELINE] = (target, False)
+    return variants, (SPECULATIVE, BASELINE), description
+
+
+def run(variants: dict[str, tuple[Any, bool]], ratio: tuple[str, str], description: dict[str, Any],
+        prompts: Sequence[Any], *, spec: Any, concurrency: list[int], max_tokens: int, repeats: int,
+        temperature: float, out_dir: Path, prompts_source: str, plots: bool = True,
+        on_request: Callable | None = None) -> tuple[dict[str, Any], dict[str, Path]]:
     """Run the benchmark and write bench.json, bench.csv, requests.jsonl and the PNGs."""
     from trtspec.bench import plots as plotting
-    from trtspec.bench.load import run_bench
+    from trtspec.bench.load import run_variants
     from trtspec.bench.report import assemble_report, machine_metadata, write_reports
 
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    result = run_bench(target, prompts, concurrency, max_tokens=max_tokens, baseline=baseline, repeats=repeats,
-                       temperature=temperature, on_request=on_request)
+    result = run_variants(variants, prompts, concurrency, max_tokens=max_tokens, repeats=repeats,
+                          temperature=temperature, on_request=on_request)
     failed = [r for r in result.records if not r.ok]
     if failed and len(failed) == len(result.records):
         raise TrtSpecError(f"all {len(failed)} requests failed (first: {failed[0].error})",
                            fix="check the server with `trtspec infer` or the engine with `trtspec generate`")
     metadata = {"model": spec.model_name, **description, "num_prompts": len(prompts), "prompts": prompts_source,
                 "concurrency": concurrency, "max_tokens": max_tokens, "temperature": temperature,
-                "repeats": repeats, "baseline": baseline, "started": started, "command": " ".join(sys.argv),
+                "repeats": repeats, "variants": list(variants), "started": started, "command": " ".join(sys.argv),
                 "interleaving": "ABBA blocks of 2 x concurrency prompts per variant; throughput = median over "
-                                "repeats; speedup = median of per-repeat ratios",
+                                "repeats; ratios = median of per-repeat ratios",
                 "machine": machine_metadata()}
     report = assemble_report(result.records, result.durations, metadata, result.counters_delta,
-                             result.cell_counters)
+                             result.cell_counters, ratio=ratio)
     paths = write_reports(out_dir, report, [r.to_dict() for r in result.records])
     if plots:
         title = (f"{spec.model_name} {description.get('mode')} via {description['target']}, "

@@ -12,6 +12,7 @@ Examples:
   trtspec bench --url 127.0.0.1:8001 --concurrency 1,2,4,8 --max-tokens 128 --baseline
   trtspec bench --engine engines/smollm2-ngram-cpu --baseline --repeats 3   # in-process, no server
   trtspec bench --prompts my-prompts.jsonl --num-prompts 16 --out reports/mine --json
+  trtspec bench --url 127.0.0.1:8001 --engine engines/smollm2-ngram-cpu --concurrency 1   # serving overhead
 \b
 Writes bench.json (keys as `vllm bench serve`), bench.csv, requests.jsonl, throughput.png and
 acceptance.png to --out (default <workdir>/reports/bench-<UTC time>/).
@@ -71,7 +72,8 @@ def bench(config_path, url, engine_dir, prompts, concurrency, max_tokens, num_pr
 
     Streams every prompt at each concurrency over tritonclient gRPC (or in-process with
     --engine). With --baseline the same prompts run with speculation off in the same run,
-    interleaved block by block so machine noise hits both, and the speedup is reported.
+    interleaved block by block so machine noise hits both, and the speedup is reported. With
+    both --url and --engine it measures the serving overhead instead: Triton / in-process.
     """
     from pathlib import Path
 
@@ -80,13 +82,17 @@ def bench(config_path, url, engine_dir, prompts, concurrency, max_tokens, num_pr
     from trtspec.bench import runner
     from trtspec.bench.prompts import load_prompts
 
+    if baseline and url and engine_dir:
+        raise click.UsageError("--baseline measures one target; with both --url and --engine bench measures "
+                               "the serving overhead. Run them separately.")
     spec = resolve_spec(config_path, bench__prompts=prompts, bench__concurrency=concurrency,
                         bench__max_tokens=max_tokens, bench__num_prompts=num_prompts)
     prompt_set = load_prompts(spec.bench.prompts, spec.bench.num_prompts)
     out = Path(out_dir) if out_dir else runner.default_out_dir(spec, "bench")
-    variants = 2 if baseline else 1
+    variants = 2 if baseline or (url and engine_dir) else 1
     total = len(prompt_set) * len(spec.bench.concurrency) * repeats * variants
-    where = f"in-process {engine_dir}" if engine_dir else f"triton {url or runner.default_url(spec)}"
+    where = " vs ".join(([f"triton {url or runner.default_url(spec)}"] if url or not engine_dir else [])
+                        + ([f"in-process {engine_dir}"] if engine_dir else []))
     plan = {"target": where, "prompts": spec.bench.prompts or "packaged", "num_prompts": len(prompt_set),
             "concurrency": spec.bench.concurrency, "max_tokens": spec.bench.max_tokens, "repeats": repeats,
             "baseline": baseline, "requests": total, "out": str(out)}
@@ -98,13 +104,13 @@ def bench(config_path, url, engine_dir, prompts, concurrency, max_tokens, num_pr
         return
     console = Console(stderr=True)
     with console.status(f"Connecting to {where} ..."):
-        target, description = runner.open_target(spec, url, engine_dir)
+        variant_targets, ratio, description = runner.plan_variants(spec, url, engine_dir, baseline)
     with _progress(console, total, "bench") as progress:
         task = progress.add_task(f"bench {where}", total=total)
-        report, paths = runner.run(target, description, prompt_set, spec=spec, concurrency=spec.bench.concurrency,
-                                   max_tokens=spec.bench.max_tokens, baseline=baseline, repeats=repeats,
-                                   temperature=temperature, out_dir=out, prompts_source=plan["prompts"],
-                                   on_request=lambda record: progress.advance(task))
+        report, paths = runner.run(variant_targets, ratio, description, prompt_set, spec=spec,
+                                   concurrency=spec.bench.concurrency, max_tokens=spec.bench.max_tokens,
+                                   repeats=repeats, temperature=temperature, out_dir=out,
+                                   prompts_source=plan["prompts"], on_request=lambda record: progress.advance(task))
     if as_json:
         emit_json({"report": report, "files": {k: str(v) for k, v in paths.items()}})
         return
