@@ -34,8 +34,8 @@ def records():
     return [
         # A: TTFT 0.1, TPOT (0.5 - 0.1) / 4 = 0.1, ITL 0.2 and 0.1; two drafts of 4: accepted 2, then 1.
         rec(SPECULATIVE, 0, "chat", [0.1, 0.3, 0.4], 5, 0.5, SpecCounts(2, 8, 3, [2, 1, 0, 0])),
-        # B: TTFT 0.2, TPOT (0.6 - 0.2) / 2 = 0.2, ITL 0.4; one draft of 4, all accepted.
-        rec(SPECULATIVE, 1, "code", [0.2, 0.6], 3, 0.6, SpecCounts(1, 4, 4, [1, 1, 1, 1])),
+        # B: TTFT 0.2, TPOT (0.6 - 0.2) / 2 = 0.2, ITL 0.4; one draft of 4, one accepted.
+        rec(SPECULATIVE, 1, "code", [0.2, 0.6], 3, 0.6, SpecCounts(1, 4, 1, [1, 0, 0, 0])),
         # A failed request: counted as failed, excluded from every statistic.
         rec(SPECULATIVE, 2, "code", [], 0, 0.05, error="ServerError: boom"),
         # Baseline of A: TPOT (1.1 - 0.1) / 4 = 0.25.
@@ -79,13 +79,15 @@ def test_speculative_cell(records):
     assert s["p99_itl_ms"] == pytest.approx(396)            # rank 1.98
     assert s["mean_e2el_ms"] == pytest.approx(550)
     assert s["p99_e2el_ms"] == pytest.approx(599)
-    # 3 drafts, 12 draft tokens, 7 accepted
-    assert (s["spec_decode_num_drafts"], s["spec_decode_draft_tokens"], s["spec_decode_accepted_tokens"]) == (3, 12, 7)
-    assert s["spec_decode_acceptance_rate"] == pytest.approx(100 * 7 / 12)
-    assert s["spec_decode_acceptance_length"] == pytest.approx(1 + 7 / 3)
-    assert s["spec_decode_per_position_acceptance_rates"] == pytest.approx([1, 2 / 3, 1 / 3, 1 / 3])
-    # steps accepting 0..4 tokens: A's 2 and 1, B's 4
-    assert s["spec_decode_accepted_per_step_histogram"] == [0, 1, 1, 0, 1]
+    # 3 drafts, 12 draft tokens, 4 accepted
+    assert (s["spec_decode_num_drafts"], s["spec_decode_draft_tokens"], s["spec_decode_accepted_tokens"]) == (3, 12, 4)
+    assert s["spec_decode_acceptance_rate"] == pytest.approx(100 * 4 / 12)
+    assert s["spec_decode_acceptance_length"] == pytest.approx(1 + 4 / 3)
+    assert s["spec_decode_per_position_acceptance_rates"] == pytest.approx([1, 1 / 3, 0, 0])
+    # steps accepting 0..4 tokens: A's 2 and 1, B's 1
+    assert s["spec_decode_accepted_per_step_histogram"] == [0, 2, 1, 0, 0]
+    # 8 tokens - 2 first tokens = 6 decode tokens over 6 - 4 accepted = 2 target passes
+    assert s["tokens_per_target_pass"] == pytest.approx(3.0)
 
 
 def test_baseline_cell_has_no_spec_section(records):
@@ -101,8 +103,8 @@ def test_speedup_and_measured_over_theoretical(records):
     assert row["output_throughput_speedup"] == pytest.approx(2.0)   # 4 / 2 tokens/s
     assert row["tpot_speedup"] == pytest.approx(325 / 150)
     assert row["e2el_speedup"] == pytest.approx(1050 / 550)
-    assert row["theoretical_speedup"] == pytest.approx(10 / 3)      # AL 1 + 7/3
-    assert row["measured_over_theoretical"] == pytest.approx(0.6)   # 2 / (10/3)
+    assert row["theoretical_speedup"] == pytest.approx(3.0)         # tokens per target pass
+    assert row["measured_over_theoretical"] == pytest.approx(2 / 3)
 
 
 def test_speedup_is_the_median_of_per_repeat_ratios():
@@ -128,6 +130,7 @@ def test_by_category(records):
     assert chat["speedup"] == pytest.approx(2.2)
     assert chat["spec_decode_acceptance_length"] == pytest.approx(2.5)   # 1 + 3/2
     assert code["speedup"] == pytest.approx(5 / 3)                       # 3/0.6 over 3/1.0
+    assert code["spec_decode_acceptance_length"] == pytest.approx(2.0)   # 1 + 1/1
     assert code["speculative_requests"] == 1                             # the failed one is left out
 
 

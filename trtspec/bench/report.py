@@ -140,7 +140,7 @@ def render_table(report: dict[str, Any]):
         ratio = report.get("ratio") or {"numerator": SPECULATIVE, "denominator": BASELINE}
         speed = Table(title=f"{ratio['numerator']} / {ratio['denominator']} (same run, interleaved)")
         for name in ("conc", "tokens/s speedup", "per repeat", "TPOT speedup", "E2EL speedup",
-                     "AL (ceiling)", "measured / ceiling"):
+                     "tokens/pass (ceiling)", "measured / ceiling"):
             speed.add_column(name, justify="right")
         for s in report["speedup"]:
             speed.add_row(str(s["max_concurrency"]), _fmt(s["output_throughput_speedup"], 2, "x"),
