@@ -97,13 +97,25 @@ def server_env(binary: Path | None = None) -> dict[str, str]:
              sysconfig.get_paths()["platlib"]]
     existing = os.environ.get("PYTHONPATH")
     ordered = list(dict.fromkeys(paths + ([existing] if existing else [])))
-    env = {"PYTHONPATH": os.pathsep.join(ordered), "TRTSPEC_PYTHONPATH": os.pathsep.join(ordered)}
+    env = {"PYTHONPATH": os.pathsep.join(ordered), "TRTSPEC_PYTHONPATH": os.pathsep.join(ordered),
+           "PATH": _path_without_venvs(os.environ.get("PATH", ""))}
     root = _pytriton_root()
     libs = root.parent.parent / "nvidia_pytriton.libs" if root else None
     if libs and libs.is_dir() and (binary is None or root in binary.parents):
         existing_ld = os.environ.get("LD_LIBRARY_PATH")
         env["LD_LIBRARY_PATH"] = os.pathsep.join([str(libs)] + ([existing_ld] if existing_ld else []))
     return env
+
+
+def _path_without_venvs(path: str) -> str:
+    """PATH minus virtualenv bin directories.
+
+    The stub's embedded interpreter takes its home from the first `python3` on PATH; a venv's
+    python there points it at that venv's base stdlib, which need not match the libpython the stub
+    links (undefined-symbol errors at import). Without venvs on PATH it uses its compiled-in prefix.
+    """
+    keep = [p for p in path.split(os.pathsep) if p and not (Path(p).parent / "pyvenv.cfg").exists()]
+    return os.pathsep.join(keep)
 
 
 def port_free(host: str, port: int) -> bool:
@@ -157,8 +169,29 @@ def local_command(spec: Any, binary: Path, repository: Path, backend_dir: Path |
     return command[:-1]
 
 
+# cpu image (trtspec + nvidia-pytriton, no /opt/tritonserver): the same backend directory and
+# library path the local target prepares, done inside the container with its own Python.
+CPU_CONTAINER_PRELUDE = (
+    "P=$(python -c 'import os, pytriton; print(os.path.dirname(pytriton.__file__))')/tritonserver && "
+    "V=$(python -c 'import sys; print(\"%d.%d\" % sys.version_info[:2])') && "
+    "mkdir -p /tmp/trtspec-backends/python && cp $P/backends/python/libtriton_python.so "
+    "$P/backends/python/triton_python_backend_utils.py /tmp/trtspec-backends/python/ && "
+    "cp $P/python_backend_stubs/$V/triton_python_backend_stub /tmp/trtspec-backends/python/ && "
+    "export LD_LIBRARY_PATH=$P/../../nvidia_pytriton.libs && ")
+CPU_CONTAINER_SERVER = "$P/bin/tritonserver"
+
+
+def container_server(serve: Any, backend: str) -> str:
+    """The shell command a container (docker or k8s) runs: prelude, then exec tritonserver."""
+    if backend == "cpu":
+        args = tritonserver_args(serve, CONTAINER_REPOSITORY, backend_dir="/tmp/trtspec-backends", bind_all=True)
+        return CPU_CONTAINER_PRELUDE + "exec " + CPU_CONTAINER_SERVER + " " + subproc.format_command(args)
+    args = tritonserver_args(serve, CONTAINER_REPOSITORY, bind_all=True)
+    return container_prelude(backend) + "exec " + subproc.format_command([CONTAINER_TRITONSERVER, *args])
+
+
 def container_prelude(backend: str) -> str:
-    """Shell run in the container before tritonserver: copy the stock model.py files in."""
+    """Shell run in a GPU container before tritonserver: copy the stock model.py files in."""
     if backend == "trtllm":
         return (f"cp -n /app/all_models/llmapi/tensorrt_llm/1/*.py {CONTAINER_REPOSITORY}/tensorrt_llm/1/ && ")
     if backend == "trtllm-engine":
@@ -180,9 +213,7 @@ def docker_command(spec: Any, repository: Path, engine_dir: Path, image: str | N
     command += ["-v", f"{repository.resolve()}:{CONTAINER_REPOSITORY}",
                 "-v", f"{engine_dir.resolve()}:{CONTAINER_ENGINES}/{engine_dir.name}:ro",
                 "--entrypoint", "bash", image, "-c"]
-    server = subproc.format_command([CONTAINER_TRITONSERVER, *tritonserver_args(serve, CONTAINER_REPOSITORY,
-                                                                                bind_all=True)])
-    return command + [container_prelude(backend) + "exec " + server]
+    return command + [container_server(serve, backend)]
 
 
 def k8s_manifests(spec: Any, engine_name: str, image: str | None = None) -> list[dict[str, Any]]:
@@ -199,11 +230,9 @@ def k8s_manifests(spec: Any, engine_name: str, image: str | None = None) -> list
     if gpus:
         resources["limits"] = {"nvidia.com/gpu": gpus}
         resources["requests"]["nvidia.com/gpu"] = gpus
-    server = subproc.format_command([CONTAINER_TRITONSERVER, *tritonserver_args(serve, CONTAINER_REPOSITORY,
-                                                                                bind_all=True)])
     container = {
         "name": "tritonserver", "image": image or DEFAULT_IMAGE[backend],
-        "command": ["bash", "-c", container_prelude(backend) + "exec " + server],
+        "command": ["bash", "-c", container_server(serve, backend)],
         "ports": [{"name": "http", "containerPort": serve.http_port}, {"name": "grpc", "containerPort": serve.grpc_port},
                   {"name": "metrics", "containerPort": serve.metrics_port}],
         "readinessProbe": {"httpGet": {"path": "/v2/health/ready", "port": serve.http_port},

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -20,7 +22,10 @@ def _run(*args: str):
     return result
 
 
-def test_deploy_infer_status_stop_end_only_our_server(tiny_cpu_engine, tmp_path, spec_factory, tiny_llama):
+def test_deploy_infer_status_stop_end_only_our_server(tiny_cpu_engine, tmp_path, spec_factory, tiny_llama,
+                                                      monkeypatch):
+    # As under `make demo`: the venv's bin first on PATH (the stub must not take its home from it).
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     built, _ = tiny_cpu_engine
     ports = spec_factory(tmp_path, tiny_llama).serve   # fresh free ports
     data = built.model_dump(mode="json")

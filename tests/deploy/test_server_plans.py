@@ -116,3 +116,16 @@ def test_find_tritonserver_prefers_env_override(tmp_path, monkeypatch):
     monkeypatch.setenv("TRTSPEC_TRITONSERVER", str(tmp_path / "missing"))
     with pytest.raises(Exception, match="no such file"):
         server.find_tritonserver()
+
+
+def test_server_env_keeps_venvs_off_path_and_passes_site_packages(tmp_path, monkeypatch):
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    monkeypatch.setenv("PATH", f"{venv / 'bin'}:/usr/bin")
+    env = server.server_env()
+    assert env["PATH"] == "/usr/bin"
+    import trtspec
+
+    root = str(Path(trtspec.__file__).resolve().parent.parent)
+    assert env["TRTSPEC_PYTHONPATH"].split(":")[0] == root
