@@ -85,3 +85,8 @@ def test_dry_runs_write_nothing_and_bad_input_is_one_line(tiny_engine, tmp_path)
     assert result.exit_code == 1 and result.output.count("\n") == 1 and "no such prompt file" in result.output
     result = runner.invoke(main, ["bench", "-c", str(spec), "--concurrency", "1,x"])
     assert result.exit_code == 2 and "comma-separated integers" in result.output
+    result = runner.invoke(main, ["bench", "-c", str(spec), "--url", "127.0.0.1:1", "--num-prompts", "1"])
+    assert result.exit_code == 1 and result.output.count("\n") == 1 and "no ready model" in result.output
+    result = runner.invoke(main, ["bench", "-c", str(spec), "--url", "127.0.0.1:1", "--engine", str(engine),
+                                  "--baseline"])
+    assert result.exit_code == 2 and "serving overhead" in result.output

@@ -49,6 +49,11 @@ def open_triton(spec: Any, url: str | None) -> tuple[Any, dict[str, Any]]:
     address = url or default_url(spec)
     host = address.rsplit(":", 1)[0]
     target = TritonTarget(address, metrics_url=f"http://{host}:{spec.serve.metrics_port}/metrics")
+    if not target.client.is_ready():
+        from trtspec.errors import ServerError
+
+        raise ServerError(f"no ready model {target.client.model!r} at {address}",
+                          fix="start one with `trtspec deploy`, pass --url, or bench in-process with --engine DIR")
     return target, {"target": f"triton {address}", "mode": spec.speculative.mode,
                     "max_draft_len": spec.speculative.max_draft_len}
 
