@@ -36,3 +36,45 @@ def draft_engine(tiny_llama, tiny_llama_draft):
     from trtspec.runtime import Engine
 
     return Engine.from_checkpoints(tiny_llama, mode="draft-target", draft_dir=tiny_llama_draft, max_draft_len=4)
+
+
+@pytest.fixture(scope="session")
+def modelopt_eagle3(tiny_llama, tmp_path_factory):
+    """(ModelOpt EAGLE-3 model over tiny_llama, its export directory), random head, perturbed.
+
+    The head is sized for the tiny target and made with ModelOpt itself (mtsp.convert with
+    EAGLE3_DEFAULT_CFG), then exported with export_speculative_decoding: exactly what
+    `trtspec convert` ships. The export keeps the training rope (no yarn injection) so its drafts
+    are comparable with pseudo_speculative_generate.
+    """
+    import copy
+
+    import modelopt.torch.speculative as mtsp
+    import torch
+    from modelopt.torch.export import export_speculative_decoding
+    from modelopt.torch.speculative.config import EAGLE3_DEFAULT_CFG
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama, dtype=torch.float32)
+    config = copy.deepcopy(EAGLE3_DEFAULT_CFG["config"])
+    config["eagle_architecture_config"].update({
+        "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "head_dim": 16, "torch_dtype": "float32", "max_position_embeddings": 1024})
+    config["eagle_export_rope_scaling"] = {}
+    config["eagle_use_torch_compile"] = False
+    mtsp.convert(model, [("eagle", config)])
+    model.eval()
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # norms start at 1 and projections tiny: perturb so every weight matters
+        for parameter in model.eagle_module.parameters():
+            parameter.add_(torch.randn(parameter.shape, generator=generator) * 0.05)
+    export_dir = tmp_path_factory.mktemp("eagle3")
+    export_speculative_decoding(model, export_dir=export_dir)
+    return model, export_dir
+
+
+@pytest.fixture(scope="session")
+def eagle_engine(tiny_llama, modelopt_eagle3):
+    from trtspec.runtime import Engine
+
+    return Engine.from_checkpoints(tiny_llama, mode="eagle3", draft_dir=modelopt_eagle3[1], max_draft_len=4)

@@ -42,7 +42,9 @@ class DraftModelSession(DraftSession):
         while shared < limit and self.cached[shared] == tokens[shared]:
             shared += 1
         if shared < len(self.cached):
-            self.cache.crop(shared)
+            from trtspec.runtime.kvcache import crop
+
+            crop(self.cache, shared, self.model.config)
             del self.cached[shared:]
         return tokens[shared:]
 

@@ -1,0 +1,166 @@
+"""EAGLE-3 read natively from ModelOpt's export: same drafts as ModelOpt, lossless, trees."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.runtime.conftest import TINY_PROMPTS
+
+
+def _record_proposals(engine, prompt, max_new_tokens=24):
+    """Run greedy speculative generation, recording (tokens, draft) at every proposal."""
+    recorded = []
+    original = engine.drafter.session
+
+    def session(*args, **kwargs):
+        inner = original(*args, **kwargs)
+        propose = inner.propose
+
+        def spy(tokens, max_len):
+            draft = propose(tokens, max_len)
+            recorded.append((list(tokens), draft.token_ids.tolist()))
+            return draft
+
+        inner.propose = spy
+        return inner
+
+    engine.drafter.session = session
+    try:
+        result = engine.generate(prompt, max_new_tokens=max_new_tokens)
+    finally:
+        del engine.drafter.session
+    return result, recorded
+
+
+def test_export_is_read_natively(eagle_engine, modelopt_eagle3):
+    model, _ = modelopt_eagle3
+    assert eagle_engine.drafter.aux_layer_ids == tuple(
+        i + 1 for i in model.eagle_config.eagle_aux_hidden_state_layer_ids)
+    assert not any(name.startswith("modelopt") for name in type(eagle_engine.drafter.head).__module__.split("."))
+
+
+@pytest.mark.parametrize("prompt", TINY_PROMPTS[:2])
+def test_drafts_equal_modelopt_pseudo_speculative_generate(eagle_engine, modelopt_eagle3, prompt):
+    """At every step of a generation (KV cache, hidden states carried across verifies), the
+    native drafts equal ModelOpt recomputing everything from scratch on the same sequence."""
+    model, _ = modelopt_eagle3
+    _, recorded = _record_proposals(eagle_engine, prompt)
+    assert len(recorded) >= 5
+    for tokens, draft in recorded[:: max(1, len(recorded) // 6)]:
+        base_token, reference = model.pseudo_speculative_generate(torch.tensor([tokens[:-1]]), steps=4)
+        assert int(base_token[0, 0]) == tokens[-1]  # greedy: the pending token is the target's argmax
+        assert draft == reference[0].tolist()
+
+
+@pytest.mark.parametrize("prompt", TINY_PROMPTS)
+def test_eagle3_greedy_equals_plain_greedy(eagle_engine, prompt):
+    plain = eagle_engine.generate(prompt, max_new_tokens=32, speculative=False)
+    spec = eagle_engine.generate(prompt, max_new_tokens=32)
+    assert spec.token_ids == plain.token_ids
+    assert spec.stats.num_drafts > 0
+
+
+def test_eagle3_sampling_is_seeded(eagle_engine):
+    kwargs = {"max_new_tokens": 16, "temperature": 0.7, "top_k": 20, "seed": 5}
+    first = eagle_engine.generate(TINY_PROMPTS[0], **kwargs)
+    assert first.token_ids == eagle_engine.generate(TINY_PROMPTS[0], **kwargs).token_ids
+    assert first.stats.num_drafts > 0
+
+
+def test_drafts_equal_modelopt_after_multi_token_acceptance(eagle_engine, modelopt_eagle3):
+    """Feed oracle drafts (the target's own greedy continuation) so 4 tokens are accepted per
+    step and the session receives several verified hidden rows at once; the head's own drafts,
+    computed at each step before the oracle replaces them, must still equal ModelOpt's."""
+    from trtspec.runtime.drafters.base import Draft
+
+    model, _ = modelopt_eagle3
+    prompt = TINY_PROMPTS[1]
+    truth = prompt + eagle_engine.generate(prompt, max_new_tokens=40, speculative=False).token_ids
+    recorded = []
+    original = eagle_engine.drafter.session
+
+    def session(*args, **kwargs):
+        inner = original(*args, **kwargs)
+        propose = inner.propose
+
+        def oracle(tokens, max_len):
+            recorded.append((list(tokens), propose(tokens, max_len).token_ids.tolist()))
+            return Draft(torch.tensor(truth[len(tokens):len(tokens) + max_len]))
+
+        inner.propose = oracle
+        return inner
+
+    eagle_engine.drafter.session = session
+    try:
+        result = eagle_engine.generate(prompt, max_new_tokens=30)
+    finally:
+        del eagle_engine.drafter.session
+    assert result.stats.acceptance_rate == 1.0 and prompt + result.token_ids == truth[: len(prompt) + 30]
+    for tokens, draft in recorded[1:4]:
+        _, reference = model.pseudo_speculative_generate(torch.tensor([tokens[:-1]]), steps=4)
+        assert draft == reference[0].tolist()
+
+
+def test_a_tree_that_is_a_chain_gives_the_chain_result(tiny_llama, modelopt_eagle3, eagle_engine):
+    from trtspec.runtime import Engine
+
+    chain_tree = Engine.from_checkpoints(tiny_llama, mode="eagle3", draft_dir=modelopt_eagle3[1], max_draft_len=4,
+                                         eagle_choices=[[0], [0, 0], [0, 0, 0], [0, 0, 0, 0]])
+    assert chain_tree.tree.is_chain
+    for prompt in TINY_PROMPTS[:2]:
+        _, chain_drafts = _record_proposals(eagle_engine, prompt)
+        result, tree_drafts = _record_proposals(chain_tree, prompt)
+        assert tree_drafts == chain_drafts
+        reference = eagle_engine.generate(prompt, max_new_tokens=24)
+        assert result.token_ids == reference.token_ids
+        assert result.stats.to_dict() | {"draft_time_s": 0, "verify_time_s": 0} == \
+            reference.stats.to_dict() | {"draft_time_s": 0, "verify_time_s": 0}
+
+
+def test_tree_greedy_equals_plain_greedy(tiny_llama, modelopt_eagle3):
+    from trtspec.runtime import Engine
+
+    choices = [[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0], [0, 1, 0], [0, 0, 0, 0]]
+    engine = Engine.from_checkpoints(tiny_llama, mode="eagle3", draft_dir=modelopt_eagle3[1], max_draft_len=4,
+                                     eagle_choices=choices)
+    for prompt in TINY_PROMPTS:
+        spec = engine.generate(prompt, max_new_tokens=32)
+        assert spec.token_ids == engine.generate(prompt, max_new_tokens=32, speculative=False).token_ids
+        assert spec.stats.num_drafts > 0
+
+
+def test_tree_verification_keeps_the_accepted_path(tiny_llama, modelopt_eagle3):
+    """Oracle tree drafts: the true continuation sits on a non-first branch, decoys elsewhere;
+    the accepted path's KV must be kept (later tokens still equal the plain greedy output)."""
+    from trtspec.runtime import Engine
+    from trtspec.runtime.drafters.base import Draft
+    from trtspec.runtime.tree import Tree
+
+    engine = Engine.from_checkpoints(tiny_llama, mode="eagle3", draft_dir=modelopt_eagle3[1], max_draft_len=3)
+    tree = Tree([[0], [1], [0, 0], [1, 0], [1, 1], [1, 0, 0]])
+    prompt = TINY_PROMPTS[3]
+    truth = prompt + engine.generate(prompt, max_new_tokens=40, speculative=False).token_ids
+    original = engine.drafter.session
+
+    def session(*args, **kwargs):
+        inner = original(*args, **kwargs)
+        propose = inner.propose
+
+        def oracle(tokens, max_len):
+            propose(tokens, max_len)  # keep the head's own state moving as in real use
+            a, b, c = truth[len(tokens):len(tokens) + 3]
+            decoy = (a + 1) % 512
+            # nodes: [0]=decoy, [1]=a, [0,0]=b, [1,0]=b, [1,1]=decoy, [1,0,0]=c -> path [1],[1,0],[1,0,0]
+            return Draft(torch.tensor([decoy, a, b, b, decoy, c]), tree=tree)
+
+        inner.propose = oracle
+        return inner
+
+    engine.drafter.session = session
+    try:
+        result = engine.generate(prompt, max_new_tokens=30)
+    finally:
+        del engine.drafter.session
+    assert prompt + result.token_ids == truth[: len(prompt) + 30]
+    assert result.stats.acceptance_rate == 1.0 and result.stats.mean_acceptance_length == 4.0
