@@ -7,7 +7,15 @@ import math
 import pytest
 import yaml
 
-from trtspec.bench.tune import choose_draft_len, set_draft_len_text, tune_rows, write_draft_len
+from trtspec.bench.tune import (
+    Candidate,
+    choose,
+    set_draft_len_text,
+    set_field_text,
+    tune_rows,
+    write_choice,
+    write_draft_len,
+)
 from trtspec.errors import SpecError, TrtSpecError
 from trtspec.spec import load_spec
 from trtspec.spec_template import render_template
@@ -21,14 +29,14 @@ def test_choice_is_by_tokens_per_second_not_acceptance_length():
         {"max_draft_len": 8, "output_throughput": 31.0, "spec_decode_acceptance_length": 3.4},
         {"max_draft_len": 6, "output_throughput": math.nan},   # a failed measurement never wins
     ]
-    assert choose_draft_len(rows)["max_draft_len"] == 4
+    assert choose(rows)["max_draft_len"] == 4
 
 
 def test_exact_tie_goes_to_the_shorter_draft_and_nothing_measured_is_an_error():
     rows = [{"max_draft_len": 3, "output_throughput": 10.0}, {"max_draft_len": 1, "output_throughput": 10.0}]
-    assert choose_draft_len(rows)["max_draft_len"] == 1
-    with pytest.raises(TrtSpecError, match="no draft length"):
-        choose_draft_len([{"max_draft_len": 2, "output_throughput": math.nan}])
+    assert choose(rows)["max_draft_len"] == 1
+    with pytest.raises(TrtSpecError, match="no draft shape"):
+        choose([{"max_draft_len": 2, "output_throughput": math.nan}])
 
 
 def test_tune_rows_speedup_over_baseline():
@@ -36,9 +44,29 @@ def test_tune_rows_speedup_over_baseline():
                 "mean_tpot_ms": 33.0, "spec_decode_acceptance_length": 2.0},
                {"variant": "baseline", "output_throughput": 20.0, "output_throughput_by_repeat": [20.0],
                 "mean_tpot_ms": 50.0}]
-    rows, baseline = tune_rows(results)
+    rows, baseline = tune_rows(results, [Candidate(2), Candidate(3)])   # 3 was not measured: no row
     assert baseline["output_throughput"] == 20.0
-    assert rows[0]["max_draft_len"] == 2 and rows[0]["speedup"] == pytest.approx(1.5)
+    assert len(rows) == 1 and rows[0]["max_draft_len"] == 2 and rows[0]["speedup"] == pytest.approx(1.5)
+    assert rows[0]["eagle_choices"] is None
+
+
+def test_tree_candidates_count_nodes_and_label_uniquely():
+    tree = Candidate.tree([[1], [0], [0, 0], [0]])               # duplicates and order do not matter
+    assert tree.max_draft_len == 3 and tree.eagle_choices == ((0,), (1,), (0, 0))
+    assert tree.label == "tree=[[0],[1],[0,0]]" and Candidate(3).label == "max_draft_len=3"
+
+
+def test_tree_choice_is_written_as_eagle_choices_and_a_chain_clears_it(in_tmp):
+    spec = in_tmp / "trtspec.yaml"
+    spec.write_text("speculative:\n  mode: ngram  # demo\n  max_draft_len: 4\n  eagle_choices: null\n")
+    write_choice(spec, 3, [[0], [1], [0, 0]], set_choices=True)
+    resolved = load_spec(spec)
+    assert resolved.speculative.eagle_choices == [[0], [1], [0, 0]] and resolved.speculative.max_draft_len == 3
+    assert "mode: ngram  # demo" in spec.read_text()
+    write_choice(spec, 2, None, set_choices=True)
+    assert load_spec(spec).speculative.eagle_choices is None
+    with pytest.raises(SpecError, match="several lines"):
+        set_field_text("speculative:\n  eagle_choices:\n    - [0]\n", "eagle_choices", "null")
 
 
 def test_rewrite_of_the_init_template_keeps_every_other_line(in_tmp):

@@ -1,57 +1,89 @@
-"""`trtspec tune`: measure tokens/s for each max_draft_len and record the fastest in the spec.
+"""`trtspec tune`: measure tokens/s per draft shape and record the fastest in the spec.
 
-Choosing by tokens/s, not by acceptance length: a longer draft always raises the acceptance
-length but also the cost of each verification pass, so the best length is where the two meet
-on this machine (reference §2.2, Theorem 3.8; vLLM#20780 saw AL rise to K=7 while TPOT was best
-at K=4). Every candidate shares the engine's weights, runs the same prompts in interleaved
-blocks (load.run_variants), and the plain-decoding baseline runs beside them.
+Candidates are chains of max_draft_len tokens and, for EAGLE-3, static draft trees
+(`eagle_choices`, index paths as TensorRT-LLM writes them). Choosing by tokens/s, not by
+acceptance length: a longer draft or a wider tree always raises the acceptance length but also
+the cost of each verification pass, so the best shape is where the two meet on this machine
+(reference §2.2, Theorem 3.8; vLLM#20780 saw AL rise to K=7 while TPOT was best at K=4). Every
+candidate shares the engine's weights, runs the same prompts in interleaved blocks
+(load.run_variants), and the plain-decoding baseline runs beside them.
 
 The spec is rewritten line by line, so comments and layout survive; the old file is kept as
-`<name>.bak`. Only `speculative.max_draft_len` changes.
+`<name>.bak`. Only `speculative.max_draft_len` (and, for EAGLE-3, `speculative.eagle_choices`)
+change.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
 import shutil
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from trtspec.errors import SpecError, TrtSpecError
 
 BASELINE_LABEL = "baseline"
+# Small trees for a CPU, where every extra node costs verification time: 3, 5 and 7 nodes.
+DEFAULT_TREES: list[list[list[int]]] = [
+    [[0], [1], [0, 0]],
+    [[0], [1], [0, 0], [1, 0], [0, 0, 0]],
+    [[0], [1], [2], [0, 0], [0, 1], [0, 0, 0], [0, 0, 0, 0]],
+]
 
 
-def label(draft_len: int) -> str:
-    return f"max_draft_len={draft_len}"
+@dataclass(frozen=True)
+class Candidate:
+    """One draft shape: a chain of `max_draft_len`, or a tree (then max_draft_len = its nodes,
+    as TensorRT-LLM counts draft tokens for EAGLE trees)."""
+
+    max_draft_len: int
+    eagle_choices: tuple[tuple[int, ...], ...] | None = None
+
+    @property
+    def label(self) -> str:
+        if self.eagle_choices is None:
+            return f"max_draft_len={self.max_draft_len}"
+        return "tree=" + json.dumps([list(p) for p in self.eagle_choices], separators=(",", ":"))
+
+    @classmethod
+    def tree(cls, paths: Sequence[Sequence[int]]) -> Candidate:
+        unique = tuple(sorted({tuple(int(i) for i in p) for p in paths}, key=lambda p: (len(p), p)))
+        return cls(len(unique), unique)
 
 
-def choose_draft_len(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The row with the highest output tokens/s; on an exact tie the shorter draft (cheaper).
+def candidates(draft_lens: Sequence[int], trees: Sequence[Sequence[Sequence[int]]] = ()) -> list[Candidate]:
+    return [Candidate(k) for k in draft_lens] + [Candidate.tree(t) for t in trees]
+
+
+def choose(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The row with the highest output tokens/s; on an exact tie the smaller draft (cheaper).
 
     rows: {"max_draft_len": int, "output_throughput": float, ...}; NaN rows never win.
     """
     valid = [r for r in rows if r.get("max_draft_len") and not math.isnan(r.get("output_throughput", math.nan))]
     if not valid:
-        raise TrtSpecError("tune: no draft length produced a measurement",
+        raise TrtSpecError("tune: no draft shape produced a measurement",
                            fix="check the engine with `trtspec generate` and re-run tune")
     return max(valid, key=lambda r: (r["output_throughput"], -r["max_draft_len"]))
 
 
 _SECTION = re.compile(r"^speculative:\s*(#.*)?$")
 _TOP_LEVEL = re.compile(r"^[^\s#]")
-_FIELD = re.compile(r"^(?P<indent>[ \t]+)max_draft_len:(?P<space>\s*)(?P<value>[^#\n]*?)(?P<rest>\s*(#.*)?)$")
 
 
-def set_draft_len_text(text: str, draft_len: int) -> str:
-    """The spec text with speculative.max_draft_len set, every other line unchanged.
+def set_field_text(text: str, key: str, value: str) -> str:
+    """The spec text with `speculative.<key>: <value>` (value already YAML), other lines unchanged.
 
     Handles a block-style `speculative:` section (field present or not) and a file without the
     section. A flow-style section (`speculative: {...}`) raises: rewriting it would lose comments.
+    A field spanning several lines (a block list) raises too.
     """
+    field = re.compile(rf"^(?P<indent>[ \t]+){re.escape(key)}:(?P<space>\s*)(?P<value>[^#\n]*?)(?P<rest>\s*(#.*)?)$")
     lines = text.splitlines(keepends=True)
     start = next((i for i, line in enumerate(lines) if _SECTION.match(line.rstrip("\r\n"))), None)
     if start is None:
@@ -59,7 +91,7 @@ def set_draft_len_text(text: str, draft_len: int) -> str:
             raise SpecError(["speculative: written in flow style; tune rewrites block-style sections only "
                              "(put each key on its own line)"])
         newline = "" if not text or text.endswith("\n") else "\n"
-        return f"{text}{newline}speculative:\n  max_draft_len: {draft_len}\n"
+        return f"{text}{newline}speculative:\n  {key}: {value}\n"
     end = next((i for i in range(start + 1, len(lines)) if _TOP_LEVEL.match(lines[i])), len(lines))
     child_indent = None
     for i in range(start + 1, end):
@@ -68,20 +100,31 @@ def set_draft_len_text(text: str, draft_len: int) -> str:
             continue
         indent = stripped[: len(stripped) - len(stripped.lstrip())]
         child_indent = child_indent or indent
-        match = _FIELD.match(stripped)
+        match = field.match(stripped)
         if match and match["indent"] == child_indent:
+            following = lines[i + 1].rstrip("\r\n") if i + 1 < end else ""
+            if not match["value"].strip() and following.strip() and len(following) - len(following.lstrip()) > len(
+                    child_indent):
+                raise SpecError([f"speculative.{key}: written over several lines; tune rewrites one-line "
+                                 f"values only (write it as {key}: {value})"])
             eol = lines[i][len(stripped):]
-            lines[i] = f"{match['indent']}max_draft_len:{match['space'] or ' '}{draft_len}{match['rest']}{eol}"
+            lines[i] = f"{match['indent']}{key}:{match['space'] or ' '}{value}{match['rest']}{eol}"
             return "".join(lines)
-    lines.insert(start + 1, f"{child_indent or '  '}max_draft_len: {draft_len}\n")
+    lines.insert(start + 1, f"{child_indent or '  '}{key}: {value}\n")
     return "".join(lines)
 
 
-def write_draft_len(spec_path: str | Path, draft_len: int) -> Path:
+def set_draft_len_text(text: str, draft_len: int) -> str:
+    return set_field_text(text, "max_draft_len", str(draft_len))
+
+
+def write_choice(spec_path: str | Path, draft_len: int, eagle_choices: Sequence[Sequence[int]] | None = None,
+                 set_choices: bool = False) -> Path:
     """Record the choice in the spec file, keeping the old file as <name>.bak. Returns the backup.
 
-    The new text is validated (it must load as a valid Spec with the new value) before anything
-    is written; the write is a rename, so an interrupted tune never leaves half a spec.
+    With `set_choices`, speculative.eagle_choices is written too (null for a chain). The new text
+    is validated (it must load as a valid Spec with the new values) before anything is written;
+    the write is a rename, so an interrupted tune never leaves half a spec.
     """
     import yaml
 
@@ -90,8 +133,13 @@ def write_draft_len(spec_path: str | Path, draft_len: int) -> Path:
     path = Path(spec_path)
     text = path.read_text() if path.exists() else ""
     new_text = set_draft_len_text(text, draft_len)
+    choices = [list(p) for p in eagle_choices] if eagle_choices is not None else None
+    if set_choices:
+        new_text = set_field_text(new_text, "eagle_choices", json.dumps(choices) if choices else "null")
     resolved = validate_spec(yaml.safe_load(new_text) or {})
-    if resolved.speculative.max_draft_len != draft_len:
+    took = resolved.speculative.max_draft_len == draft_len and (
+        not set_choices or (resolved.speculative.eagle_choices or None) == choices)
+    if not took:
         raise SpecError([f"speculative.max_draft_len: rewriting {path} did not take effect; edit it by hand "
                          f"(got {resolved.speculative.max_draft_len})"])
     backup = path.with_name(path.name + ".bak")
@@ -103,35 +151,44 @@ def write_draft_len(spec_path: str | Path, draft_len: int) -> Path:
     return backup
 
 
-def tune_rows(report_results: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    """Per-draft-length rows (tokens/s, TPOT, AL, speedup over baseline) from summarize_cell results."""
-    baseline = next((r for r in report_results if r["variant"] == BASELINE_LABEL), None)
+def write_draft_len(spec_path: str | Path, draft_len: int) -> Path:
+    return write_choice(spec_path, draft_len)
+
+
+def tune_rows(report_results: Sequence[dict[str, Any]], shapes: Sequence[Candidate]
+              ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """One row per candidate (tokens/s, TPOT, AL, speedup over baseline) from summarize_cell results."""
+    by_label = {r["variant"]: r for r in report_results}
+    baseline = by_label.get(BASELINE_LABEL)
+    base = baseline["output_throughput"] if baseline else math.nan
     rows = []
-    for result in report_results:
-        if not result["variant"].startswith("max_draft_len="):
+    for shape in shapes:
+        result = by_label.get(shape.label)
+        if result is None:
             continue
-        draft_len = int(result["variant"].split("=", 1)[1])
-        base = baseline["output_throughput"] if baseline else math.nan
-        rows.append({"max_draft_len": draft_len, "output_throughput": result["output_throughput"],
+        rows.append({"max_draft_len": shape.max_draft_len,
+                     "eagle_choices": [list(p) for p in shape.eagle_choices] if shape.eagle_choices else None,
+                     "output_throughput": result["output_throughput"],
                      "output_throughput_by_repeat": result["output_throughput_by_repeat"],
                      "mean_tpot_ms": result["mean_tpot_ms"],
                      "spec_decode_acceptance_length": result.get("spec_decode_acceptance_length", math.nan),
                      "spec_decode_acceptance_rate": result.get("spec_decode_acceptance_rate", math.nan),
                      "speedup": result["output_throughput"] / base if base and not math.isnan(base) else math.nan})
-    return sorted(rows, key=lambda r: r["max_draft_len"]), baseline
+    return rows, baseline
 
 
-def measure(engine: Any, prompts: Sequence[Any], draft_lens: Sequence[int], *, max_tokens: int, concurrency: int,
+def measure(engine: Any, prompts: Sequence[Any], shapes: Sequence[Candidate], *, max_tokens: int, concurrency: int,
             repeats: int, on_request=None) -> dict[str, Any]:
-    """Run every draft length (sharing the engine's weights) and the baseline, interleaved."""
+    """Run every candidate (sharing the engine's weights) and the baseline, interleaved."""
     from trtspec.bench.load import run_variants
     from trtspec.bench.metrics import group_cells, summarize_cell
-    from trtspec.bench.targets import EngineTarget, engine_with_draft_len
+    from trtspec.bench.targets import EngineTarget, engine_variant
 
-    variants = {label(k): (EngineTarget(engine_with_draft_len(engine, k)), True) for k in draft_lens}
+    variants = {shape.label: (EngineTarget(engine_variant(engine, shape.max_draft_len, shape.eagle_choices)), True)
+                for shape in shapes}
     variants[BASELINE_LABEL] = (EngineTarget(engine), False)
     run = run_variants(variants, prompts, [concurrency], max_tokens=max_tokens, repeats=repeats,
                        on_request=on_request)
-    results = [summarize_cell(cell) for cell in group_cells(run.records, run.durations)]
-    rows, baseline = tune_rows(results)
-    return {"rows": rows, "baseline": baseline, "choice": choose_draft_len(rows), "records": run.records}
+    results = [summarize_cell(cell) for cell in group_cells(run.records, run.durations, order=list(variants))]
+    rows, baseline = tune_rows(results, shapes)
+    return {"rows": rows, "baseline": baseline, "choice": choose(rows), "records": run.records}

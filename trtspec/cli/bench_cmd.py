@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import click
 
-from trtspec.cli._options import config_option, dry_run_option, emit_json, json_option, resolve_spec
+from trtspec.cli._options import config_option, dry_run_option, emit_json, json_option, mode_option, resolve_spec
 
 BENCH_EPILOG = """\b
 Examples:
@@ -23,10 +25,13 @@ Examples:
   trtspec tune                                      # engine from the spec, draft lengths 1,2,3,4,6,8
   trtspec tune --draft-lens 2,4,8 --num-prompts 8 --max-tokens 64 --repeats 2
   trtspec tune --engine engines/smollm2-ngram-cpu --dry-run
+  trtspec tune --mode eagle3 --trees '[[[0],[1],[0,0]], [[0],[0,0],[0,0,0]]]'   # EAGLE-3 tree shapes
 \b
 Runs in-process on the cpu engine (a served engine's draft length is fixed at build time).
-The choice goes into speculative.max_draft_len of the spec (old file kept as <spec>.bak);
-rebuild with `trtspec build` and redeploy to serve it.
+For EAGLE-3, static draft trees are measured beside the chains (three small ones unless
+--trees says otherwise). The choice goes into speculative.max_draft_len (and eagle_choices for
+EAGLE-3) of the spec, the old file kept as <spec>.bak; rebuild with `trtspec build` and
+redeploy to serve it.
 """
 
 
@@ -40,6 +45,24 @@ def _int_list(ctx, param, value: str | None) -> list[int] | None:
     if not numbers or min(numbers) < 1:
         raise click.BadParameter(f"expected positive integers (got {value!r})")
     return numbers
+
+
+def _trees(value: str | None) -> list[list[list[int]]]:
+    """--trees: a JSON list of trees (each a list of index paths), 'none', or the defaults."""
+    from trtspec.bench.tune import DEFAULT_TREES
+
+    if value is None:
+        return DEFAULT_TREES
+    if value.strip().lower() == "none":
+        return []
+    try:
+        trees = json.loads(value)
+        if not all(isinstance(t, list) and t and all(isinstance(p, list) and p for p in t) for t in trees):
+            raise ValueError
+    except ValueError:
+        raise click.BadParameter("expected a JSON list of trees like '[[[0],[1],[0,0]]]', or none",
+                                 param_hint="--trees") from None
+    return trees
 
 
 def _progress(console, total: int, description: str):
@@ -130,7 +153,11 @@ def bench(config_path, url, engine_dir, prompts, concurrency, max_tokens, num_pr
 @click.option("--prompts", type=click.Path(dir_okay=False), default=None,
               help="JSONL prompt file (default: bench.prompts, else the packaged set).")
 @click.option("--draft-lens", callback=_int_list, default="1,2,3,4,6,8", show_default=True,
-              help="Comma-separated max_draft_len candidates.")
+              help="Comma-separated max_draft_len candidates (chains).")
+@click.option("--trees", default=None,
+              help="EAGLE-3: JSON list of eagle_choices trees to measure too; 'none' for chains only "
+                   "(default: three small trees).")
+@mode_option
 @click.option("--max-tokens", type=int, default=None, help="New tokens per request (bench.max_tokens).")
 @click.option("--num-prompts", type=int, default=None, help="Use only the first N prompts.")
 @click.option("--concurrency", type=click.IntRange(1, 256), default=1, show_default=True)
@@ -138,8 +165,8 @@ def bench(config_path, url, engine_dir, prompts, concurrency, max_tokens, num_pr
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="Report directory.")
 @dry_run_option
 @json_option
-def tune(config_path, engine_dir, prompts, draft_lens, max_tokens, num_prompts, concurrency, repeats, out_dir,
-         dry_run, as_json) -> None:
+def tune(config_path, engine_dir, prompts, draft_lens, trees, mode, max_tokens, num_prompts, concurrency, repeats,
+         out_dir, dry_run, as_json) -> None:
     """Measure tokens/s for each max_draft_len and record the fastest in the spec.
 
     Chooses by tokens/s, not by acceptance length: longer drafts accept more tokens per step
@@ -157,20 +184,26 @@ def tune(config_path, engine_dir, prompts, draft_lens, max_tokens, num_prompts, 
     from trtspec.spec import DEFAULT_CONFIG
 
     spec = resolve_spec(config_path, bench__prompts=prompts, bench__max_tokens=max_tokens,
-                        bench__num_prompts=num_prompts)
+                        bench__num_prompts=num_prompts, speculative__mode=mode)
     if spec.speculative.mode == "none":
         raise TrtSpecError("tune: speculative.mode is none, so there is no draft length to tune",
                            fix="set speculative.mode (ngram, eagle3, draft-target) and build the engine")
     bad = [k for k in draft_lens if k > 64]
     if bad:
         raise click.BadParameter(f"draft lengths must be 1..64 (got {bad})", param_hint="--draft-lens")
+    eagle3 = spec.speculative.mode == "eagle3"
+    tree_list = _trees(trees) if eagle3 else []
+    if trees and trees.strip().lower() != "none" and not eagle3:
+        raise click.BadParameter("draft trees are an EAGLE-3 feature; set --mode eagle3", param_hint="--trees")
+    shapes = tuning.candidates(draft_lens, tree_list)
     prompt_set = load_prompts(spec.bench.prompts, spec.bench.num_prompts)
     engine_path = Path(engine_dir) if engine_dir else runner.default_engine_dir(spec)
     spec_path = Path(config_path or DEFAULT_CONFIG)
     out = Path(out_dir) if out_dir else runner.default_out_dir(spec, "tune")
-    total = len(prompt_set) * repeats * (len(draft_lens) + 1)
+    total = len(prompt_set) * repeats * (len(shapes) + 1)
     if dry_run:
-        plan = {"engine": str(engine_path), "draft_lens": draft_lens, "num_prompts": len(prompt_set),
+        plan = {"engine": str(engine_path), "draft_lens": draft_lens, "trees": tree_list,
+                "num_prompts": len(prompt_set),
                 "max_tokens": spec.bench.max_tokens, "concurrency": concurrency, "repeats": repeats,
                 "requests": total, "spec": str(spec_path), "out": str(out)}
         if as_json:
@@ -185,13 +218,14 @@ def tune(config_path, engine_dir, prompts, draft_lens, max_tokens, num_prompts, 
         engine = load_engine(engine_path)
     with _progress(console, total, "tune") as progress:
         task = progress.add_task(f"tune {engine_path.name}", total=total)
-        result = tuning.measure(engine, prompt_set, draft_lens, max_tokens=spec.bench.max_tokens,
+        result = tuning.measure(engine, prompt_set, shapes, max_tokens=spec.bench.max_tokens,
                                 concurrency=concurrency, repeats=repeats, on_request=lambda r: progress.advance(task))
     choice = result["choice"]
-    backup = tuning.write_draft_len(spec_path, choice["max_draft_len"])
+    backup = tuning.write_choice(spec_path, choice["max_draft_len"], choice["eagle_choices"], set_choices=eagle3)
     from trtspec.bench.report import clean_json, machine_metadata
 
-    summary = clean_json({"choice": choice["max_draft_len"], "rows": result["rows"],
+    summary = clean_json({"choice": choice["max_draft_len"], "eagle_choices": choice["eagle_choices"],
+                          "rows": result["rows"],
                       "baseline_output_throughput": (result["baseline"] or {}).get("output_throughput"),
                       "engine": str(engine_path), "num_prompts": len(prompt_set), "repeats": repeats,
                       "max_tokens": spec.bench.max_tokens, "concurrency": concurrency,
@@ -205,14 +239,16 @@ def tune(config_path, engine_dir, prompts, draft_lens, max_tokens, num_prompts, 
 
     table = Table(title=f"tune {engine_path.name}: output tokens/s per max_draft_len "
                         f"({len(prompt_set)} prompts x {repeats}, concurrency {concurrency})")
-    for name in ("max_draft_len", "tokens/s", "speedup", "TPOT ms", "AL", "accept %"):
+    for name in ("draft shape", "tokens/s", "speedup", "TPOT ms", "AL", "accept %"):
         table.add_column(name, justify="right")
     for row in result["rows"]:
         mark = " *" if row is choice else ""
-        table.add_row(f"{row['max_draft_len']}{mark}", f"{row['output_throughput']:.1f}", f"{row['speedup']:.2f}x",
+        shape = f"tree {json.dumps(row['eagle_choices'])}" if row["eagle_choices"] else f"chain {row['max_draft_len']}"
+        table.add_row(f"{shape}{mark}", f"{row['output_throughput']:.1f}", f"{row['speedup']:.2f}x",
                       f"{row['mean_tpot_ms']:.1f}", f"{row['spec_decode_acceptance_length']:.2f}",
                       f"{row['spec_decode_acceptance_rate']:.0f}")
     console = Console() if Console().is_terminal else Console(width=150)
     console.print(table)
-    click.echo(f"Chose max_draft_len {choice['max_draft_len']} (by tokens/s); wrote {spec_path} "
+    what = f" with eagle_choices {json.dumps(choice['eagle_choices'])}" if choice["eagle_choices"] else ""
+    click.echo(f"Chose max_draft_len {choice['max_draft_len']}{what} (by tokens/s); wrote {spec_path} "
                f"(old file: {backup}); report {out / 'tune.json'}. Rebuild with `trtspec build` to serve it.")
