@@ -55,6 +55,7 @@ def eagle3_run(tmp_path_factory, tiny_llama, eval_prompts_file):
     spec = write_spec(directory, tiny_llama, speculative={
         "mode": "eagle3", "eagle3": {"num_samples": 6, "answer_tokens": 12, "max_steps": 3, "batch_size": 3,
                                       "seq_len": 64, "checkpoint_every": 2, "draft_vocab_size": 128}})
-    result = run_cli("-c", str(spec), "--eval-prompts", str(eval_prompts_file), "--eval-tokens", "8", "--json")
+    result = run_cli("-c", str(spec), "--eval-prompts", str(eval_prompts_file), "--eval-tokens", "8",
+                     "--acceptance-curve", "--json")
     assert result.exit_code == 0, result.output
     return directory, spec, json.loads(result.stdout)

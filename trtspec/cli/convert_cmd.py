@@ -42,9 +42,12 @@ each with manifest.json. A re-run with unchanged inputs skips and says so.
                    "calibration set, which EAGLE-3 training never sees).")
 @click.option("--eval-tokens", type=click.IntRange(4, 4096), default=48, show_default=True,
               help="Greedy tokens per held-out prompt in the EAGLE-3 acceptance report.")
+@click.option("--acceptance-curve", is_flag=True,
+              help="After EAGLE-3 training, also measure every saved snapshot (acceptance vs training time).")
 @dry_run_option
 @json_option
-def convert(config_path, mode, fp8, draft_source, eval_prompts, eval_tokens, dry_run, as_json) -> None:
+def convert(config_path, mode, fp8, draft_source, eval_prompts, eval_tokens, acceptance_curve, dry_run,
+            as_json) -> None:
     """ModelOpt conversion: record the target, FP8 PTQ, EAGLE-3 head training, draft pairing."""
     from rich.console import Console
 
@@ -59,8 +62,11 @@ def convert(config_path, mode, fp8, draft_source, eval_prompts, eval_tokens, dry
     with contextlib.redirect_stdout(sys.stderr):
         results = run_convert(spec, console=console, dry_run=dry_run, eval_prompts_path=eval_prompts,
                               eval_tokens=eval_tokens)
+    curve = None
+    if acceptance_curve and spec.speculative.mode == "eagle3" and not dry_run:
+        curve = _curve(spec, eval_prompts, eval_tokens, console)
     if as_json:
-        emit_json(summary(results))
+        emit_json({**summary(results), **({"acceptance_curve": curve} if curve is not None else {})})
         return
     for result in results:
         message = {"skipped": "up to date, skipped (inputs unchanged)", "planned": "would be written",
@@ -76,3 +82,17 @@ def convert(config_path, mode, fp8, draft_source, eval_prompts, eval_tokens, dry
                        f"{acc['max_draft_len']} (bonus included), per position {acc['acceptance_per_position']}, "
                        f"{report['training']['steps']} steps in {report['training']['seconds']} s; "
                        f"method: {acc['method']}")
+    for point in curve or []:
+        click.echo(f"curve: step {point['step']:>5} {point['seconds']:>7.0f} s  mean acceptance length "
+                   f"{point['mean_acceptance_length']}  per position {point['acceptance_per_position']}")
+
+
+def _curve(spec, eval_prompts, eval_tokens, console):
+    from trtspec.artifacts import Layout
+    from trtspec.convert.curve import acceptance_curve
+    from trtspec.convert.pipeline import held_out_prompts
+
+    layout = Layout.from_spec(spec)
+    with contextlib.redirect_stdout(sys.stderr):
+        return acceptance_curve(spec, layout, layout.checkpoint("target"), held_out_prompts(spec, eval_prompts),
+                                new_tokens=eval_tokens, console=console)

@@ -116,19 +116,17 @@ def run_eagle3(spec, layout, target_dir: Path, target_sha: str, prompts_path: Pa
         result = eagle3_train.train_eagle3(model, features, input_ids, attention, train_settings, work, on_step=on_step)
     del features
 
-    # 5. acceptance on held-out prompts, then export + manifest, atomically
-    with _progress(console) as progress:
-        task = progress.add_task("acceptance (held-out)", total=len(eval_prompts), info="")
-        references = _references(model, tokenizer, eval_prompts, eval_tokens)
-        acceptance = reports.eagle3_acceptance(model, references, max_draft_len=spec.speculative.max_draft_len,
-                                               on_prompt=lambda n: progress.advance(task, n))
+    # 5. export, acceptance on held-out prompts (the cpu engine with the exported head when
+    #    trtspec.runtime is installed, else ModelOpt's pseudo_speculative_generate), manifest
     report = {"training": {**result.to_dict(), "history": result.history[-20:]}, "timings": timings,
               "data": {"sequences": len(sequences), "tokens": int(attention.sum()), "row_length": attention.shape[1],
-                       "draft_vocab_size": draft_vocab or vocab, "draft_vocab_coverage": round(coverage, 4)},
-              "acceptance": acceptance}
+                       "draft_vocab_size": draft_vocab or vocab, "draft_vocab_coverage": round(coverage, 4)}}
     with artifacts.atomic_dir(final) as staging:
         eagle3_export.export_eagle3(model, staging)
         report["export"] = eagle3_export.check_eagle3_export(staging, target_config)
+        report["acceptance"] = measure_acceptance(model, tokenizer, target_dir, staging, eval_prompts,
+                                                  max_draft_len=spec.speculative.max_draft_len,
+                                                  new_tokens=eval_tokens, console=console)
         manifest = artifacts.write_manifest(
             staging, "eagle3", source=str(target_dir), target_sha256=target_sha,
             weights_sha256=artifacts.weights_sha256(staging), inputs=inputs,
@@ -136,6 +134,20 @@ def run_eagle3(spec, layout, target_dir: Path, target_sha: str, prompts_path: Pa
     layout.reports.mkdir(parents=True, exist_ok=True)
     artifacts.write_json(layout.report_dir("convert-eagle3.json"), report)
     return StageResult("eagle3", final, "written", manifest, report)
+
+
+def measure_acceptance(model, tokenizer, target_dir: Path, head_dir: Path, prompts: list[str], *, max_draft_len: int,
+                       new_tokens: int, console) -> dict[str, Any]:
+    """Acceptance on held-out prompts; see reports.runtime_acceptance / reports.eagle3_acceptance."""
+    with _progress(console) as progress:
+        task = progress.add_task("acceptance (held-out)", total=len(prompts), info="")
+        try:
+            return reports.runtime_acceptance(target_dir, head_dir, prompts, max_draft_len=max_draft_len,
+                                              new_tokens=new_tokens, on_prompt=lambda n: progress.advance(task, n))
+        except ImportError:  # trtspec.runtime not installed: ModelOpt's own measurement
+            references = _references(model, tokenizer, prompts, new_tokens)
+            return reports.eagle3_acceptance(model, references, max_draft_len=max_draft_len,
+                                             on_prompt=lambda n: progress.advance(task, n))
 
 
 def _references(eagle_model, tokenizer, prompts: list[str], new_tokens: int):

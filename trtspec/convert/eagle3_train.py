@@ -89,6 +89,7 @@ def convert_eagle3(model, target_config: dict[str, Any], *, draft_vocab_size: in
         head.norm.weight.copy_(final_norm.weight)
         if hasattr(head, "d2t") and d2t is not None:
             head.d2t.copy_(d2t)
+        if hasattr(head, "d2t") and kept_ids is not None:
             head.lm_head.weight.copy_(model._base_model_lm_head.weight[kept_ids])
     return model
 

@@ -56,13 +56,21 @@ def run_convert(spec, *, console, dry_run: bool = False, eval_prompts_path: str 
     if spec.speculative.mode == "eagle3":
         from trtspec.convert.eagle3 import run_eagle3
 
-        held_out = load_prompts(eval_prompts_path) if eval_prompts_path else calibration[:12]
+        held_out = held_out_prompts(spec, eval_prompts_path)
         results.append(run_eagle3(spec, layout, target_dir, target_sha, prompt_file(spec.speculative.eagle3.prompts, "train"),
                                   held_out, console=console, dry_run=dry_run, eval_tokens=eval_tokens))
     if spec.speculative.mode == "draft-target":
         results += run_draft(spec, layout, target_dir, target_sha, calibration, training[:FP8_EVAL_PROMPTS],
                              console=console, dry_run=dry_run)
     return results
+
+
+def held_out_prompts(spec, eval_prompts_path: str | None) -> list[str]:
+    """Prompts for the EAGLE-3 acceptance report: the user's file, else 12 packaged calibration
+    prompts (EAGLE-3 training never sees the calibration set)."""
+    if eval_prompts_path:
+        return load_prompts(eval_prompts_path)
+    return load_prompts(prompt_file(spec.quantization.calibration_prompts, "calibration"))[:12]
 
 
 def run_fp8(spec, layout: Layout, source_dir: Path, source_sha: str, calibration: list[str], eval_prompts: list[str],

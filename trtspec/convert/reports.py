@@ -100,3 +100,27 @@ def fp8_quality(original, quantized, tokenizer, prompts: list[str], *, new_token
     return {"prompts": len(prompts), "tokens": total, "greedy_token_agreement": round(agree / max(1, total), 4),
             "perplexity_original": round(math.exp(nll["original"] / max(1, total)), 3),
             "perplexity_fp8": round(math.exp(nll["fp8"] / max(1, total)), 3)}
+
+
+def runtime_acceptance(target_dir, head_dir, prompts: list[str], *, max_draft_len: int = 4, new_tokens: int = 48,
+                       on_prompt: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """The same figures measured by trtspec's cpu engine (`trtspec.runtime`) with the exported head.
+
+    Greedy decoding, so the engine's output is the target's own; this also proves the exported
+    directory loads and drafts in the engine that serves it. Raises ImportError when the runtime
+    is not installed (the caller then falls back to `eagle3_acceptance`).
+    """
+    from trtspec.runtime import Engine
+
+    engine = Engine.from_checkpoints(target_dir, mode="eagle3", draft_dir=head_dir, max_draft_len=max_draft_len)
+    for prompt in prompts:
+        engine.generate(prompt, max_new_tokens=new_tokens, temperature=0.0)
+        if on_prompt:
+            on_prompt(1)
+    stats = engine.cumulative_stats()
+    per_position = list(stats.accepted_per_position) + [0] * (max_draft_len - len(stats.accepted_per_position))
+    return {"method": "trtspec.runtime cpu engine (greedy, exported head)", "max_draft_len": max_draft_len,
+            "prompts": len(prompts), "steps": stats.num_drafts,
+            "mean_acceptance_length": round(stats.mean_acceptance_length, 3),
+            "acceptance_rate": round(stats.acceptance_rate, 3), "accepted_per_position": per_position,
+            "acceptance_per_position": [round(count / max(1, stats.num_drafts), 3) for count in per_position]}
