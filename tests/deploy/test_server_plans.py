@@ -129,3 +129,14 @@ def test_server_env_keeps_venvs_off_path_and_passes_site_packages(tmp_path, monk
 
     root = str(Path(trtspec.__file__).resolve().parent.parent)
     assert env["TRTSPEC_PYTHONPATH"].split(":")[0] == root
+
+
+def test_cpu_docker_command_prepares_the_python_backend_in_the_container(tmp_path, tiny_llama, spec_factory):
+    spec = spec_factory(tmp_path, tiny_llama)
+    command = server.docker_command(spec, tmp_path / "repo", tmp_path / "engines" / "tiny-ngram-cpu")
+    assert "--gpus" not in command
+    shell = command[-1]
+    assert "python_backend_stubs/$V/triton_python_backend_stub /tmp/trtspec-backends/python/" in shell
+    assert "export LD_LIBRARY_PATH=$P/../../nvidia_pytriton.libs" in shell
+    assert "exec $P/bin/tritonserver --model-repository=/models" in shell
+    assert "--backend-directory=/tmp/trtspec-backends" in shell
