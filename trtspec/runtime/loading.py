@@ -89,6 +89,9 @@ def load_causal_lm(path: str | Path):
     """A float32 causal LM in eval mode; FP8 checkpoints are dequantized (see fp8.py)."""
     import torch
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # a loading bar per model is noise in the CLI and in servers
 
     path = Path(path)
     if not (path / "config.json").is_file():
