@@ -14,6 +14,7 @@ import json
 import math
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -52,7 +53,10 @@ def machine_metadata() -> dict[str, Any]:
         load = os.getloadavg()
     except OSError:
         load = None
+    torch = sys.modules.get("torch")  # only if this run loaded it (in-process engine): no import cost
     return {"hostname": platform.node(), "cpu": cpu, "cpu_count": os.cpu_count(),
+            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+            "torch_threads": torch.get_num_threads() if torch is not None else None,
             "memory_gib": round(memory_gib, 1) if memory_gib else None, "load_average": load,
             "python": platform.python_version(), "platform": platform.platform(),
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "trtspec_version": __version__}
