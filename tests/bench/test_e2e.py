@@ -46,7 +46,10 @@ def served_spec(tmp_path_factory, tiny_llama):
     spec = load_spec(path)
     layout = Layout.from_spec(spec)
     repository.render(build(spec).engine_dir, spec, layout.repository)
-    server.start_local(spec, layout.repository, layout)
+    # the server inherits the environment: one OpenMP thread, as the tests' own engines use
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("OMP_NUM_THREADS", "1")
+        server.start_local(spec, layout.repository, layout)
     try:
         yield path
     finally:
