@@ -127,8 +127,10 @@ def render_table(report: dict[str, Any]):
     title = (f"trtspec bench: {meta.get('model')} ({meta.get('mode')}) via {meta.get('target')}, "
              f"{meta.get('num_prompts')} prompts x {meta.get('repeats')} repeats, "
              f"max_tokens {meta.get('max_tokens')}")
-    table = Table(title=title, caption=f"{meta['machine']['cpu']} x{meta['machine']['cpu_count']}, "
-                                       f"{meta['machine']['date']}; latencies in ms, mean / p99")
+    machine = meta["machine"]
+    threads = f", OMP_NUM_THREADS={machine['omp_num_threads']}" if machine.get("omp_num_threads") else ""
+    table = Table(title=title, caption=f"{machine['cpu']} x{machine['cpu_count']}{threads}, {machine['date']}; "
+                                       f"latencies in ms, mean / p99")
     for name, justify in [("conc", "right"), ("variant", "left"), ("ok", "right"), ("out tok/s", "right"),
                           ("req/s", "right"), ("TTFT", "right"), ("TPOT", "right"), ("ITL", "right"),
                           ("E2EL", "right"), ("AL", "right"), ("accept %", "right")]:
