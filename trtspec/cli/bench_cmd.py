@@ -135,7 +135,9 @@ def bench(config_path, url, engine_dir, prompts, concurrency, max_tokens, num_pr
                                    repeats=repeats, temperature=temperature, out_dir=out,
                                    prompts_source=plan["prompts"], on_request=lambda record: progress.advance(task))
     if as_json:
-        emit_json({"report": report, "files": {k: str(v) for k, v in paths.items()}})
+        from trtspec.bench.report import clean_json
+
+        emit_json({"report": clean_json(report), "files": {k: str(v) for k, v in paths.items()}})
         return
     from trtspec.bench.report import render_table
 
