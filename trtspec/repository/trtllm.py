@@ -25,24 +25,30 @@ PATH_KEYS = ("model", "tokenizer")
 
 
 def inputs() -> list[dict[str, Any]]:
-    return [tensor("text_input", "BYTES", [-1]),
-            tensor("streaming", "BOOL", [1], optional=True),
-            tensor("sampling_param_max_tokens", "INT32", [1], optional=True),
-            tensor("sampling_param_temperature", "FP32", [1], optional=True),
-            tensor("sampling_param_top_p", "FP32", [1], optional=True),
-            tensor("sampling_param_top_k", "INT32", [1], optional=True),
-            tensor("sampling_param_seed", "UINT64", [1], optional=True),
-            tensor("sampling_param_stop", "BYTES", [-1], optional=True),
-            tensor("sampling_param_return_perf_metrics", "BOOL", [1], optional=True),
-            tensor("return_finish_reason", "BOOL", [1], optional=True)]
+    """The stock llmapi model's inputs (it reads only those a request sends)."""
+    optional = [("streaming", "BOOL", [1]), ("sampling_param_best_of", "INT32", [1]),
+                ("sampling_param_temperature", "FP32", [1]), ("sampling_param_top_k", "INT32", [1]),
+                ("sampling_param_top_p", "FP32", [1]), ("sampling_param_frequency_penalty", "FP32", [1]),
+                ("sampling_param_presence_penalty", "FP32", [1]), ("sampling_param_max_tokens", "INT32", [1]),
+                ("sampling_param_stop", "BYTES", [-1]), ("sampling_param_seed", "UINT64", [1]),
+                ("sampling_param_exclude_input_from_output", "BOOL", [1]),
+                ("sampling_param_return_perf_metrics", "BOOL", [1]), ("return_finish_reason", "BOOL", [1]),
+                ("return_stop_reason", "BOOL", [1]), ("return_cumulative_logprob", "BOOL", [1])]
+    return [tensor("text_input", "BYTES", [-1])] + [tensor(n, t, d, optional=True) for n, t, d in optional]
 
 
 def outputs() -> list[dict[str, Any]]:
-    return [tensor("text_output", "BYTES", [-1]),
-            tensor("finish_reason", "BYTES", [-1]),
-            tensor("acceptance_rate", "FP32", [1]),
-            tensor("total_accepted_draft_tokens", "INT64", [1]),
-            tensor("total_draft_tokens", "INT64", [1])]
+    """Every output the stock model may send (with perf metrics: KV-cache stats, timestamps and
+    the speculative counters, INT32 as it creates them); an undeclared one would fail the request."""
+    return [tensor("text_output", "BYTES", [-1]), tensor("finish_reason", "BYTES", [-1]),
+            tensor("stop_reason", "BYTES", [-1]), tensor("cumulative_logprob", "FP32", [-1]),
+            *[tensor(n, "INT32", [-1]) for n in ("kv_cache_reused_block", "kv_cache_missed_block",
+                                                 "kv_cache_alloc_new_blocks", "kv_cache_alloc_total_blocks")],
+            tensor("kv_cache_hit_rate", "FP32", [-1]),
+            *[tensor(n, "INT64", [1]) for n in ("arrival_time_ns", "first_scheduled_time_ns",
+                                                "first_token_time_ns", "last_token_time_ns")],
+            tensor("acceptance_rate", "FP32", [1]), tensor("total_accepted_draft_tokens", "INT32", [1]),
+            tensor("total_draft_tokens", "INT32", [1])]
 
 
 def llm_options(engine: dict[str, Any], engine_path: str) -> dict[str, Any]:
