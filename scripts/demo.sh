@@ -71,9 +71,20 @@ if [ "$served" = 1 ] && have infer; then
   trtspec infer -c "$SPEC" --max-tokens 48 --json "$PROMPT" > "$WORK/infer.json"
 else missing+=(infer); echo "not there yet: trtspec infer"; fi
 
-step "8. bench: speculative vs baseline through Triton"
+step "8. bench: speculative vs baseline through Triton (2 prompts per category, interleaved)"
 if [ "$served" = 1 ] && have bench; then
-  trtspec bench -c "$SPEC" --baseline --out "$WORK/reports/bench"
+  python - "$WORK/demo-prompts.jsonl" <<'PY'
+import json, sys
+from importlib.resources import files
+rows = [json.loads(line) for line in files("trtspec.data").joinpath("bench_prompts.jsonl").read_text().splitlines() if line.strip()]
+picked, seen = [], {}
+for row in rows:
+    if seen.get(row["category"], 0) < 2:
+        seen[row["category"]] = seen.get(row["category"], 0) + 1
+        picked.append(row)
+open(sys.argv[1], "w").write("".join(json.dumps(row) + "\n" for row in picked))
+PY
+  trtspec bench -c "$SPEC" --prompts "$WORK/demo-prompts.jsonl" --baseline --out "$WORK/reports/bench"
 else missing+=(bench); echo "not there yet: trtspec bench"; fi
 
 if [ "$served" = 1 ]; then
