@@ -44,9 +44,15 @@ def main() -> int:
     parser.add_argument("--hf-lookup", type=int, default=10, help="HF prompt_lookup_num_tokens (HF's default 10)")
     parser.add_argument("--eagle3", type=Path, default=None, help="a trained EAGLE-3 checkpoint directory")
     parser.add_argument("--limit", type=int, default=0, help="only the first N prompts per category")
+    parser.add_argument("--categories", default="summarize,chat,code,math",
+                        help="categories to run, in this order (comma-separated)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--out", type=Path, default=None, help="write the raw results as JSON here")
+    parser.add_argument("--render", type=Path, default=None, help="only print the Markdown tables of a results JSON")
     args = parser.parse_args()
+    if args.render:
+        print(to_markdown(json.loads(args.render.read_text())))
+        return 0
 
     import torch
 
@@ -64,6 +70,8 @@ def main() -> int:
     base = engines["ngram"]
     model, tokenizer = base.target, base.tokenizer
     rows = [json.loads(line) for line in DEV_PROMPTS.read_text().splitlines() if line.strip()]
+    order = args.categories.split(",")
+    rows = sorted((r for r in rows if r["category"] in order), key=lambda r: order.index(r["category"]))
     if args.limit:
         kept, seen = [], defaultdict(int)
         for row in rows:
@@ -108,13 +116,44 @@ def main() -> int:
         results.append(record)
         print(f"[{index + 1}/{len(rows)}] {row['category']:9s} " + "  ".join(
             f"{n}={r['tokens'] / r['seconds']:.1f}" for n, r in record["runs"].items()), file=sys.stderr, flush=True)
-    summary = summarize(results, list(contenders), args)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "summary": summary,
-                                        "results": results}, indent=1))
+        summary = summarize(results, list(contenders), args)
+        if args.out:  # after every prompt, so an interrupted run still leaves its results
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
+                                            "summary": summary, "results": results}, indent=1))
     print(json.dumps(summary, indent=2))
+    if args.out:
+        print(to_markdown(json.loads(args.out.read_text())))
     return 0
+
+
+def to_markdown(data: dict) -> str:
+    """Tables for docs/BENCHMARKS-engine.md from a results JSON."""
+    summary, results = data["summary"], data["results"]
+    names = list(next(iter(summary["tokens_per_s"].values())))
+    counts = {c: sum(1 for r in results if c in ("all", r["category"])) for c in summary["tokens_per_s"]}
+    lines = ["| category | prompts | " + " | ".join(f"{n} tok/s" for n in names)
+             + " | engine ngram / engine plain | HF lookup / HF greedy | ngram speedup / HF's | engine plain / HF greedy |",
+             "|---" * (len(names) + 6) + "|"]
+    for category, rate in summary["tokens_per_s"].items():
+        ngram = summary["speedup_vs_engine_plain"][category].get("engine-ngram", float("nan"))
+        hf = summary["hf_prompt_lookup_speedup"][category]
+        lines.append(f"| {category} | {counts[category]} | " + " | ".join(f"{rate[n]:.2f}" for n in names)
+                     + f" | {ngram:.2f}x | {hf:.2f}x | {ngram / hf:.2f} | "
+                     f"{summary['hf_greedy_vs_engine_plain'][category]:.2f} |")
+    lines += ["", "| category | drafter | mean acceptance length | acceptance rate | mean draft len | "
+              "steps with a draft | (draft+verify)/plain step cost | theoretical speedup | measured | "
+              "measured / theoretical |", "|---" * 10 + "|"]
+    for category, per in summary["theoretical"].items():
+        for name, t in per.items():
+            lines.append(f"| {category} | {name} | {summary['mean_acceptance_length'][category][name]:.2f} | "
+                         f"{t['alpha']:.2f} | {t['mean_draft_len']:.2f} | {t['draft_share']:.2f} | "
+                         f"{t['cost_ratio']:.2f} | {t['theoretical_speedup']:.2f}x | {t['measured_speedup']:.2f}x | "
+                         f"{t['measured_over_theoretical']:.2f} |")
+    ident = summary["identical_to_engine_plain"]["all"]
+    lines += ["", "Outputs identical to the engine's plain greedy output (prompts): "
+              + ", ".join(f"{n} {ident[n]}/{ident['of']}" for n in names)]
+    return "\n".join(lines)
 
 
 def summarize(results, names, args) -> dict:
