@@ -83,7 +83,7 @@ def prepare_backends(layout: Layout, binary: Path) -> Path:
     return target
 
 
-def server_env(binary: Path | None = None) -> dict[str, str]:
+def server_env(binary: Path | None = None, backend: str = "cpu") -> dict[str, str]:
     """Paths for the Python backend stub: the project root and this interpreter's site-packages.
 
     The stub's embedded interpreter ignores PYTHONPATH, so the cpu model.py reads the same list
@@ -99,6 +99,11 @@ def server_env(binary: Path | None = None) -> dict[str, str]:
     ordered = list(dict.fromkeys(paths + ([existing] if existing else [])))
     env = {"PYTHONPATH": os.pathsep.join(ordered), "TRTSPEC_PYTHONPATH": os.pathsep.join(ordered),
            "PATH": _path_without_venvs(os.environ.get("PATH", ""))}
+    if backend == "cpu":
+        # Each in-flight request runs torch in its own thread; OpenMP teams per request thread
+        # oversubscribe the cores (measured: 10x slower on a loaded 2-core machine). One OpenMP
+        # thread per request unless the caller set OMP_NUM_THREADS.
+        env["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS") or "1"
     root = _pytriton_root()
     libs = root.parent.parent / "nvidia_pytriton.libs" if root else None
     if libs and libs.is_dir() and (binary is None or root in binary.parents):
@@ -324,7 +329,7 @@ def start_local(spec: Any, repository: Path, layout: Layout | None = None) -> di
     log_path = layout.server_log.resolve()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_path.write_text("")
-    pid = subproc.start(command, log_path=log_path, env=server_env(binary))
+    pid = subproc.start(command, log_path=log_path, env=server_env(binary, spec.build.backend))
     record = {"pid": pid, "binary": str(binary), "host": spec.serve.host, "http_port": spec.serve.http_port,
               "grpc_port": spec.serve.grpc_port, "metrics_port": spec.serve.metrics_port,
               "repository": str(Path(repository).resolve()), "log": str(log_path),
