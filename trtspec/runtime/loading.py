@@ -15,7 +15,7 @@ from typing import Any
 from trtspec.errors import IncompatibleArtifactError, ModelSourceError
 
 ENGINE_FORMAT = "trtspec-engine/1"
-RUNTIME_KEYS = ("ngram_min", "ngram_max", "dynamic_draft", "confidence_threshold", "acceptance_floor",
+RUNTIME_KEYS = ("dtype", "ngram_min", "ngram_max", "dynamic_draft", "confidence_threshold", "acceptance_floor",
                 "eagle_choices")
 
 
@@ -48,9 +48,14 @@ def load_engine(path: str | Path):
 
 
 def engine_from_checkpoints(engine_cls, target_dir, *, mode: str = "ngram", draft_dir=None, max_draft_len: int = 4,
-                            ngram_min: int = 1, ngram_max: int = 3, eagle_choices=None, **options: Any):
+                            ngram_min: int = 1, ngram_max: int = 3, eagle_choices=None, dtype: str = "float32",
+                            **options: Any):
     """Build an Engine from a target checkpoint and, by `mode`, its drafter."""
     from transformers import AutoTokenizer
+
+    if dtype != "float32":
+        raise IncompatibleArtifactError(f"runtime dtype {dtype!r} is not supported by the cpu engine",
+                                        fix="use float32 (FP8 checkpoints are dequantized to float32 at load)")
 
     target = load_causal_lm(target_dir)
     tokenizer = AutoTokenizer.from_pretrained(str(target_dir))
