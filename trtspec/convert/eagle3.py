@@ -87,13 +87,18 @@ def run_eagle3(spec, layout, target_dir: Path, target_sha: str, prompts_path: Pa
     torch.manual_seed(settings.seed)
     eagle3_train.convert_eagle3(model, target_config, draft_vocab_size=draft_vocab, kept_ids=kept, d2t=d2t)
 
-    # 3. features: one frozen-target pass over every row (ModelOpt offline-training inputs)
-    started = time.monotonic()
+    # 3. features: one frozen-target pass over every row (ModelOpt offline-training inputs),
+    #    computed only when training has steps left
     input_ids, attention = eagle3_data.pack_rows(sequences, settings.seq_len, tokenizer.pad_token_id)
-    with _progress(console) as progress:
-        task = progress.add_task("target features", total=len(sequences), info="")
-        features = eagle3_data.compute_features(model, input_ids, attention, on_batch=lambda n: progress.advance(task, n))
-    timings["features_s"] = round(time.monotonic() - started, 1)
+
+    def features() -> dict:
+        started = time.monotonic()
+        with _progress(console) as progress:
+            task = progress.add_task("target features", total=len(sequences), info="")
+            computed = eagle3_data.compute_features(model, input_ids, attention,
+                                                    on_batch=lambda n: progress.advance(task, n))
+        timings["features_s"] = round(time.monotonic() - started, 1)
+        return computed
 
     # 4. budgeted training, resumable from the work directory when the inputs are the same
     state_key = work / "train-inputs.json"
@@ -114,7 +119,6 @@ def run_eagle3(spec, layout, target_dir: Path, target_sha: str, prompts_path: Pa
             progress.update(task, completed=step, info=f"loss {record['loss']:.3f} acc {acc} {record['seconds']:.0f}s")
 
         result = eagle3_train.train_eagle3(model, features, input_ids, attention, train_settings, work, on_step=on_step)
-    del features
 
     # 5. export, acceptance on held-out prompts (the cpu engine with the exported head when
     #    trtspec.runtime is installed, else ModelOpt's pseudo_speculative_generate), manifest

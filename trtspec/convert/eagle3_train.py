@@ -143,9 +143,13 @@ def _save_atomic(obj: Any, path: Path) -> None:
     os.replace(partial, path)
 
 
-def train_eagle3(model, features: dict, input_ids, attention_mask, settings: TrainSettings, work_dir: Path,
-                 *, on_step: Callable[[int, dict[str, Any]], None] | None = None) -> TrainResult:
-    """Train `model.eagle_module` on precomputed features; resumable from `work_dir/state.pt`."""
+def train_eagle3(model, features: Callable[[], dict], input_ids, attention_mask, settings: TrainSettings,
+                 work_dir: Path, *, on_step: Callable[[int, dict[str, Any]], None] | None = None) -> TrainResult:
+    """Train `model.eagle_module` on precomputed features; resumable from `work_dir/state.pt`.
+
+    `features` is called only when there is training left to do, so re-exporting a finished run
+    does not re-run the target over the data.
+    """
     import torch
 
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -160,6 +164,8 @@ def train_eagle3(model, features: dict, input_ids, attention_mask, settings: Tra
         optimizer.load_state_dict(state["optimizer"])
         step, elapsed, history = state["step"], state["elapsed"], state["history"]
     resumed_from = step
+    if step < settings.max_steps and elapsed < settings.max_seconds:
+        features = features()
     generator = torch.Generator().manual_seed(settings.seed + step)
     rows = input_ids.shape[0]
     order = torch.randperm(rows, generator=generator)
@@ -198,7 +204,8 @@ def train_eagle3(model, features: dict, input_ids, attention_mask, settings: Tra
             if on_step:
                 on_step(step, record)
             # 5. periodic resumable state + a weights snapshot (for acceptance-vs-time curves)
-            if step % settings.checkpoint_every == 0:
+            finished = step >= settings.max_steps or elapsed >= settings.max_seconds
+            if step % settings.checkpoint_every == 0 or finished:
                 _save_atomic({"head": trainable_state(model), "optimizer": optimizer.state_dict(), "step": step,
                               "elapsed": elapsed, "history": history}, state_path)
                 _save_atomic({"head": trainable_state(model), "step": step, "seconds": elapsed},
