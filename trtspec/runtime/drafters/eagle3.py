@@ -14,6 +14,10 @@ Llama layers; ModelOpt is never imported at run time. Semantics follow ModelOpt'
   at the previous position; logits come from lm_head(norm(h)) (+ d2t when the draft vocab is
   smaller).
 
+With a static tree (eagle_choices) and greedy decoding, the session fills the tree depth by depth
+(one EAGLE pass per depth, tree attention mask over its own cache); under sampling it proposes
+its top chain, which rejection sampling verifies losslessly.
+
 The session keeps an EAGLE KV cache over committed positions only; drafted positions are
 cropped after each proposal and recomputed from the target's real hidden states once verified.
 """
