@@ -224,6 +224,7 @@ class TritonPythonModel:
                 if sender.is_cancelled():
                     chunks.close()
                     self.cancelled.increment(1)
+                    sender.send(flags=final)  # releases the request in Triton (else it counts as in flight)
                     return
                 num_tokens += len(chunk.token_ids)
                 # 2. a finished request: record the statistics, send the last piece with the final flag.
