@@ -389,7 +389,12 @@ def status(layout: Layout) -> dict[str, Any]:
 
 
 def manifests_yaml(manifests: list[dict[str, Any]]) -> str:
+    """Manifests as one multi-document YAML, written out in full (no &anchors for shared labels)."""
     import yaml
 
-    return "---\n".join(yaml.safe_dump(m, sort_keys=False) for m in manifests)
+    class Plain(yaml.SafeDumper):
+        def ignore_aliases(self, data: Any) -> bool:
+            return True
+
+    return "---\n".join(yaml.dump(m, Dumper=Plain, sort_keys=False) for m in manifests)
 

@@ -70,6 +70,8 @@ def test_k8s_manifests_structure(gpu_spec):
     text = server.manifests_yaml([deployment, service])
     import yaml
 
+    assert "&id" not in text and "*id" not in text
+
     assert [d["kind"] for d in yaml.safe_load_all(text)] == ["Deployment", "Service"]
 
 
