@@ -40,6 +40,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--max-draft-len", type=int, default=8)
+    parser.add_argument("--ngram-min", type=int, default=1)
     parser.add_argument("--ngram-max", type=int, default=3)
     parser.add_argument("--hf-lookup", type=int, default=10, help="HF prompt_lookup_num_tokens (HF's default 10)")
     parser.add_argument("--eagle3", type=Path, default=None, help="a trained EAGLE-3 checkpoint directory")
@@ -65,7 +66,7 @@ def main() -> int:
         torch.set_num_threads(args.threads)
     path = resolve_model("smollm2", quiet=True).path
     engines = {"ngram": Engine.from_checkpoints(path, mode="ngram", max_draft_len=args.max_draft_len,
-                                                ngram_min=1, ngram_max=args.ngram_max)}
+                                                ngram_min=args.ngram_min, ngram_max=args.ngram_max)}
     if args.eagle3:
         engines["eagle3"] = Engine.from_checkpoints(path, mode="eagle3", draft_dir=args.eagle3,
                                                     max_draft_len=args.max_draft_len)
