@@ -50,7 +50,12 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--out", type=Path, default=None, help="write the raw results as JSON here")
     parser.add_argument("--render", type=Path, default=None, help="only print the Markdown tables of a results JSON")
+    parser.add_argument("--replay", type=Path, default=None,
+                        help="only replay the n-gram drafter on a results JSON's plain outputs (no model)")
     args = parser.parse_args()
+    if args.replay:
+        print(replay(json.loads(args.replay.read_text())))
+        return 0
     if args.render:
         data = json.loads(args.render.read_text())
         data["summary"] = summarize(data["results"], list(data["results"][0]["runs"]), args)
@@ -128,6 +133,71 @@ def main() -> int:
     if args.out:
         print(to_markdown(json.loads(args.out.read_text())))
     return 0
+
+
+def replay(data: dict, settings=((4, 1, 3), (8, 1, 3), (10, 1, 2), (8, 2, 3), (10, 2, 2), (8, 2, 4), (8, 3, 5)),
+           verify_cost: float = 1.45) -> str:
+    """Tokens per target pass the n-gram drafter reaches on the recorded plain greedy outputs.
+
+    Greedy acceptance is a pure function of the draft and the target's own continuation, so
+    replaying NgramSession over the recorded token ids gives the exact tokens per pass for any
+    (max_draft_len, ngram_min, ngram_max), and an estimate of the speedup with a verify pass
+    costing `verify_cost` plain steps (reference/measurements.md: 60-68 ms vs 43 ms).
+    """
+    from transformers import AutoTokenizer
+
+    from trtspec.models import resolve_model
+    from trtspec.runtime.drafters.ngram import NgramSession
+
+    tokenizer = AutoTokenizer.from_pretrained(str(resolve_model("smollm2", quiet=True).path))
+    rows = [json.loads(line) for line in DEV_PROMPTS.read_text().splitlines() if line.strip()]
+    lines = ["| max_draft_len | ngram_min | ngram_max | " + " | ".join(
+        f"{c} tokens/pass | {c} est. speedup" for c in sorted({r["category"] for r in data["results"]})) + " |"]
+    for k, n_min, n_max in settings:
+        totals: dict[str, list[float]] = defaultdict(lambda: [0, 0, 0])
+        for record, row in zip(data["results"], _rows_in_run_order(rows, data), strict=True):
+            ids = tokenizer.apply_chat_template([{"role": "user", "content": row["prompt"]}],
+                                                add_generation_prompt=True, tokenize=True)
+            ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+            out = record["runs"]["engine-plain"]["token_ids"]
+            session, tokens, done, passes, drafted = NgramSession(n_min, n_max), ids + out[:1], 1, 0, 0
+            while done < len(out):
+                draft = session.propose(tokens, k)
+                passes += 1
+                accepted = 0
+                if draft is not None:
+                    drafted += 1
+                    for token in draft.token_ids.tolist():
+                        if done + accepted < len(out) and out[done + accepted] == token:
+                            accepted += 1
+                        else:
+                            break
+                step = min(accepted + 1, len(out) - done)
+                tokens += out[done:done + step]
+                done += step
+            total = totals[record["category"]]
+            total[0] += len(out) - 1
+            total[1] += passes
+            total[2] += (passes - drafted) + drafted * verify_cost
+        lines.append(f"| {k} | {n_min} | {n_max} | " + " | ".join(
+            f"{t[0] / t[1]:.2f} | {t[0] / t[2]:.2f}x" for _, t in sorted(totals.items())) + " |")
+    lines.insert(1, "|---" * (3 + 2 * len(totals)) + "|")
+    return "\n".join(lines)
+
+
+def _rows_in_run_order(rows: list[dict], data: dict) -> list[dict]:
+    order = data["args"].get("categories", "summarize,chat,code,math").split(",")
+    limit = int(data["args"].get("limit", "0") or 0)
+    rows = sorted((r for r in rows if r["category"] in order), key=lambda r: order.index(r["category"]))
+    if limit:
+        seen: dict[str, int] = defaultdict(int)
+        kept = []
+        for row in rows:
+            seen[row["category"]] += 1
+            if seen[row["category"]] <= limit:
+                kept.append(row)
+        rows = kept
+    return rows[: len(data["results"])]
 
 
 def to_markdown(data: dict) -> str:
