@@ -176,3 +176,14 @@ def test_positions_come_from_server_counters_when_responses_lack_them():
     assert s["spec_decode_per_position_acceptance_rates"] == pytest.approx([0.75, 0.5])
     assert s["spec_decode_accepted_per_step_histogram"] == [1, 1, 2]     # at least: 4, 3, 2, 0
     assert spec_counts_from_counters({"other": 1.0}) is None
+
+
+def test_no_theoretical_ceiling_when_both_sides_speculate(records):
+    # triton / in-process: both speculative, so "tokens per pass" is no ceiling for their ratio
+    relabelled = [RequestRecord(**{**r.__dict__, "variant": "triton" if r.variant == SPECULATIVE else "in-process",
+                                   "spec": r.spec or SpecCounts(3, 12, 4, [3, 1, 0, 0])}) for r in records]
+    durations = {("triton", 1, 0): 2.0, ("in-process", 1, 0): 4.0}
+    results = [summarize_cell(c) for c in group_cells(relabelled, durations, order=["triton", "in-process"])]
+    (row,) = speedups(results, "triton", "in-process")
+    assert row["output_throughput_speedup"] == pytest.approx(2.0)
+    assert math.isnan(row["theoretical_speedup"]) and math.isnan(row["measured_over_theoretical"])

@@ -289,7 +289,8 @@ def speedups(summaries: Sequence[dict[str, Any]], numerator: str = SPECULATIVE,
                "ttft_ratio": _ratio(spec["mean_ttft_ms"], base["mean_ttft_ms"])}
         # The memory-bound ceiling: if verifying a draft cost one plain decode step and drafting
         # were free, the speedup would equal the tokens each target pass commits.
-        ceiling = spec.get("tokens_per_target_pass", math.nan)
+        # Only against a non-speculative denominator (not, e.g., triton over in-process).
+        ceiling = spec.get("tokens_per_target_pass", math.nan) if "tokens_per_target_pass" not in base else math.nan
         row["theoretical_speedup"] = ceiling
         row["measured_over_theoretical"] = _ratio(row["output_throughput_speedup"], ceiling)
         out.append(row)

@@ -169,7 +169,8 @@ def render_table(report: dict[str, Any]):
         rates = r.get("spec_decode_per_position_acceptance_rates")
         if rates:
             positions = "  ".join(f"pos {i}: {100 * x:.0f}%" for i, x in enumerate(rates))
-            parts.append(f"conc {r['max_concurrency']} acceptance per position: {positions}")
+            who = "" if r["variant"] == SPECULATIVE else f" {r['variant']}"
+            parts.append(f"conc {r['max_concurrency']}{who} acceptance per position: {positions}")
     if report.get("server_counters"):
         parts.append(f"server counters (after - before): {len(report['server_counters'])} keys in bench.json")
     return Group(*parts)
