@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import manifest, run_cli, write_spec
+from tests.convert.conftest import manifest, run_cli, write_spec
 
 
 def test_target_only_manifest_and_skip(in_tmp, tiny_llama):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import manifest, run_cli
+from tests.convert.conftest import manifest, run_cli
 
 pytestmark = pytest.mark.slow
 

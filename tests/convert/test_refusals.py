@@ -6,7 +6,7 @@ import json
 import shutil
 
 import pytest
-from conftest import write_spec
+from tests.convert.conftest import write_spec
 
 from trtspec.errors import IncompatibleArtifactError, ModelSourceError, TrtSpecError
 
