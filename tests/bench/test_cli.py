@@ -90,3 +90,12 @@ def test_dry_runs_write_nothing_and_bad_input_is_one_line(tiny_engine, tmp_path)
     result = runner.invoke(main, ["bench", "-c", str(spec), "--url", "127.0.0.1:1", "--engine", str(engine),
                                   "--baseline"])
     assert result.exit_code == 2 and "serving overhead" in result.output
+
+
+def test_bench_json_is_strict_json_on_stdout(tiny_engine, tmp_path):
+    engine, spec = tiny_engine
+    result = CliRunner().invoke(main, ["bench", "-c", str(spec), "--engine", str(engine), "--num-prompts", "1",
+                                       "--concurrency", "1", "--max-tokens", "4", "--out", str(tmp_path), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout, parse_constant=lambda name: pytest.fail(f"{name} in --json output"))
+    assert data["report"]["results"][0]["completed"] == 1 and data["files"]["json"].endswith("bench.json")
