@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from tests.convert.conftest import manifest, run_cli, write_spec
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from tests.convert.conftest import manifest, run_cli
 
 pytestmark = pytest.mark.slow

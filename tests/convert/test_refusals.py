@@ -6,8 +6,8 @@ import json
 import shutil
 
 import pytest
-from tests.convert.conftest import write_spec
 
+from tests.convert.conftest import write_spec
 from trtspec.errors import IncompatibleArtifactError, ModelSourceError, TrtSpecError
 
 
