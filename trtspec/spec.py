@@ -81,8 +81,9 @@ class SpeculativeSpec(_Section):
     """Most draft tokens proposed per step; engines are built for this many."""
     draft: str | None = None
     """Draft model source for draft-target mode (HF directory, .gguf, or alias)."""
-    ngram_min: int = Field(1, ge=1, le=16)
-    """Shortest suffix n-gram to look up in the prompt and generated text."""
+    ngram_min: int = Field(2, ge=1, le=16)
+    """Shortest suffix n-gram to look up in the prompt and generated text. 2 rather than 1: a
+    one-token match proposes mostly wrong drafts (docs/BENCHMARKS-engine.md, --replay)."""
     ngram_max: int = Field(3, ge=1, le=16)
     """Longest suffix n-gram to look up (tried first)."""
     dynamic_draft: bool = False
