@@ -134,5 +134,5 @@ def test_packaged_and_custom_prompts(tmp_path):
     assert [(p.text, p.category) for p in load_prompts(path)] == [("a", "default"), ("b", "x")]
     assert len(load_prompts(path, num_prompts=1)) == 1
     path.write_text('{"prompt": "a"}\n{"text": "b"}\n')
-    with pytest.raises(TrtSpecError, match="line 2"):
+    with pytest.raises(TrtSpecError, match=":2: "):
         load_prompts(path)

@@ -11,39 +11,17 @@ import hashlib
 import json
 from pathlib import Path
 
-from trtspec.errors import TrtSpecError
-
-PACKAGED = {"train": "train_prompts.jsonl", "calibration": "calibration_prompts.jsonl"}
+from trtspec.prompts import packaged_prompt_file, read_prompt_file
 
 
 def prompt_file(path: str | None, default: str) -> Path:
     """The user's file when given, else the packaged set `default` ("train" | "calibration")."""
-    if path:
-        return Path(path)
-    return Path(__file__).resolve().parents[1] / "data" / PACKAGED[default]
+    return Path(path) if path else packaged_prompt_file(default)
 
 
 def load_prompts(path: str | Path) -> list[str]:
-    """Read a JSONL prompt file; refuse a missing, malformed or empty one with a one-line error."""
-    path = Path(path)
-    if not path.is_file():
-        raise TrtSpecError(f"{path}: prompt file not found", fix='give a JSONL file with {"prompt": ...} per line')
-    prompts = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise TrtSpecError(f"{path}:{number}: not valid JSON ({error.msg})",
-                               fix='write one {"prompt": "..."} object per line') from None
-        if not isinstance(record, dict) or not str(record.get("prompt", "")).strip():
-            raise TrtSpecError(f"{path}:{number}: no non-empty \"prompt\" key",
-                               fix='write one {"prompt": "..."} object per line')
-        prompts.append(str(record["prompt"]))
-    if not prompts:
-        raise TrtSpecError(f"{path}: the prompt file is empty", fix='add at least one {"prompt": ...} line')
-    return prompts
+    """The prompt texts of a JSONL prompt file (trtspec.prompts refuses a bad or empty one)."""
+    return [prompt.text for prompt in read_prompt_file(path)]
 
 
 def prompts_sha256(prompts: list[str]) -> str:
