@@ -120,10 +120,7 @@ def bench(config_path, url, engine_dir, prompts, concurrency, max_tokens, num_pr
             "concurrency": spec.bench.concurrency, "max_tokens": spec.bench.max_tokens, "repeats": repeats,
             "baseline": baseline, "requests": total, "out": str(out)}
     if dry_run:
-        if as_json:
-            emit_json({"dry_run": True, **plan})
-        else:
-            click.echo("Would run: " + ", ".join(f"{k} {v}" for k, v in plan.items()) + "; nothing written.")
+        _print_dry_run(plan, as_json)
         return
     console = Console(stderr=True)
     with console.status(f"Connecting to {where} ..."):
@@ -208,10 +205,7 @@ def tune(config_path, engine_dir, prompts, draft_lens, trees, mode, max_tokens, 
                 "num_prompts": len(prompt_set),
                 "max_tokens": spec.bench.max_tokens, "concurrency": concurrency, "repeats": repeats,
                 "requests": total, "spec": str(spec_path), "out": str(out)}
-        if as_json:
-            emit_json({"dry_run": True, **plan})
-        else:
-            click.echo("Would run: " + ", ".join(f"{k} {v}" for k, v in plan.items()) + "; nothing written.")
+        _print_dry_run(plan, as_json)
         return
     from trtspec.runtime import load_engine
 
@@ -254,3 +248,11 @@ def tune(config_path, engine_dir, prompts, draft_lens, trees, mode, max_tokens, 
     what = f" with eagle_choices {json.dumps(choice['eagle_choices'])}" if choice["eagle_choices"] else ""
     click.echo(f"Chose max_draft_len {choice['max_draft_len']}{what} (by tokens/s); wrote {spec_path} "
                f"(old file: {backup}); report {out / 'tune.json'}. Rebuild with `trtspec build` to serve it.")
+
+
+def _print_dry_run(plan: dict, as_json: bool) -> None:
+    """What a run would do, as JSON or one line; nothing is written."""
+    if as_json:
+        emit_json({"dry_run": True, **plan})
+    else:
+        click.echo("Would run: " + ", ".join(f"{k} {v}" for k, v in plan.items()) + "; nothing written.")
