@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -48,6 +49,12 @@ def main() -> int:
     parser.add_argument("--categories", default="summarize,chat,code,math",
                         help="categories to run, in this order (comma-separated)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="run every prompt N times (contender order rotated); tables give medians over repeats")
+    parser.add_argument("--no-prepack", action="store_true",
+                        help="engine on plain nn.Linear (F.linear) instead of oneDNN-prepacked weights")
+    parser.add_argument("--hf-on-engine-model", action="store_true",
+                        help="run HF generate on the engine's (prepacked) model instead of a vanilla HF model")
     parser.add_argument("--out", type=Path, default=None, help="write the raw results as JSON here")
     parser.add_argument("--render", type=Path, default=None, help="only print the Markdown tables of a results JSON")
     parser.add_argument("--replay", type=Path, default=None,
@@ -66,17 +73,21 @@ def main() -> int:
 
     from trtspec.models import resolve_model
     from trtspec.runtime import Engine
+    from trtspec.runtime.loading import load_causal_lm
 
     if args.threads:
         torch.set_num_threads(args.threads)
     path = resolve_model("smollm2", quiet=True).path
+    prepack = not args.no_prepack
     engines = {"ngram": Engine.from_checkpoints(path, mode="ngram", max_draft_len=args.max_draft_len,
-                                                ngram_min=args.ngram_min, ngram_max=args.ngram_max)}
+                                                ngram_min=args.ngram_min, ngram_max=args.ngram_max, prepack=prepack)}
     if args.eagle3:
         engines["eagle3"] = Engine.from_checkpoints(path, mode="eagle3", draft_dir=args.eagle3,
-                                                    max_draft_len=args.max_draft_len)
+                                                    max_draft_len=args.max_draft_len, prepack=prepack)
     base = engines["ngram"]
-    model, tokenizer = base.target, base.tokenizer
+    tokenizer = base.tokenizer
+    # HF's contenders run what a transformers user gets: the checkpoint as from_pretrained loads it.
+    model = base.target if args.hf_on_engine_model else load_causal_lm(path)
     rows = [json.loads(line) for line in DEV_PROMPTS.read_text().splitlines() if line.strip()]
     order = args.categories.split(",")
     rows = sorted((r for r in rows if r["category"] in order), key=lambda r: order.index(r["category"]))
@@ -110,25 +121,31 @@ def main() -> int:
     warm = base.encode(rows[0]["prompt"])
     for run in contenders.values():  # warm-up: first-call allocations, lazy imports
         run(warm[:16])
-    results = []
-    for index, row in enumerate(rows):
-        ids = base.encode(row["prompt"])
-        record = {"category": row["category"], "prompt_tokens": len(ids), "runs": {}}
-        for name, run in contenders.items():
-            seconds, tokens, stats = run(ids)
-            record["runs"][name] = {"seconds": seconds, "tokens": len(tokens), "token_ids": tokens,
-                                    "stats": stats.to_dict() if stats else None}
-        plain = record["runs"]["engine-plain"]["token_ids"]
-        record["identical"] = {name: r["token_ids"][: len(plain)] == plain[: len(r["token_ids"])]
-                               for name, r in record["runs"].items()}
-        results.append(record)
-        print(f"[{index + 1}/{len(rows)}] {row['category']:9s} " + "  ".join(
-            f"{n}={r['tokens'] / r['seconds']:.1f}" for n, r in record["runs"].items()), file=sys.stderr, flush=True)
-        summary = summarize(results, list(contenders), args)
-        if args.out:  # after every prompt, so an interrupted run still leaves its results
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
-                                            "summary": summary, "results": results}, indent=1))
+    results, names = [], list(contenders)
+    for repeat in range(args.repeats):
+        for index, row in enumerate(rows):
+            ids = base.encode(row["prompt"])
+            record = {"category": row["category"], "prompt_tokens": len(ids), "repeat": repeat,
+                      "load_avg_1min": os.getloadavg()[0], "runs": {}}
+            # Rotate who goes first, so no contender always runs right after the same neighbour.
+            shift = (repeat + index) % len(names)
+            for name in names[shift:] + names[:shift]:
+                seconds, tokens, stats = contenders[name](ids)
+                record["runs"][name] = {"seconds": seconds, "tokens": len(tokens), "token_ids": tokens,
+                                        "stats": stats.to_dict() if stats else None}
+            record["runs"] = {name: record["runs"][name] for name in names}
+            plain = record["runs"]["engine-plain"]["token_ids"]
+            record["identical"] = {name: r["token_ids"][: len(plain)] == plain[: len(r["token_ids"])]
+                                   for name, r in record["runs"].items()}
+            results.append(record)
+            print(f"[{repeat + 1}/{args.repeats} {index + 1}/{len(rows)}] {row['category']:9s} " + "  ".join(
+                f"{n}={r['tokens'] / r['seconds']:.1f}" for n, r in record["runs"].items())
+                + f"  load={record['load_avg_1min']:.2f}", file=sys.stderr, flush=True)
+            summary = summarize(results, names, args)
+            if args.out:  # after every prompt, so an interrupted run still leaves its results
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
+                                                "summary": summary, "results": results}, indent=1))
     print(json.dumps(summary, indent=2))
     if args.out:
         print(to_markdown(json.loads(args.out.read_text())))
@@ -155,7 +172,8 @@ def replay(data: dict, settings=((4, 1, 3), (8, 1, 3), (10, 1, 2), (8, 2, 3), (1
         f"{c} tokens/pass | {c} est. speedup" for c in sorted({r["category"] for r in data["results"]})) + " |"]
     for k, n_min, n_max in settings:
         totals: dict[str, list[float]] = defaultdict(lambda: [0, 0, 0])
-        for record, row in zip(data["results"], _rows_in_run_order(rows, data), strict=True):
+        first_repeat = [r for r in data["results"] if r.get("repeat", 0) == 0]
+        for record, row in zip(first_repeat, _rows_in_run_order(rows, first_repeat, data), strict=True):
             ids = tokenizer.apply_chat_template([{"role": "user", "content": row["prompt"]}],
                                                 add_generation_prompt=True, tokenize=True)
             ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
@@ -185,7 +203,7 @@ def replay(data: dict, settings=((4, 1, 3), (8, 1, 3), (10, 1, 2), (8, 2, 3), (1
     return "\n".join(lines)
 
 
-def _rows_in_run_order(rows: list[dict], data: dict) -> list[dict]:
+def _rows_in_run_order(rows: list[dict], records: list[dict], data: dict) -> list[dict]:
     order = data["args"].get("categories", "summarize,chat,code,math").split(",")
     limit = int(data["args"].get("limit", "0") or 0)
     rows = sorted((r for r in rows if r["category"] in order), key=lambda r: order.index(r["category"]))
@@ -197,7 +215,7 @@ def _rows_in_run_order(rows: list[dict], data: dict) -> list[dict]:
             if seen[row["category"]] <= limit:
                 kept.append(row)
         rows = kept
-    return rows[: len(data["results"])]
+    return rows[: len(records)]
 
 
 def to_markdown(data: dict) -> str:
@@ -205,7 +223,7 @@ def to_markdown(data: dict) -> str:
     summary, results = data["summary"], data["results"]
     names = list(next(iter(summary["tokens_per_s"].values())))
     counts = {c: sum(1 for r in results if c in ("all", r["category"])) for c in summary["tokens_per_s"]}
-    lines = ["| category | prompts | " + " | ".join(f"{n} tok/s" for n in names)
+    lines = ["| category | prompt runs | " + " | ".join(f"{n} tok/s" for n in names)
              + " | engine ngram / engine plain | HF lookup / HF greedy | ngram speedup / HF's | engine plain / HF greedy |",
              "|---" * (len(names) + 6) + "|"]
     for category, rate in summary["tokens_per_s"].items():
@@ -226,12 +244,62 @@ def to_markdown(data: dict) -> str:
                          f"{t['speedup_from_tokens_per_pass']:.2f}x | {t['measured_speedup']:.2f}x | "
                          f"{t['measured_over_theoretical']:.2f} | {t['measured_over_tokens_per_pass']:.2f} |")
     ident = summary["identical_to_engine_plain"]["all"]
-    lines += ["", "Outputs identical to the engine's plain greedy output (prompts): "
+    lines += ["", "Outputs identical to the engine's plain greedy output (prompt runs): "
               + ", ".join(f"{n} {ident[n]}/{ident['of']}" for n in names)]
+    over = summary.get("over_repeats") or {}
+    labels = [label for label in RATIOS if any(label in v for v in over.values())]
+    if over and labels:
+        runs = max(v["n"] for per in over.values() for v in per.values())
+        lines += ["", f"Ratios per repeat (each from that repeat's pooled tokens/s): median [min, max] over {runs}",
+                  "", "| category | " + " | ".join(labels) + " |", "|---" * (len(labels) + 1) + "|"]
+        for category, per in over.items():
+            lines.append(f"| {category} | " + " | ".join(
+                f"{per[label]['median']:.2f} [{per[label]['min']:.2f}, {per[label]['max']:.2f}]"
+                if label in per else "-" for label in labels) + " |")
+    if summary.get("load_avg_1min"):
+        load = summary["load_avg_1min"]
+        lines += ["", f"1-minute load average before each prompt: median {load['median']:.2f} "
+                  f"(min {load['min']:.2f}, max {load['max']:.2f}) on {os.cpu_count()} cores"]
     return "\n".join(lines)
 
 
+RATIOS = {  # name -> (numerator, denominator) of two tokens/s, or of two such ratios
+    "engine ngram / engine plain": ("engine-ngram", "engine-plain"),
+    "HF lookup / HF greedy": ("hf-prompt-lookup", "hf-greedy"),
+    "ngram speedup / HF's": ("engine ngram / engine plain", "HF lookup / HF greedy"),
+    "engine plain / HF greedy": ("engine-plain", "hf-greedy"),
+}
+
+
 def summarize(results, names, args) -> dict:
+    """Pooled tables over all results, plus each ratio's median (min, max) over the repeats."""
+    out = _summarize_pooled(results, names)
+    repeats = sorted({r.get("repeat", 0) for r in results})
+    per_repeat = [_summarize_pooled([r for r in results if r.get("repeat", 0) == k], names)["tokens_per_s"]
+                  for k in repeats]
+    over: dict = {}
+    for category in out["tokens_per_s"]:
+        values: dict[str, list[float]] = {}
+        for rates in per_repeat:
+            if category not in rates:
+                continue
+            ratio = {}
+            for label, (num, den) in RATIOS.items():
+                top = ratio[num] if num in ratio else rates[category].get(num)
+                bottom = ratio[den] if den in ratio else rates[category].get(den)
+                if top is not None and bottom:
+                    ratio[label] = top / bottom
+                    values.setdefault(label, []).append(ratio[label])
+        over[category] = {label: {"median": statistics.median(v), "min": min(v), "max": max(v), "n": len(v)}
+                          for label, v in values.items()}
+    out["over_repeats"] = over
+    loads = [r["load_avg_1min"] for r in results if "load_avg_1min" in r]
+    if loads:
+        out["load_avg_1min"] = {"median": statistics.median(loads), "min": min(loads), "max": max(loads)}
+    return out
+
+
+def _summarize_pooled(results, names) -> dict:
     categories = sorted({r["category"] for r in results}) + ["all"]
     out: dict = {"tokens_per_s": {}, "speedup_vs_engine_plain": {}, "hf_prompt_lookup_speedup": {},
                  "mean_acceptance_length": {}, "theoretical": {}, "identical_to_engine_plain": {}}

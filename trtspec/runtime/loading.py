@@ -16,7 +16,7 @@ from trtspec.errors import IncompatibleArtifactError, ModelSourceError
 
 ENGINE_FORMAT = "trtspec-engine/1"
 RUNTIME_KEYS = ("dtype", "ngram_min", "ngram_max", "dynamic_draft", "confidence_threshold", "acceptance_floor",
-                "eagle_choices")
+                "eagle_choices", "prepack")
 
 
 def load_engine(path: str | Path):
@@ -49,8 +49,12 @@ def load_engine(path: str | Path):
 
 def engine_from_checkpoints(engine_cls, target_dir, *, mode: str = "ngram", draft_dir=None, max_draft_len: int = 4,
                             ngram_min: int = 1, ngram_max: int = 3, eagle_choices=None, dtype: str = "float32",
-                            **options: Any):
-    """Build an Engine from a target checkpoint and, by `mode`, its drafter."""
+                            prepack: bool = True, **options: Any):
+    """Build an Engine from a target checkpoint and, by `mode`, its drafter.
+
+    prepack: run the target's (and a draft model's) linear layers on oneDNN-prepacked weights
+    (prepack.py: multi-token verify passes cost far less; twice the linear-weight memory).
+    """
     from transformers import AutoTokenizer
 
     if dtype != "float32":
@@ -58,6 +62,10 @@ def engine_from_checkpoints(engine_cls, target_dir, *, mode: str = "ngram", draf
                                         fix="use float32 (FP8 checkpoints are dequantized to float32 at load)")
 
     target = load_causal_lm(target_dir)
+    if prepack:
+        from trtspec.runtime.prepack import prepack_linears
+
+        prepack_linears(target)
     tokenizer = AutoTokenizer.from_pretrained(str(target_dir))
     drafter, tree = None, None
     if mode == "ngram":
@@ -67,7 +75,12 @@ def engine_from_checkpoints(engine_cls, target_dir, *, mode: str = "ngram", draf
     elif mode == "draft-target":
         from trtspec.runtime.drafters.draft_model import DraftModelDrafter
 
-        drafter = DraftModelDrafter(load_causal_lm(_need(draft_dir, mode)))
+        draft_model = load_causal_lm(_need(draft_dir, mode))
+        if prepack:
+            from trtspec.runtime.prepack import prepack_linears
+
+            prepack_linears(draft_model)
+        drafter = DraftModelDrafter(draft_model)
     elif mode == "eagle3":
         from trtspec.runtime.drafters.eagle3 import Eagle3Drafter
 
