@@ -59,9 +59,12 @@ def main() -> int:
     parser.add_argument("--render", type=Path, default=None, help="only print the Markdown tables of a results JSON")
     parser.add_argument("--replay", type=Path, default=None,
                         help="only replay the n-gram drafter on a results JSON's plain outputs (no model)")
+    parser.add_argument("--cost-fixed", type=float, default=0.0,
+                        help="replay: a drafting pass costs 1 + FIXED + SLOPE * k plain steps")
+    parser.add_argument("--cost-slope", type=float, default=0.035, help="replay: see --cost-fixed")
     args = parser.parse_args()
     if args.replay:
-        print(replay(json.loads(args.replay.read_text())))
+        print(replay(json.loads(args.replay.read_text()), cost_fixed=args.cost_fixed, cost_slope=args.cost_slope))
         return 0
     if args.render:
         data = json.loads(args.render.read_text())
@@ -152,14 +155,21 @@ def main() -> int:
     return 0
 
 
-def replay(data: dict, settings=((4, 1, 3), (8, 1, 3), (10, 1, 2), (8, 2, 3), (10, 2, 2), (8, 2, 4), (8, 3, 5)),
-           verify_cost: float = 1.45) -> str:
+REPLAY_SETTINGS = ((4, 1, 3), (8, 1, 3), (10, 1, 2), (4, 2, 3), (8, 2, 3), (10, 2, 3), (12, 2, 3), (16, 2, 3),
+                   (8, 2, 4), (8, 3, 5))
+
+
+def replay(data: dict, settings=REPLAY_SETTINGS, cost_fixed: float = 0.0, cost_slope: float = 0.035) -> str:
     """Tokens per target pass the n-gram drafter reaches on the recorded plain greedy outputs.
 
     Greedy acceptance is a pure function of the draft and the target's own continuation, so
     replaying NgramSession over the recorded token ids gives the exact tokens per pass for any
-    (max_draft_len, ngram_min, ngram_max), and an estimate of the speedup with a verify pass
-    costing `verify_cost` plain steps (reference/measurements.md: 60-68 ms vs 43 ms).
+    (max_draft_len, ngram_min, ngram_max). The speedup estimate prices a pass that verifies k
+    draft tokens at cost(k) = 1 + cost_fixed + cost_slope * k plain steps (a pass without a draft
+    costs 1). Measured on this machine (docs/BENCHMARKS-engine.md): prepacked weights fixed 0,
+    slope ~0.035; plain F.linear (--no-prepack) about fixed 0.6, slope 0.04.
+    A second table splits the drafts of a max_draft_len 10, n 1-3 replay by the n that matched:
+    a draft is worth its pass when its mean accepted tokens exceed cost(k) - 1.
     """
     from transformers import AutoTokenizer
 
@@ -168,38 +178,55 @@ def replay(data: dict, settings=((4, 1, 3), (8, 1, 3), (10, 1, 2), (8, 2, 3), (1
 
     tokenizer = AutoTokenizer.from_pretrained(str(resolve_model("smollm2", quiet=True).path))
     rows = [json.loads(line) for line in DEV_PROMPTS.read_text().splitlines() if line.strip()]
-    lines = ["| max_draft_len | ngram_min | ngram_max | " + " | ".join(
-        f"{c} tokens/pass | {c} est. speedup" for c in sorted({r["category"] for r in data["results"]})) + " |"]
-    for k, n_min, n_max in settings:
-        totals: dict[str, list[float]] = defaultdict(lambda: [0, 0, 0])
-        first_repeat = [r for r in data["results"] if r.get("repeat", 0) == 0]
-        for record, row in zip(first_repeat, _rows_in_run_order(rows, first_repeat, data), strict=True):
-            ids = tokenizer.apply_chat_template([{"role": "user", "content": row["prompt"]}],
-                                                add_generation_prompt=True, tokenize=True)
-            ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
-            out = record["runs"]["engine-plain"]["token_ids"]
-            session, tokens, done, passes, drafted = NgramSession(n_min, n_max), ids + out[:1], 1, 0, 0
+    first_repeat = [r for r in data["results"] if r.get("repeat", 0) == 0]
+    cases = []
+    for record, row in zip(first_repeat, _rows_in_run_order(rows, first_repeat, data), strict=True):
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": row["prompt"]}],
+                                            add_generation_prompt=True, tokenize=True)
+        cases.append((record["category"], list(ids["input_ids"] if hasattr(ids, "keys") else ids),
+                      record["runs"]["engine-plain"]["token_ids"]))
+    categories = sorted({c for c, _, _ in cases})
+
+    def cost(k: int) -> float:
+        return 1.0 + (cost_fixed + cost_slope * k if k else 0.0)
+
+    def run(k, n_min, n_max, by_match=None):
+        totals: dict[str, list[float]] = defaultdict(lambda: [0, 0, 0.0])  # tokens, passes, cost
+        for category, ids, out in cases:
+            session, tokens, done = NgramSession(n_min, n_max), ids + out[:1], 1
             while done < len(out):
                 draft = session.propose(tokens, k)
-                passes += 1
+                draft = draft.token_ids.tolist() if draft is not None else []
                 accepted = 0
-                if draft is not None:
-                    drafted += 1
-                    for token in draft.token_ids.tolist():
-                        if done + accepted < len(out) and out[done + accepted] == token:
-                            accepted += 1
-                        else:
-                            break
+                while accepted < len(draft) and done + accepted < len(out) and out[done + accepted] == draft[accepted]:
+                    accepted += 1
+                if by_match is not None and draft:
+                    counts = by_match[(category, session.match_n)]
+                    counts[0], counts[1], counts[2] = counts[0] + 1, counts[1] + accepted, counts[2] + len(draft)
                 step = min(accepted + 1, len(out) - done)
                 tokens += out[done:done + step]
                 done += step
-            total = totals[record["category"]]
-            total[0] += len(out) - 1
-            total[1] += passes
-            total[2] += (passes - drafted) + drafted * verify_cost
+                total = totals[category]
+                total[0], total[1], total[2] = total[0] + step, total[1] + 1, total[2] + cost(len(draft))
+        totals["all"] = [sum(t[i] for t in list(totals.values())) for i in range(3)]
+        return totals
+
+    lines = [f"cost(k) = 1 + {cost_fixed:g} + {cost_slope:g} k plain steps", "",
+             "| max_draft_len | ngram_min | ngram_max | " + " | ".join(
+                 f"{c} tokens/pass | {c} est. speedup" for c in categories + ["all"]) + " |",
+             "|---" * (3 + 2 * (len(categories) + 1)) + "|"]
+    for k, n_min, n_max in settings:
+        totals = run(k, n_min, n_max)
         lines.append(f"| {k} | {n_min} | {n_max} | " + " | ".join(
-            f"{t[0] / t[1]:.2f} | {t[0] / t[2]:.2f}x" for _, t in sorted(totals.items())) + " |")
-    lines.insert(1, "|---" * (3 + 2 * len(totals)) + "|")
+            f"{totals[c][0] / totals[c][1]:.2f} | {totals[c][0] / totals[c][2]:.2f}x" for c in categories + ["all"])
+            + " |")
+    by_match: dict = defaultdict(lambda: [0, 0, 0])  # drafts, accepted, draft tokens
+    run(10, 1, 3, by_match)
+    lines += ["", "| category | matched n | drafts | mean draft len | mean accepted | cost(k) - 1 at that length |",
+              "|---" * 6 + "|"]
+    for (category, n), (drafts, accepted, draft_tokens) in sorted(by_match.items()):
+        lines.append(f"| {category} | {n} | {drafts} | {draft_tokens / drafts:.1f} | {accepted / drafts:.2f} | "
+                     f"{cost(round(draft_tokens / drafts)) - 1:.2f} |")
     return "\n".join(lines)
 
 
@@ -319,9 +346,14 @@ def _summarize_pooled(results, names) -> dict:
             draft_tokens = sum(s["num_draft_tokens"] for s in stats)
             passes = sum(s["num_target_passes"] for s in stats)
             out["mean_acceptance_length"].setdefault(category, {})[name] = 1 + accepted / drafts if drafts else 1.0
-            # Costs per target pass, measured inside the same runs.
-            plain_step = (sum(r["runs"]["engine-plain"]["seconds"] for r in chosen)
-                          / sum(max(1, r["runs"]["engine-plain"]["tokens"]) for r in chosen))
+            # Costs per target pass (decode steps, prefill excluded on both sides), same runs.
+            plain_stats = [r["runs"]["engine-plain"]["stats"] for r in chosen]
+            if all(plain_stats):
+                plain_step = (sum(s["verify_time_s"] for s in plain_stats)
+                              / max(1, sum(s["num_target_passes"] for s in plain_stats)))
+            else:  # results from before plain stats were kept: whole request time per token
+                plain_step = (sum(r["runs"]["engine-plain"]["seconds"] for r in chosen)
+                              / sum(max(1, r["runs"]["engine-plain"]["tokens"]) for r in chosen))
             spec_step = sum(s["draft_time_s"] + s["verify_time_s"] for s in stats) / max(1, passes)
             alpha = accepted / draft_tokens if draft_tokens else 0.0
             gamma = draft_tokens / drafts if drafts else 0.0
