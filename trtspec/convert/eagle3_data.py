@@ -19,7 +19,7 @@ from trtspec.convert.prompts import chat_ids
 
 
 def generate_sequences(model, tokenizer, prompts: list[str], *, num_samples: int, answer_tokens: int,
-                       batch_size: int = 16, on_batch: Callable[[int], None] | None = None) -> list[list[int]]:
+                       batch_size: int = 64, on_batch: Callable[[int], None] | None = None) -> list[list[int]]:
     """`num_samples` sequences: prompt i % len(prompts), answered greedily by `model`.
 
     When num_samples exceeds the prompt count, repeats are answered by sampling (temperature 0.7,

@@ -67,9 +67,9 @@ def convert_eagle3(model, target_config: dict[str, Any], *, draft_vocab_size: in
                    kept_ids=None, d2t=None):
     """Convert `model` in place into a ModelOpt EAGLE-3 model; return it.
 
-    The head's final norm is initialised from the target's; with a reduced vocabulary the head's
-    lm_head starts as the target's lm_head rows of the kept tokens and `d2t` is filled, so the head
-    begins where the target's own output layer is.
+    The head's final norm and decoder layer start from the target's (`init_from_last_layer`); with
+    a reduced vocabulary the head's lm_head starts as the target's lm_head rows of the kept tokens
+    and `d2t` is filled, so the head begins where the target's own output layer is.
     """
     import modelopt.torch.speculative as mtsp
     import torch
@@ -84,14 +84,42 @@ def convert_eagle3(model, target_config: dict[str, Any], *, draft_vocab_size: in
     }
     mtsp.convert(model, [("eagle", config)])
     head = model.eagle_module
+    base = model.get_submodule(model.base_model_path)
     with torch.no_grad():
-        final_norm = model.get_submodule(model.base_model_path).norm
-        head.norm.weight.copy_(final_norm.weight)
+        head.norm.weight.copy_(base.norm.weight)
+        init_from_last_layer(head, base.layers[-1], target_config["hidden_size"])
         if hasattr(head, "d2t") and d2t is not None:
             head.d2t.copy_(d2t)
         if hasattr(head, "d2t") and kept_ids is not None:
             head.lm_head.weight.copy_(model._base_model_lm_head.weight[kept_ids])
     return model
+
+
+def init_from_last_layer(head, last_layer, hidden_size: int) -> None:
+    """Start the head's decoder layer as a copy of the target's last layer (a prior, not a fit).
+
+    The first layer's q/k/v read cat(embeddings, hidden): the hidden half gets the target's
+    weights and the embedding half starts at zero; `fc` starts by passing the deepest auxiliary
+    layer through. Measured on SmolLM2 (same data and step count): held-out mean acceptance
+    length 1.35 against 1.30 from ModelOpt's random initialisation (docs/CONVERT.md).
+    """
+    import torch
+
+    layer = head.layers[0]
+    for name in ("q_proj", "k_proj", "v_proj"):
+        weight = getattr(layer.self_attn, name).weight
+        source = getattr(last_layer.self_attn, name).weight
+        if weight.shape != (source.shape[0], 2 * hidden_size):
+            return  # not the EAGLE-3 layout this prior assumes: keep ModelOpt's initialisation
+        weight.zero_()
+        weight[:, hidden_size:] = source
+    layer.self_attn.o_proj.weight.copy_(last_layer.self_attn.o_proj.weight)
+    for name in ("gate_proj", "up_proj", "down_proj"):
+        getattr(layer.mlp, name).weight.copy_(getattr(last_layer.mlp, name).weight)
+    layer.input_layernorm.weight.copy_(last_layer.input_layernorm.weight)
+    layer.post_attention_layernorm.weight.copy_(last_layer.post_attention_layernorm.weight)
+    head.fc.weight.zero_()
+    head.fc.weight[:, -hidden_size:] = torch.eye(hidden_size)  # fc input: the aux layers, deepest last
 
 
 @dataclass
