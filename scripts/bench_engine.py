@@ -8,8 +8,14 @@ EOS ignored by none: each contender stops where the target stops. Reports tokens
 category, speedups, mean acceptance length, and the theoretical speedup (Leviathan et al. 2023)
 from measured acceptance and measured draft/verify costs.
 
-    /tmp/venv/bin/python scripts/bench_engine.py --max-tokens 128 --out docs/bench-engine.json
+    /tmp/venv/bin/python scripts/bench_engine.py --threads 1 --repeats 3 --out reports/bench-engine.json
     /tmp/venv/bin/python scripts/bench_engine.py --eagle3 work/checkpoints/eagle3   # + EAGLE-3
+    /tmp/venv/bin/python scripts/bench_engine.py --render reports/bench-engine.json  # tables again
+    /tmp/venv/bin/python scripts/bench_engine.py --replay reports/bench-engine.json  # n-gram settings, no model
+    /tmp/venv/bin/python scripts/bench_engine.py --verify-cost --threads 1  # cost of a pass by width
+
+HF's contenders run on a model loaded as transformers loads it; the engine's on its own
+(prepacked, see trtspec/runtime/prepack.py) unless --no-prepack or --hf-on-engine-model.
 """
 
 from __future__ import annotations
@@ -62,6 +68,8 @@ def main() -> int:
     parser.add_argument("--cost-fixed", type=float, default=0.0,
                         help="replay: a drafting pass costs 1 + FIXED + SLOPE * k plain steps")
     parser.add_argument("--cost-slope", type=float, default=0.035, help="replay: see --cost-fixed")
+    parser.add_argument("--verify-cost", action="store_true",
+                        help="only time one target pass over 1 + k tokens (k = 0..10), F.linear vs prepacked")
     args = parser.parse_args()
     if args.replay:
         print(replay(json.loads(args.replay.read_text()), cost_fixed=args.cost_fixed, cost_slope=args.cost_slope))
@@ -72,6 +80,9 @@ def main() -> int:
         print(to_markdown(data))
         return 0
 
+    if args.verify_cost:
+        print(verify_cost(args.threads or 1))
+        return 0
     import torch
 
     from trtspec.models import resolve_model
@@ -153,6 +164,43 @@ def main() -> int:
     if args.out:
         print(to_markdown(json.loads(args.out.read_text())))
     return 0
+
+
+def verify_cost(threads: int, context: int = 400, widths=(0, 1, 2, 3, 4, 6, 8, 10), rounds: int = 12) -> str:
+    """Median time of one cached target pass over 1 + k tokens, relative to k = 0, for the model
+    on nn.Linear (F.linear: MKL GEMV for 1 row, SGEMM for more) and on prepacked weights.
+    Interleaved call by call, so machine load hits both alike."""
+    import torch
+    from transformers import DynamicCache
+
+    from trtspec.models import resolve_model
+    from trtspec.runtime.loading import load_causal_lm
+    from trtspec.runtime.prepack import prepack_linears
+
+    torch.set_num_threads(threads)
+    path = resolve_model("smollm2", quiet=True).path
+    models = {"F.linear": load_causal_lm(path), "prepacked": load_causal_lm(path)}
+    prepack_linears(models["prepacked"])
+    times: dict = defaultdict(list)
+    with torch.inference_mode():
+        caches = {name: DynamicCache(config=m.config) for name, m in models.items()}
+        for name, model in models.items():
+            model(input_ids=torch.tensor([list(range(100, 100 + context))]), past_key_values=caches[name])
+        for _ in range(rounds):
+            for k in widths:
+                for name, model in models.items():
+                    started = time.perf_counter()
+                    model(input_ids=torch.tensor([list(range(500, 501 + k))]), past_key_values=caches[name],
+                          logits_to_keep=k + 1)
+                    times[name, k].append(time.perf_counter() - started)
+                    caches[name].crop(context)
+    lines = [f"| linear | 1-token step (ms, {context} cached) | " + " | ".join(f"k={k}" for k in widths[1:]) + " |",
+             "|---" * (len(widths) + 1) + "|"]
+    for name in models:
+        plain = statistics.median(times[name, 0])
+        lines.append(f"| {name} | {plain * 1e3:.1f} | " + " | ".join(
+            f"{statistics.median(times[name, k]) / plain:.2f}" for k in widths[1:]) + " |")
+    return "\n".join(lines)
 
 
 REPLAY_SETTINGS = ((4, 1, 3), (8, 1, 3), (10, 1, 2), (4, 2, 3), (8, 2, 3), (10, 2, 3), (12, 2, 3), (16, 2, 3),
