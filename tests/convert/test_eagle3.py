@@ -17,8 +17,10 @@ is the same set, which TensorRT-LLM's ModelOpt EAGLE-3 flow consumes.
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
+import yaml
 
 from tests.convert.conftest import manifest, run_cli
 
@@ -86,3 +88,20 @@ def test_rerun_skips(eagle3_run, eval_prompts_file):
     assert result.exit_code == 0
     assert "eagle3" in result.stdout and "up to date, skipped" in result.stdout
     assert "written" not in result.stdout
+
+
+def test_larger_budget_continues_training(eagle3_run, eval_prompts_file, tmp_path):
+    """Raising max_steps resumes from the saved state instead of training from scratch."""
+    directory, spec, _ = eagle3_run
+    copy = tmp_path / "extended"
+    shutil.copytree(directory, copy)
+    settings = yaml.safe_load(spec.read_text())
+    settings["workdir"] = str(copy / "work")
+    settings["speculative"]["eagle3"]["max_steps"] = 5
+    extended = copy / "trtspec.yaml"
+    extended.write_text(yaml.safe_dump(settings))
+    result = run_cli("-c", str(extended), "--eval-prompts", str(eval_prompts_file), "--eval-tokens", "8")
+    assert result.exit_code == 0, result.output
+    training = manifest(copy / "work" / "checkpoints" / "eagle3")["report"]["training"]
+    assert training["resumed_from"] == 3 and training["steps"] == 5
+    assert [record["step"] for record in training["history"]] == [1, 2, 3, 4, 5]

@@ -31,6 +31,20 @@ def eagle3_inputs(spec, target_sha: str, train_prompts: list[str]) -> dict[str, 
             "eagle3": spec.speculative.eagle3.model_dump(mode="json", exclude={"prompts"})}
 
 
+# Budgets and snapshot cadence do not change what was trained so far: leaving them out of the
+# training-state key lets a re-run with a larger budget continue from the saved state (the
+# learning-rate schedule then restarts its cosine from the new budget's progress: a warm restart).
+BUDGET_FIELDS = ("max_steps", "max_minutes", "checkpoint_every")
+
+
+def train_state_key(inputs: dict[str, Any]) -> dict[str, Any]:
+    """The eagle3 inputs minus the budget fields, as JSON-normalised data."""
+    key = json.loads(json.dumps(inputs))
+    for name in BUDGET_FIELDS:
+        key["eagle3"].pop(name, None)
+    return key
+
+
 def load_sequences(work: Path, data_key: dict[str, Any], make) -> list[list[int]]:
     """Reuse work/sequences.json when it was made from the same inputs, else make and store it."""
     path = work / "sequences.json"
@@ -100,13 +114,14 @@ def run_eagle3(spec, layout, target_dir: Path, target_sha: str, prompts_path: Pa
         timings["features_s"] = round(time.monotonic() - started, 1)
         return computed
 
-    # 4. budgeted training, resumable from the work directory when the inputs are the same
+    # 4. budgeted training, resumable from the work directory while everything but the budget
+    #    is unchanged (a larger budget continues the run)
     state_key = work / "train-inputs.json"
-    if not state_key.exists() or artifacts.read_json(state_key) != json.loads(json.dumps(inputs)):
+    if not state_key.exists() or artifacts.read_json(state_key) != train_state_key(inputs):
         for stale in [work / "state.pt", *sorted((work / "snapshots").glob("*.pt"))]:
             stale.unlink(missing_ok=True)
         work.mkdir(parents=True, exist_ok=True)
-        artifacts.write_json(state_key, inputs)
+        artifacts.write_json(state_key, train_state_key(inputs))
     train_settings = eagle3_train.TrainSettings(
         max_steps=settings.max_steps, max_seconds=settings.max_minutes * 60, learning_rate=settings.learning_rate,
         batch_size=min(settings.batch_size, len(sequences)), checkpoint_every=settings.checkpoint_every,
