@@ -9,8 +9,8 @@ once in `eagle3_data.compute_features`), so each step costs only the head. Per s
   # 1. take a batch of rows      # 2. ModelOpt forward (3 train-time-test steps, distillation loss)
   # 3. backward, clip, AdamW     # 4. lr: warmup then cosine over max(step/max_steps, time/budget)
   # 5. every `checkpoint_every` steps: save a resumable state and a weights snapshot
-It stops at `max_steps` or the wall-clock budget, whichever comes first; a killed run resumes from
-its last state when called again with the same inputs.
+It stops at `max_steps` or the wall-clock budget, whichever comes first; a killed run (or one
+given a larger budget, see eagle3.train_state_key) resumes from its last state when called again.
 """
 
 from __future__ import annotations
