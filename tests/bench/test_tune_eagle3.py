@@ -11,24 +11,12 @@ from trtspec.bench.tune import BASELINE_LABEL, Candidate, measure
 @pytest.fixture(scope="module")
 def eagle3_engine(tiny_llama, tmp_path_factory):
     """The tiny target with a random EAGLE-3 head made and exported by ModelOpt itself."""
-    import copy
-
-    import modelopt.torch.speculative as mtsp
-    import torch
     from modelopt.torch.export import export_speculative_decoding
-    from modelopt.torch.speculative.config import EAGLE3_DEFAULT_CFG
-    from transformers import AutoModelForCausalLM
 
     from trtspec.runtime import Engine
+    from trtspec.testing.tiny import make_tiny_eagle3
 
-    model = AutoModelForCausalLM.from_pretrained(tiny_llama, dtype=torch.float32)
-    config = copy.deepcopy(EAGLE3_DEFAULT_CFG["config"])
-    config["eagle_architecture_config"].update({
-        "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
-        "head_dim": 16, "torch_dtype": "float32", "max_position_embeddings": 1024})
-    config["eagle_export_rope_scaling"] = {}
-    config["eagle_use_torch_compile"] = False
-    mtsp.convert(model, [("eagle", config)])
+    model = make_tiny_eagle3(tiny_llama)
     export_dir = tmp_path_factory.mktemp("eagle3")
     export_speculative_decoding(model.eval(), export_dir=export_dir)
     return Engine.from_checkpoints(tiny_llama, mode="eagle3", draft_dir=export_dir, max_draft_len=4)

@@ -47,23 +47,12 @@ def modelopt_eagle3(tiny_llama, tmp_path_factory):
     `trtspec convert` ships. The export keeps the training rope (no yarn injection) so its drafts
     are comparable with pseudo_speculative_generate.
     """
-    import copy
-
-    import modelopt.torch.speculative as mtsp
     import torch
     from modelopt.torch.export import export_speculative_decoding
-    from modelopt.torch.speculative.config import EAGLE3_DEFAULT_CFG
-    from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(tiny_llama, dtype=torch.float32)
-    config = copy.deepcopy(EAGLE3_DEFAULT_CFG["config"])
-    config["eagle_architecture_config"].update({
-        "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
-        "head_dim": 16, "torch_dtype": "float32", "max_position_embeddings": 1024})
-    config["eagle_export_rope_scaling"] = {}
-    config["eagle_use_torch_compile"] = False
-    mtsp.convert(model, [("eagle", config)])
-    model.eval()
+    from trtspec.testing.tiny import make_tiny_eagle3
+
+    model = make_tiny_eagle3(tiny_llama)
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():  # norms start at 1 and projections tiny: perturb so every weight matters
         for parameter in model.eagle_module.parameters():
