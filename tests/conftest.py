@@ -59,3 +59,16 @@ def in_tmp(tmp_path, monkeypatch) -> Path:
     """Run the test in an empty temporary working directory."""
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Tiny models run fastest on one thread, above all on a shared 2-core machine (10x here).
+
+    The runtime and bench conftests make it autouse for their directories."""
+    import torch
+
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)

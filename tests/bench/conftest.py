@@ -7,10 +7,5 @@ import pytest
 
 
 @pytest.fixture(autouse=True)
-def one_torch_thread():
-    import torch
-
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
+def _one_torch_thread_here(one_torch_thread):
+    """Every test in this directory runs on one torch thread (tests/conftest.py)."""

@@ -21,14 +21,8 @@ def ngram_engine(tiny_llama):
 
 
 @pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Tiny models run fastest on one thread, above all on a shared 2-core machine (10x here)."""
-    import torch
-
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
+def _one_torch_thread_here(one_torch_thread):
+    """Every test in this directory runs on one torch thread (tests/conftest.py)."""
 
 
 @pytest.fixture(scope="session")

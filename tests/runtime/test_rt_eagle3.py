@@ -8,8 +8,11 @@ import torch
 from tests.runtime.conftest import TINY_PROMPTS
 
 
-def _record_proposals(engine, prompt, max_new_tokens=24):
-    """Run greedy speculative generation, recording (tokens, draft) at every proposal."""
+def _record_proposals(engine, prompt, max_new_tokens=24, replace=None):
+    """Run greedy speculative generation, recording (tokens, the head's draft) at every proposal.
+
+    `replace(tokens, max_len)`, when given, returns the Draft the engine verifies instead.
+    """
     recorded = []
     original = engine.drafter.session
 
@@ -20,7 +23,7 @@ def _record_proposals(engine, prompt, max_new_tokens=24):
         def spy(tokens, max_len):
             draft = propose(tokens, max_len)
             recorded.append((list(tokens), draft.token_ids.tolist()))
-            return draft
+            return draft if replace is None else replace(tokens, max_len)
 
         inner.propose = spy
         return inner
@@ -77,25 +80,11 @@ def test_drafts_equal_modelopt_after_multi_token_acceptance(eagle_engine, modelo
     model, _ = modelopt_eagle3
     prompt = TINY_PROMPTS[1]
     truth = prompt + eagle_engine.generate(prompt, max_new_tokens=40, speculative=False).token_ids
-    recorded = []
-    original = eagle_engine.drafter.session
 
-    def session(*args, **kwargs):
-        inner = original(*args, **kwargs)
-        propose = inner.propose
+    def oracle(tokens, max_len):
+        return Draft(torch.tensor(truth[len(tokens):len(tokens) + max_len]))
 
-        def oracle(tokens, max_len):
-            recorded.append((list(tokens), propose(tokens, max_len).token_ids.tolist()))
-            return Draft(torch.tensor(truth[len(tokens):len(tokens) + max_len]))
-
-        inner.propose = oracle
-        return inner
-
-    eagle_engine.drafter.session = session
-    try:
-        result = eagle_engine.generate(prompt, max_new_tokens=30)
-    finally:
-        del eagle_engine.drafter.session
+    result, recorded = _record_proposals(eagle_engine, prompt, max_new_tokens=30, replace=oracle)
     assert result.stats.acceptance_rate == 1.0 and prompt + result.token_ids == truth[: len(prompt) + 30]
     for tokens, draft in recorded[1:4]:
         _, reference = model.pseudo_speculative_generate(torch.tensor([tokens[:-1]]), steps=4)
