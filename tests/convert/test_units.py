@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from trtspec.convert.eagle3_train import TrainSettings, lr_at
 from trtspec.convert.prompts import load_prompts, prompt_file
 
@@ -17,8 +19,6 @@ def test_packaged_prompt_sets_are_disjoint_from_the_held_out_dev_set(dev_prompts
 
 
 def test_malformed_prompt_line_names_the_line(tmp_path):
-    import pytest
-
     from trtspec.errors import TrtSpecError
 
     path = tmp_path / "p.jsonl"
@@ -44,3 +44,34 @@ def test_lr_warms_up_then_decays_to_the_floor():
     assert lr_at(0.0, settings) < lr_at(0.05, settings) == 1e-3
     assert lr_at(0.5, settings) < 1e-3
     assert abs(lr_at(1.0, settings) - 1e-4) < 1e-12
+
+
+def test_precomputed_teacher_logits_train_exactly_like_modelopts_per_step_logits(tiny_llama, tmp_path):
+    """compute_features keeps the teacher logits on the draft vocabulary; training on them must
+    give the losses ModelOpt computes from the final hidden states itself (up to float16), and
+    leave ModelOpt's own vocabulary mapping in place afterwards."""
+    import torch
+
+    from trtspec.convert import eagle3_data, eagle3_train
+    from trtspec.convert.target import load_causal_lm
+
+    config = json.loads((tiny_llama / "config.json").read_text())
+    model, _ = load_causal_lm(tiny_llama, dtype="float32", trust_remote_code=False)
+    sequences = [[(37 * row + 101 * i) % 509 + 2 for i in range(20 + row)] for row in range(4)]  # ids spread: d2t != 0
+    kept, d2t, _ = eagle3_data.build_draft_vocab(sequences, config["vocab_size"], 128)
+    torch.manual_seed(0)
+    eagle3_train.convert_eagle3(model, config, draft_vocab_size=128, kept_ids=kept, d2t=d2t)
+    input_ids, attention = eagle3_data.pack_rows(sequences, 64, 0)
+    features = eagle3_data.compute_features(model, input_ids, attention)
+    assert features["logits"].shape == (4, input_ids.shape[1], 128)
+    start = {name: value.clone() for name, value in eagle3_train.trainable_state(model).items()}
+    losses = {}
+    for label, given in (("precomputed", features), ("per-step", {k: v for k, v in features.items() if k != "logits"})):
+        model.eagle_module.load_state_dict(start, strict=False)
+        settings = eagle3_train.TrainSettings(max_steps=3, max_seconds=600, learning_rate=1e-3, batch_size=2,
+                                              checkpoint_every=100, seed=0)
+        result = eagle3_train.train_eagle3(model, lambda given=given: given, input_ids, attention, settings,
+                                           tmp_path / label)
+        losses[label] = [record["loss"] for record in result.history]
+        assert "_map_logits_to_draft_vocab" not in model.__dict__  # ModelOpt's mapping is back
+    assert losses["precomputed"] == pytest.approx(losses["per-step"], rel=1e-3)

@@ -98,22 +98,39 @@ def compute_features(eagle_model, input_ids, attention_mask, *, batch_size: int 
     """Run the frozen target once over every row and keep what the EAGLE-3 head trains on.
 
     Returns {"aux": [N, L, k*H] bfloat16 (the k auxiliary layers' hidden states), "hidden":
-    [N, L, H] float32 (final post-norm hidden, from which the teacher logits are recomputed),
-    "embeds": [N, L, H] bfloat16}. This is ModelOpt's offline-training input, computed with
-    ModelOpt's own base-model forward (its hooks pick the auxiliary layers), so the head's training
-    inputs are exactly those it sees at inference.
+    [N, L, H] float32 (final post-norm hidden), "embeds": [N, L, H] bfloat16}. This is ModelOpt's
+    offline-training input, computed with ModelOpt's own base-model forward (its hooks pick the
+    auxiliary layers), so the head's training inputs are exactly those it sees at inference.
+
+    With a reduced draft vocabulary it also returns "logits": [N, L, draft_vocab] float16, the
+    teacher logits already restricted to the draft vocabulary. ModelOpt would otherwise recompute
+    them through the full lm_head at every training step: a third of a SmolLM2 step (49152 x 576
+    per token), for the same numbers each epoch.
     """
     import torch
 
-    aux, hidden, embeds = [], [], []
+    reduced = teacher_vocab_reduced(eagle_model)
+    aux, hidden, embeds, logits = [], [], [], []
     for start in range(0, input_ids.shape[0], batch_size):
         ids = input_ids[start:start + batch_size]
         mask = attention_mask[start:start + batch_size]
         with torch.no_grad():
             outputs, _ = eagle_model._eagle_base_model_forward(ids, mask, None, None, True, None)
+            if reduced:
+                full = eagle_model._base_model_lm_head(outputs.out_hiddens)
+                logits.append(eagle_model._map_logits_to_draft_vocab(full).to(torch.float16))
         aux.append(outputs.aux_hiddens.to(torch.bfloat16))
         hidden.append(outputs.out_hiddens.float())
         embeds.append(outputs.input_embeds.to(torch.bfloat16))
         if on_batch:
             on_batch(ids.shape[0])
-    return {"aux": torch.cat(aux), "hidden": torch.cat(hidden), "embeds": torch.cat(embeds)}
+    features = {"aux": torch.cat(aux), "hidden": torch.cat(hidden), "embeds": torch.cat(embeds)}
+    if reduced:
+        features["logits"] = torch.cat(logits)
+    return features
+
+
+def teacher_vocab_reduced(eagle_model) -> bool:
+    """Whether the head predicts over a reduced draft vocabulary (ModelOpt's own test)."""
+    config = eagle_model.eagle_config
+    return config.draft_vocab_size != config.vocab_size

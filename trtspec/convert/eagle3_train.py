@@ -171,6 +171,10 @@ def _save_atomic(obj: Any, path: Path) -> None:
     os.replace(partial, path)
 
 
+def _already_mapped(logits):
+    return logits
+
+
 def train_eagle3(model, features: Callable[[], dict], input_ids, attention_mask, settings: TrainSettings,
                  work_dir: Path, *, on_step: Callable[[int, dict[str, Any]], None] | None = None) -> TrainResult:
     """Train `model.eagle_module` on precomputed features; resumable from `work_dir/state.pt`.
@@ -200,6 +204,9 @@ def train_eagle3(model, features: Callable[[], dict], input_ids, attention_mask,
     cursor = 0
     model.train()
     model.eagle_offline = True  # train on the features; the frozen target is not re-run per step
+    if isinstance(features, dict) and "logits" in features:
+        # the teacher logits were restricted to the draft vocabulary once, in compute_features
+        model._map_logits_to_draft_vocab = _already_mapped
     started = time.monotonic() - elapsed
     try:
         while step < settings.max_steps and elapsed < settings.max_seconds:
@@ -211,6 +218,8 @@ def train_eagle3(model, features: Callable[[], dict], input_ids, attention_mask,
             base_outputs = {"base_model_hidden_states": features["hidden"][index],
                             "aux_hidden_states": features["aux"][index].float(),
                             "base_model_input_embeds": features["embeds"][index].float()}
+            if "logits" in features:
+                base_outputs["base_model_logits"] = features["logits"][index].float()
             # 4. learning rate from whichever budget is further along
             progress = max(step / settings.max_steps, elapsed / settings.max_seconds)
             for group in optimizer.param_groups:
@@ -239,6 +248,7 @@ def train_eagle3(model, features: Callable[[], dict], input_ids, attention_mask,
                 _save_atomic({"head": trainable_state(model), "step": step, "seconds": elapsed},
                              snapshots / f"step-{step:06d}.pt")
     finally:
+        model.__dict__.pop("_map_logits_to_draft_vocab", None)
         model.eagle_offline = False
         model.eval()
     stopped_by = "max_steps" if step >= settings.max_steps else "time_budget"
