@@ -117,8 +117,7 @@ def compute_features(eagle_model, input_ids, attention_mask, *, batch_size: int 
         with torch.no_grad():
             outputs, _ = eagle_model._eagle_base_model_forward(ids, mask, None, None, True, None)
             if reduced:
-                full = eagle_model._base_model_lm_head(outputs.out_hiddens)
-                logits.append(eagle_model._map_logits_to_draft_vocab(full).to(torch.float16))
+                logits.append(eagle_model._map_logits_to_draft_vocab(outputs.logits).to(torch.float16))
         aux.append(outputs.aux_hiddens.to(torch.bfloat16))
         hidden.append(outputs.out_hiddens.float())
         embeds.append(outputs.input_embeds.to(torch.bfloat16))
