@@ -27,6 +27,7 @@ MALFORMED = [
     ("serve:\n  http_port: 70000\n", "serve.http_port", "less than or equal to 65535"),
     ("bench:\n  concurrency: [1, 0]\n", "bench.concurrency", "positive integers"),
     ("quantization:\n  fp8: maybe\n", "quantization.fp8", "valid boolean"),
+    ("build:\n  prepack: sometimes\n", "build.prepack", "valid boolean"),
     ("quantization:\n  fp8_kv_cache: true\n", "quantization.fp8_kv_cache", "cpu backend"),
     ("- just\n- a list\n", "top level", "mapping"),
     ("model: [unclosed\n", "not valid YAML", "YAML"),

@@ -132,6 +132,10 @@ class BuildSpec(_Section):
     """GPU the memory planner plans for."""
     free_gpu_memory_fraction: float = Field(0.9, gt=0, le=1)
     """Share of free GPU memory given to the KV cache."""
+    prepack: bool = True
+    """cpu backend: run the linear layers on oneDNN-prepacked weights (multi-token verify passes
+    cost far less; twice the linear-weight memory). false keeps plain nn.Linear. Other backends
+    ignore it."""
 
     @model_validator(mode="after")
     def _check_lengths(self) -> BuildSpec:

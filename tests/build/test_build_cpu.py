@@ -111,3 +111,29 @@ def test_cpu_fp8_build_serves_the_modelopt_checkpoint_with_its_draft(in_tmp, tin
     assert engine["draft"]["made_for_sha256"] == artifacts.weights_sha256(tiny_llama)
     assert engine["draft"]["target_sha256"] == engine["target"]["sha256"]
     _check_smoke(engine_dir)
+
+
+@pytest.mark.parametrize("prepack", [None, False, True], ids=["default", "false", "true"])
+def test_build_prepack_reaches_the_loaded_engine(prepack, in_tmp, tiny_llama, tiny_llama_draft):
+    """build.prepack is written into engine.json's runtime block and the engine loads by it:
+    plain nn.Linear everywhere with `false`, no plain nn.Linear left by default (target and draft)."""
+    import torch
+
+    from trtspec.runtime import load_engine
+    from trtspec.runtime.prepack import available
+
+    config = write_workspace(in_tmp, tiny_llama, draft=tiny_llama_draft,
+                             **({"build": {"prepack": prepack}} if prepack is not None else {}))
+    result = _build(config, "--mode", "draft-target")
+    assert result.exit_code == 0, result.output
+    engine_dir = in_tmp / "engines" / "tiny-draft-target-cpu"
+    expected = prepack is not False
+    assert json.loads((engine_dir / "engine.json").read_text())["runtime"]["prepack"] is expected
+    engine = load_engine(engine_dir)
+    for model in (engine.target, engine.drafter.model):
+        plain = sum(type(m) is torch.nn.Linear for m in model.modules())
+        packed = sum(type(m).__name__ == "PackedLinear" for m in model.modules())
+        if expected and available():
+            assert plain == 0 and packed == 7 * model.config.num_hidden_layers + 1  # + lm_head
+        else:
+            assert packed == 0 and plain == 7 * model.config.num_hidden_layers + 1

@@ -110,6 +110,7 @@ def build(spec: Any, *, dry_run: bool = False, verify: bool = False, force: bool
     draft_path = "draft" if inputs.draft is not None else None
     if backend == "cpu":
         result.engine = ej.engine_json(spec, name, inputs)
+        result.engine["runtime"].update(cpu.runtime_options(spec))
     elif backend == "trtllm":
         fields = trtllm.upstream.llm_api_fields()
         relative = trtllm.checked_options(spec, target="target", draft=draft_path)

@@ -71,6 +71,11 @@ def smoke_test(engine_dir: Path) -> dict[str, Any]:
     return {"status": "ok", "text": result.text, "num_tokens": len(result.token_ids), "stats": stats}
 
 
+def runtime_options(spec: Any) -> dict[str, Any]:
+    """The cpu engine's own keys of engine.json's runtime block (trtspec.runtime.loading reads them)."""
+    return {"prepack": spec.build.prepack}
+
+
 def write_bundle(staging: Path, inputs: Any) -> None:
     """Place the target (and draft) checkpoints into the staged engine directory."""
     link_tree(inputs.target.path, staging / "target")
