@@ -3,13 +3,15 @@
 
 For every dev prompt (chat template applied once, the same token ids for every contender), in
 interleaved order: the engine without speculation, the engine per drafter, HF greedy
-`generate`, HF `generate(prompt_lookup_num_tokens=...)`. Greedy, --max-tokens new tokens,
+`generate`, HF `generate(prompt_lookup_num_tokens=...)`, and with a draft model (--draft-layers,
+--draft-model; bench_engine_draft.py) HF `generate(assistant_model=...)`. Greedy, --max-tokens new tokens,
 EOS ignored by none: each contender stops where the target stops. Reports tokens/s per
 category, speedups, mean acceptance length, and the theoretical speedup (Leviathan et al. 2023)
 from measured acceptance and measured draft/verify costs.
 
     /tmp/venv/bin/python scripts/bench_engine.py --threads 1 --repeats 3 --out reports/bench-engine.json
     /tmp/venv/bin/python scripts/bench_engine.py --eagle3 work/checkpoints/eagle3   # + EAGLE-3
+    /tmp/venv/bin/python scripts/bench_engine.py --draft-layers 24 --draft-len 2   # + draft model, HF assisted
     /tmp/venv/bin/python scripts/bench_engine.py --render reports/bench-engine.json  # tables again
     /tmp/venv/bin/python scripts/bench_engine.py --replay reports/bench-engine.json  # n-gram settings, no model
     /tmp/venv/bin/python scripts/bench_engine.py --verify-cost --threads 1  # cost of a pass by width
@@ -29,7 +31,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from bench_engine_offline import DEV_PROMPTS, replay, verify_cost  # the module beside this script
+import bench_engine_draft  # the modules beside this script
+from bench_engine_offline import DEV_PROMPTS, replay, verify_cost
 
 
 def leviathan_speedup(alpha: float, gamma: float, cost_ratio: float) -> float:
@@ -69,6 +72,7 @@ def main() -> int:
     parser.add_argument("--cost-slope", type=float, default=0.035, help="replay: see --cost-fixed")
     parser.add_argument("--verify-cost", action="store_true",
                         help="only time one target pass over 1 + k tokens (k = 0..10), F.linear vs prepacked")
+    bench_engine_draft.add_arguments(parser)
     args = parser.parse_args()
     if args.replay:
         print(replay(json.loads(args.replay.read_text()), cost_fixed=args.cost_fixed, cost_slope=args.cost_slope))
@@ -130,6 +134,7 @@ def main() -> int:
         contenders[f"engine-{name}"] = (lambda e: lambda ids: engine_run(e, ids, True))(engine)
     contenders["hf-greedy"] = lambda ids: hf(ids)
     contenders["hf-prompt-lookup"] = lambda ids: hf(ids, prompt_lookup_num_tokens=args.hf_lookup)
+    bench_engine_draft.add_contenders(contenders, args, path, prepack=prepack, hf=hf, engine_run=engine_run)
 
     warm = base.encode(rows[0]["prompt"])
     for run in contenders.values():  # warm-up: first-call allocations, lazy imports
@@ -170,23 +175,27 @@ def to_markdown(data: dict) -> str:
     summary, results = data["summary"], data["results"]
     names = list(next(iter(summary["tokens_per_s"].values())))
     counts = {c: sum(1 for r in results if c in ("all", r["category"])) for c in summary["tokens_per_s"]}
+    extra = [label for label in DRAFT_RATIOS if label in _ratios(summary["tokens_per_s"]["all"])]
     lines = ["| category | prompt runs | " + " | ".join(f"{n} tok/s" for n in names)
-             + " | engine ngram / engine plain | HF lookup / HF greedy | ngram speedup / HF's | engine plain / HF greedy |",
-             "|---" * (len(names) + 6) + "|"]
+             + " | engine ngram / engine plain | HF lookup / HF greedy | ngram speedup / HF's | engine plain / HF greedy |"
+             + "".join(f" {label} |" for label in extra), "|---" * (len(names) + 6 + len(extra)) + "|"]
     for category, rate in summary["tokens_per_s"].items():
         ngram = summary["speedup_vs_engine_plain"][category].get("engine-ngram", float("nan"))
         hf = summary["hf_prompt_lookup_speedup"][category]
+        ratio = _ratios(rate)
         lines.append(f"| {category} | {counts[category]} | " + " | ".join(f"{rate[n]:.2f}" for n in names)
                      + f" | {ngram:.2f}x | {hf:.2f}x | {ngram / hf:.2f} | "
-                     f"{summary['hf_greedy_vs_engine_plain'][category]:.2f} |")
+                     f"{summary['hf_greedy_vs_engine_plain'][category]:.2f} |"
+                     + "".join(f" {ratio[label]:.2f} |" for label in extra))
     lines += ["", "| category | drafter | mean acceptance length | acceptance rate | mean draft len | "
-              "steps with a draft | (draft+verify)/plain step cost | theoretical (Leviathan, iid) | "
-              "tokens per pass | theoretical (measured tokens/pass) | measured | measured / Leviathan | "
-              "measured / tokens-per-pass bound |", "|---" * 13 + "|"]
+              "steps with a draft | draft cost per token / plain step (c) | (draft+verify)/plain step cost | "
+              "theoretical (Leviathan, iid) | tokens per pass | theoretical (measured tokens/pass) | measured | "
+              "measured / Leviathan | measured / tokens-per-pass bound |", "|---" * 14 + "|"]
     for category, per in summary["theoretical"].items():
         for name, t in per.items():
             lines.append(f"| {category} | {name} | {summary['mean_acceptance_length'][category][name]:.2f} | "
                          f"{t['alpha']:.2f} | {t['mean_draft_len']:.2f} | {t['draft_share']:.2f} | "
+                         f"{t.get('draft_cost', float('nan')):.2f} | "
                          f"{t['cost_ratio']:.2f} | {t['theoretical_speedup']:.2f}x | {t['tokens_per_pass']:.2f} | "
                          f"{t['speedup_from_tokens_per_pass']:.2f}x | {t['measured_speedup']:.2f}x | "
                          f"{t['measured_over_theoretical']:.2f} | {t['measured_over_tokens_per_pass']:.2f} |")
@@ -215,7 +224,13 @@ RATIOS = {  # name -> (numerator, denominator) of two tokens/s, or of two such r
     "HF lookup / HF greedy": ("hf-prompt-lookup", "hf-greedy"),
     "ngram speedup / HF's": ("engine ngram / engine plain", "HF lookup / HF greedy"),
     "engine plain / HF greedy": ("engine-plain", "hf-greedy"),
+    "engine draft / engine plain": ("engine-draft", "engine-plain"),
+    "HF assisted / HF greedy": ("hf-assisted", "hf-greedy"),
+    "draft speedup / HF's": ("engine draft / engine plain", "HF assisted / HF greedy"),
+    "engine draft / HF assisted": ("engine-draft", "hf-assisted"),
+    "HF assisted (defaults) / HF greedy": ("hf-assisted-default", "hf-greedy"),
 }
+DRAFT_RATIOS = list(RATIOS)[4:]  # extra columns of the first table, where the run has those contenders
 
 
 def summarize(results, names, args) -> dict:
@@ -230,13 +245,8 @@ def summarize(results, names, args) -> dict:
         for rates in per_repeat:
             if category not in rates:
                 continue
-            ratio = {}
-            for label, (num, den) in RATIOS.items():
-                top = ratio[num] if num in ratio else rates[category].get(num)
-                bottom = ratio[den] if den in ratio else rates[category].get(den)
-                if top is not None and bottom:
-                    ratio[label] = top / bottom
-                    values.setdefault(label, []).append(ratio[label])
+            for label, value in _ratios(rates[category]).items():
+                values.setdefault(label, []).append(value)
         over[category] = {label: {"median": statistics.median(v), "min": min(v), "max": max(v), "n": len(v)}
                           for label, v in values.items()}
     out["over_repeats"] = over
@@ -244,6 +254,17 @@ def summarize(results, names, args) -> dict:
     if loads:
         out["load_avg_1min"] = {"median": statistics.median(loads), "min": min(loads), "max": max(loads)}
     return out
+
+
+def _ratios(rate: dict) -> dict:
+    """Every RATIOS entry computable from one category's tokens/s (contenders absent are skipped)."""
+    ratio: dict = {}
+    for label, (num, den) in RATIOS.items():
+        top = ratio[num] if num in ratio else rate.get(num)
+        bottom = ratio[den] if den in ratio else rate.get(den)
+        if top is not None and bottom:
+            ratio[label] = top / bottom
+    return ratio
 
 
 def _summarize_pooled(results, names) -> dict:
@@ -275,6 +296,8 @@ def _summarize_pooled(results, names) -> dict:
                 plain_step = (sum(r["runs"]["engine-plain"]["seconds"] for r in chosen)
                               / sum(max(1, r["runs"]["engine-plain"]["tokens"]) for r in chosen))
             spec_step = sum(s["draft_time_s"] + s["verify_time_s"] for s in stats) / max(1, passes)
+            # Leviathan's c: the draft's time per draft token relative to a plain target step.
+            draft_cost = sum(s["draft_time_s"] for s in stats) / max(1, draft_tokens) / plain_step
             alpha = accepted / draft_tokens if draft_tokens else 0.0
             gamma = draft_tokens / drafts if drafts else 0.0
             # Steps without a draft (no n-gram match) commit one token at about plain cost.
@@ -287,7 +310,7 @@ def _summarize_pooled(results, names) -> dict:
             tokens_per_pass = sum(r["runs"][name]["tokens"] for r in chosen) / max(1, passes + len(chosen))
             from_passes = tokens_per_pass * plain_step / spec_step
             out["theoretical"].setdefault(category, {})[name] = {
-                "alpha": alpha, "mean_draft_len": gamma, "draft_share": draft_share,
+                "alpha": alpha, "mean_draft_len": gamma, "draft_share": draft_share, "draft_cost": draft_cost,
                 "cost_ratio": spec_step / plain_step, "theoretical_speedup": theoretical,
                 "measured_speedup": measured, "measured_over_theoretical": measured / theoretical,
                 "tokens_per_pass": tokens_per_pass, "speedup_from_tokens_per_pass": from_passes,

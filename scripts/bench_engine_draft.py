@@ -1,0 +1,76 @@
+"""The external draft-model rows of scripts/bench_engine.py: the engine's draft-target mode and
+HF `generate(assistant_model=...)`, on the same draft checkpoint, prompts and token ids.
+
+No smaller model with SmolLM2's tokenizer exists offline, so `--draft-layers N` makes one from
+SmolLM2 itself: its first N decoder layers read out through the final norm and tied lm_head
+(trtspec.testing.truncate, cached under ~/.cache/trtspec/models/smollm2-first<N>), an untrained
+early-exit draft. `--draft-model DIR` takes any checkpoint with SmolLM2's tokenizer instead.
+
+Contenders added (all greedy, outputs checked against the engine's plain greedy output):
+- `engine-draft`: the engine in draft-target mode, `--draft-len` tokens per draft;
+- `hf-assisted`: HF assisted generation made comparable: `num_assistant_tokens = --draft-len`,
+  schedule "constant", `assistant_confidence_threshold = 0` (the engine drafts all of them too);
+- `hf-assisted-default` (with `--hf-assisted-default`): the assistant's generation config as
+  transformers ships it (5.14: 20 tokens, "constant", confidence threshold 0.4; the threshold's
+  adaptation needs scikit-learn, absent here, so it stays at 0.4).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+HF_DEFAULT_KEYS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
+
+
+def add_arguments(parser) -> None:
+    group = parser.add_argument_group("external draft model (engine draft-target vs HF assistant_model)")
+    group.add_argument("--draft-model", type=Path, default=None, help="a draft checkpoint with SmolLM2's tokenizer")
+    group.add_argument("--draft-layers", type=int, default=0,
+                       help="build (once) and use SmolLM2's first N decoder layers as the draft model")
+    group.add_argument("--draft-len", type=int, default=2,
+                       help="draft tokens per step for engine-draft and hf-assisted (HF num_assistant_tokens)")
+    group.add_argument("--hf-assisted-default", action="store_true",
+                       help="also run HF assisted generation with the assistant's default generation config")
+
+
+def draft_dir(args, target_path: Path) -> Path | None:
+    """The draft checkpoint the arguments name (building the truncated copy if asked), or None."""
+    if args.draft_layers:
+        from trtspec.testing.truncate import truncate_llama, truncated_cache_dir
+
+        return truncate_llama(target_path, truncated_cache_dir("smollm2", args.draft_layers), args.draft_layers)
+    return args.draft_model
+
+
+def add_contenders(contenders: dict, args, target_path: Path, *, prepack: bool, hf, engine_run) -> None:
+    """Add engine-draft, hf-assisted (and hf-assisted-default) to `contenders`, in place.
+
+    `hf(ids, **generate_kwargs)` and `engine_run(engine, ids, speculative)` are bench_engine's
+    runners. HF's assistant is loaded as transformers loads it, like HF's target; with
+    --hf-on-engine-model it is the engine's (prepacked) draft model, like HF's target then.
+    """
+    from trtspec.runtime import Engine
+    from trtspec.runtime.loading import load_causal_lm
+
+    directory = draft_dir(args, target_path)
+    if directory is None:
+        return
+    engine = Engine.from_checkpoints(target_path, mode="draft-target", draft_dir=directory,
+                                     max_draft_len=args.draft_len, prepack=prepack)
+    assistant = engine.drafter.model if args.hf_on_engine_model else load_causal_lm(directory)
+    shipped = {key: getattr(assistant.generation_config, key, None) for key in HF_DEFAULT_KEYS}
+    comparable = {"num_assistant_tokens": args.draft_len, "num_assistant_tokens_schedule": "constant",
+                  "assistant_confidence_threshold": 0.0}
+
+    def assisted(settings):
+        def run(ids):
+            # HF reads these from the assistant's generation_config at every generate() call.
+            for key, value in settings.items():
+                setattr(assistant.generation_config, key, value)
+            return hf(ids, assistant_model=assistant)
+        return run
+
+    contenders["engine-draft"] = lambda ids: engine_run(engine, ids, True)
+    contenders["hf-assisted"] = assisted(comparable)
+    if args.hf_assisted_default:
+        contenders["hf-assisted-default"] = assisted(shipped)
