@@ -47,6 +47,9 @@ class Engine:
         self.eos_ids = _eos_ids(target, tokenizer)
         self._lock = threading.Lock()
         self._cumulative = GenerationStats()
+        self._final_norm_input = threading.local()  # per thread: requests run concurrently
+        if drafter is not None and target.config.num_hidden_layers in drafter.aux_layer_ids:  # hidden_states index
+            target.get_decoder().norm.register_forward_pre_hook(self._keep_final_norm_input)
 
     @classmethod
     def from_checkpoints(cls, target_dir, mode: str = "ngram", draft_dir=None, max_draft_len: int = 4,
@@ -202,8 +205,19 @@ class Engine:
         out = self.target(input_ids=torch.tensor([input_ids]), past_key_values=cache, use_cache=True,
                           logits_to_keep=num_logits, output_hidden_states=bool(aux_ids),
                           position_ids=position_ids, attention_mask=attention_mask)
-        aux = torch.cat([out.hidden_states[i][0] for i in aux_ids], dim=-1) if aux_ids else None
+        aux = torch.cat([self._layer_output(out.hidden_states, i)[0] for i in aux_ids], dim=-1) if aux_ids else None
         return out.logits[0].float(), aux
+
+    def _layer_output(self, hidden_states, index: int):
+        """hidden_states[index], except that HF ends the tuple with the final norm's output: for the
+        last layer EAGLE-3 reads the layer's own (pre-norm) output, as ModelOpt's layer hooks and
+        vLLM capture it, which `_keep_final_norm_input` kept for this thread's forward."""
+        if index == len(hidden_states) - 1:
+            return self._final_norm_input.value
+        return hidden_states[index]
+
+    def _keep_final_norm_input(self, module, args) -> None:
+        self._final_norm_input.value = args[0]
 
     @staticmethod
     def _choose(logits, params, generator) -> int:

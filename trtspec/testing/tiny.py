@@ -75,8 +75,10 @@ def make_tiny_llama(path: str | Path, *, seed: int = 0, **overrides: Any) -> Pat
 def make_tiny_eagle3(target: str | Path):
     """The tiny target converted by ModelOpt into an EAGLE-3 model with a random head sized for it.
 
-    Keeps the training rope in the export (no YaRN injection) and runs eagerly (no torch.compile),
-    as `trtspec convert` does; the caller exports it with export_speculative_decoding.
+    Keeps the training rope in the export (no YaRN injection), runs eagerly (no torch.compile)
+    and reads the auxiliary layers `trtspec convert` picks (on 4 layers {0, 2, 3}: the last one
+    too, whose output HF reports only after the final norm); the caller exports it with
+    export_speculative_decoding.
     """
     import copy
 
@@ -85,11 +87,14 @@ def make_tiny_eagle3(target: str | Path):
     from modelopt.torch.speculative.config import EAGLE3_DEFAULT_CFG
     from transformers import AutoModelForCausalLM
 
+    from trtspec.convert.eagle3_train import aux_layer_ids
+
     model = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32)
     config = copy.deepcopy(EAGLE3_DEFAULT_CFG["config"])
     config["eagle_architecture_config"].update({
         "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
-        "head_dim": 16, "torch_dtype": "float32", "max_position_embeddings": 1024})
+        "head_dim": 16, "torch_dtype": "float32", "max_position_embeddings": 1024,
+        "eagle_aux_hidden_state_layer_ids": aux_layer_ids(model.config.num_hidden_layers)})
     config["eagle_export_rope_scaling"] = {}
     config["eagle_use_torch_compile"] = False
     mtsp.convert(model, [("eagle", config)])
