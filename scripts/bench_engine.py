@@ -11,7 +11,8 @@ from measured acceptance and measured draft/verify costs.
 
     /tmp/venv/bin/python scripts/bench_engine.py --threads 1 --repeats 3 --out reports/bench-engine.json
     /tmp/venv/bin/python scripts/bench_engine.py --eagle3 work/checkpoints/eagle3   # + EAGLE-3
-    /tmp/venv/bin/python scripts/bench_engine.py --draft-layers 24 --draft-len 2   # + draft model, HF assisted
+    /tmp/venv/bin/python scripts/bench_engine.py --draft-layers 24 --draft-len 1   # + draft model, HF assisted
+    /tmp/venv/bin/python scripts/bench_engine.py --draft-sweep 4,8,16,24 --threads 1  # pick the draft's depth
     /tmp/venv/bin/python scripts/bench_engine.py --render reports/bench-engine.json  # tables again
     /tmp/venv/bin/python scripts/bench_engine.py --replay reports/bench-engine.json  # n-gram settings, no model
     /tmp/venv/bin/python scripts/bench_engine.py --verify-cost --threads 1  # cost of a pass by width
@@ -83,6 +84,9 @@ def main() -> int:
         print(to_markdown(data))
         return 0
 
+    if args.draft_sweep:
+        print(bench_engine_draft.sweep(args))
+        return 0
     if args.verify_cost:
         print(verify_cost(args.threads or 1))
         return 0

@@ -13,6 +13,8 @@ Contenders added (all greedy, outputs checked against the engine's plain greedy 
 - `hf-assisted-default` (with `--hf-assisted-default`): the assistant's generation config as
   transformers ships it (5.14: 20 tokens, "constant", confidence threshold 0.4; the threshold's
   adaptation needs scikit-learn, absent here, so it stays at 0.4).
+
+`--draft-sweep 4,8,...` only compares truncation depths (acceptance vs draft cost), see sweep().
 """
 
 from __future__ import annotations
@@ -27,10 +29,13 @@ def add_arguments(parser) -> None:
     group.add_argument("--draft-model", type=Path, default=None, help="a draft checkpoint with SmolLM2's tokenizer")
     group.add_argument("--draft-layers", type=int, default=0,
                        help="build (once) and use SmolLM2's first N decoder layers as the draft model")
-    group.add_argument("--draft-len", type=int, default=2,
+    group.add_argument("--draft-len", type=int, default=1,
                        help="draft tokens per step for engine-draft and hf-assisted (HF num_assistant_tokens)")
     group.add_argument("--hf-assisted-default", action="store_true",
                        help="also run HF assisted generation with the assistant's default generation config")
+    group.add_argument("--draft-sweep", default=None, metavar="N,N,...",
+                       help="only compare truncation depths: engine draft-target with SmolLM2's first N layers "
+                            "vs the engine's plain greedy, first dev prompt of each category")
 
 
 def draft_dir(args, target_path: Path) -> Path | None:
@@ -74,3 +79,57 @@ def add_contenders(contenders: dict, args, target_path: Path, *, prepack: bool, 
     contenders["hf-assisted"] = assisted(comparable)
     if args.hf_assisted_default:
         contenders["hf-assisted-default"] = assisted(shipped)
+
+
+def sweep(args) -> str:
+    """Pick the truncation depth: per N, the engine's acceptance, draft cost and speedup.
+
+    One generation per prompt (the first dev prompt of each category, --max-tokens, greedy) for
+    the plain engine, then per N the draft-target engine with --draft-len; the draft cost c is
+    draft time per draft token over the plain decode step time, both from the engine's stats.
+    """
+    import json
+    import time
+
+    import torch
+    from bench_engine_offline import DEV_PROMPTS
+
+    from trtspec.models import resolve_model
+    from trtspec.runtime import Engine
+    from trtspec.runtime.stats import GenerationStats
+    from trtspec.testing.truncate import truncate_llama, truncated_cache_dir
+
+    torch.set_num_threads(args.threads or 1)
+    path = resolve_model("smollm2", quiet=True).path
+    rows, seen = [], set()
+    for row in (json.loads(line) for line in DEV_PROMPTS.read_text().splitlines() if line.strip()):
+        if row["category"] not in seen:
+            seen.add(row["category"])
+            rows.append(row)
+
+    def run(engine, speculative):
+        ids = [engine.encode(row["prompt"]) for row in rows]
+        engine.generate(ids[0][:16], max_new_tokens=8, speculative=speculative)  # warm-up
+        stats, tokens, outputs, started = GenerationStats(), 0, [], time.perf_counter()
+        for prompt in ids:
+            result = engine.generate(prompt, max_new_tokens=args.max_tokens, speculative=speculative)
+            stats.merge(result.stats)
+            tokens += len(result.token_ids)
+            outputs.append(result.token_ids)
+        return tokens / (time.perf_counter() - started), stats, outputs
+
+    plain_rate, plain, reference = run(Engine.from_checkpoints(path, mode="none"), False)
+    plain_step = plain.verify_time_s / plain.num_target_passes
+    lines = [f"plain: {plain_rate:.2f} tok/s, decode step {plain_step * 1e3:.1f} ms; draft length {args.draft_len}",
+             "", "| layers N | mean acceptance length | acceptance rate | draft cost c | verify / plain step | "
+             "tok/s | speedup | identical |", "|---" * 8 + "|"]
+    for layers in (int(n) for n in args.draft_sweep.split(",")):
+        draft = truncate_llama(path, truncated_cache_dir("smollm2", layers), layers)
+        engine = Engine.from_checkpoints(path, mode="draft-target", draft_dir=draft, max_draft_len=args.draft_len)
+        rate, stats, outputs = run(engine, True)
+        cost = stats.draft_time_s / max(1, stats.num_draft_tokens) / plain_step
+        verify = stats.verify_time_s / max(1, stats.num_target_passes) / plain_step
+        same = sum(a == b for a, b in zip(outputs, reference, strict=True))
+        lines.append(f"| {layers} | {stats.mean_acceptance_length:.2f} | {stats.acceptance_rate:.2f} | {cost:.2f} | "
+                     f"{verify:.2f} | {rate:.2f} | {rate / plain_rate:.2f}x | {same}/{len(rows)} |")
+    return "\n".join(lines)
