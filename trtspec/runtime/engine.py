@@ -14,6 +14,7 @@ tokens, so one target forward per step verifies the draft and produces the next 
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Iterator
@@ -47,9 +48,13 @@ class Engine:
         self.eos_ids = _eos_ids(target, tokenizer)
         self._lock = threading.Lock()
         self._cumulative = GenerationStats()
-        self._final_norm_input = threading.local()  # per thread: requests run concurrently
-        if drafter is not None and target.config.num_hidden_layers in drafter.aux_layer_ids:  # hidden_states index
-            target.get_decoder().norm.register_forward_pre_hook(self._keep_final_norm_input)
+        # The drafter's auxiliary states are taken as ModelOpt and vLLM take them, each layer's own
+        # output through a forward hook (transformers' hidden_states ends with the final norm's
+        # output instead), kept per thread because requests run concurrently.
+        self._layer_outputs = threading.local()
+        layers = target.get_decoder().layers
+        for index in drafter.aux_layer_ids if drafter is not None else ():
+            layers[index - 1].register_forward_hook(functools.partial(self._keep_layer_output, index))
 
     @classmethod
     def from_checkpoints(cls, target_dir, mode: str = "ngram", draft_dir=None, max_draft_len: int = 4,
@@ -198,26 +203,19 @@ class Engine:
         """Target forward over `input_ids` appended to `cache`.
 
         Returns (logits [num_logits, vocab] of the last positions, aux hidden [len, sum(hidden)]
-        concatenated from the target layers `aux_ids` index into hidden_states, or None).
+        concatenated from the outputs `aux_ids` (hidden_states numbering) of this forward, or None).
         """
         import torch
 
         out = self.target(input_ids=torch.tensor([input_ids]), past_key_values=cache, use_cache=True,
-                          logits_to_keep=num_logits, output_hidden_states=bool(aux_ids),
-                          position_ids=position_ids, attention_mask=attention_mask)
-        aux = torch.cat([self._layer_output(out.hidden_states, i)[0] for i in aux_ids], dim=-1) if aux_ids else None
+                          logits_to_keep=num_logits, position_ids=position_ids, attention_mask=attention_mask)
+        kept = vars(self._layer_outputs)
+        aux = torch.cat([kept[i][0] for i in aux_ids], dim=-1) if aux_ids else None
         return out.logits[0].float(), aux
 
-    def _layer_output(self, hidden_states, index: int):
-        """hidden_states[index], except that HF ends the tuple with the final norm's output: for the
-        last layer EAGLE-3 reads the layer's own (pre-norm) output, as ModelOpt's layer hooks and
-        vLLM capture it, which `_keep_final_norm_input` kept for this thread's forward."""
-        if index == len(hidden_states) - 1:
-            return self._final_norm_input.value
-        return hidden_states[index]
-
-    def _keep_final_norm_input(self, module, args) -> None:
-        self._final_norm_input.value = args[0]
+    def _keep_layer_output(self, index: int, module, args, output) -> None:
+        """Forward hook: layer `index - 1`'s output, under its hidden_states index `index`."""
+        vars(self._layer_outputs)[index] = output[0] if isinstance(output, tuple) else output
 
     @staticmethod
     def _choose(logits, params, generator) -> int:

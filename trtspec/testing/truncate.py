@@ -18,6 +18,7 @@ from pathlib import Path
 
 from trtspec import artifacts
 from trtspec.errors import ModelSourceError
+from trtspec.models import check_checkpoint
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
                    "generation_config.json", "vocab.json", "merges.txt")
@@ -34,14 +35,12 @@ def truncate_llama(source: str | Path, dest: str | Path, num_layers: int) -> Pat
     from transformers import AutoModelForCausalLM
 
     source, dest = Path(source), Path(dest)
-    config = artifacts.read_json(source / "config.json") if (source / "config.json").is_file() else None
-    if config is None:
-        raise ModelSourceError(f"{source}: no config.json", fix="point at a Hugging Face checkpoint directory")
-    total = int(config.get("num_hidden_layers", 0))
+    info = check_checkpoint(source, name=source.name)
+    total = int(info.config.get("num_hidden_layers", 0))
     if not 1 <= num_layers <= total:
         raise ModelSourceError(f"{source}: cannot keep {num_layers} of its {total} decoder layers",
                                fix=f"choose a layer count from 1 to {total}")
-    inputs = {"source_sha256": artifacts.weights_sha256(source), "num_layers": num_layers}
+    inputs = {"source_sha256": info.sha256, "num_layers": num_layers}
     if artifacts.is_up_to_date(dest, inputs):
         return dest
     model = AutoModelForCausalLM.from_pretrained(str(source), dtype=torch.float32, use_safetensors=True,
