@@ -72,6 +72,9 @@ class Eagle3Training(_Section):
     """Save a resumable checkpoint every N steps."""
     seed: int = 0
     """Seed for data order and initialisation."""
+    train_dtype: Literal["auto", "bfloat16", "float32"] = "auto"
+    """Autocast dtype of a training step (weights and optimizer stay float32). auto: bfloat16
+    where the CPU has native bfloat16 units (AVX512-BF16, AMX), else float32."""
 
 
 class SpeculativeSpec(_Section):

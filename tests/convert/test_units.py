@@ -50,19 +50,9 @@ def test_precomputed_teacher_logits_train_exactly_like_modelopts_per_step_logits
     """compute_features keeps the teacher logits on the draft vocabulary; training on them must
     give the losses ModelOpt computes from the final hidden states itself (up to float16), and
     leave ModelOpt's own vocabulary mapping in place afterwards."""
-    import torch
+    from trtspec.convert import eagle3_train
 
-    from trtspec.convert import eagle3_data, eagle3_train
-    from trtspec.convert.target import load_causal_lm
-
-    config = json.loads((tiny_llama / "config.json").read_text())
-    model, _ = load_causal_lm(tiny_llama, dtype="float32", trust_remote_code=False)
-    sequences = [[(37 * row + 101 * i) % 509 + 2 for i in range(20 + row)] for row in range(4)]  # ids spread: d2t != 0
-    kept, d2t, _ = eagle3_data.build_draft_vocab(sequences, config["vocab_size"], 128)
-    torch.manual_seed(0)
-    eagle3_train.convert_eagle3(model, config, draft_vocab_size=128, kept_ids=kept, d2t=d2t)
-    input_ids, attention = eagle3_data.pack_rows(sequences, 64, 0)
-    features = eagle3_data.compute_features(model, input_ids, attention)
+    model, input_ids, attention, features = _tiny_eagle3_with_features(tiny_llama)
     assert features["logits"].shape == (4, input_ids.shape[1], 128)
     start = {name: value.clone() for name, value in eagle3_train.trainable_state(model).items()}
     losses = {}
@@ -75,3 +65,56 @@ def test_precomputed_teacher_logits_train_exactly_like_modelopts_per_step_logits
         losses[label] = [record["loss"] for record in result.history]
         assert "_map_logits_to_draft_vocab" not in model.__dict__  # ModelOpt's mapping is back
     assert losses["precomputed"] == pytest.approx(losses["per-step"], rel=1e-3)
+
+
+def _tiny_eagle3_with_features(tiny_llama):
+    """The tiny target converted to EAGLE-3 (128-token draft vocabulary) and its training features."""
+    import torch
+
+    from trtspec.convert import eagle3_data, eagle3_train
+    from trtspec.convert.target import load_causal_lm
+
+    config = json.loads((tiny_llama / "config.json").read_text())
+    model, _ = load_causal_lm(tiny_llama, dtype="float32", trust_remote_code=False)
+    sequences = [[(37 * row + 101 * i) % 509 + 2 for i in range(20 + row)] for row in range(4)]  # ids spread: d2t != 0
+    kept, d2t, _ = eagle3_data.build_draft_vocab(sequences, config["vocab_size"], 128)
+    torch.manual_seed(0)
+    eagle3_train.convert_eagle3(model, config, draft_vocab_size=128, kept_ids=kept, d2t=d2t)
+    input_ids, attention = eagle3_data.pack_rows(sequences, 64, 0)
+    return model, input_ids, attention, eagle3_data.compute_features(model, input_ids, attention)
+
+
+def test_bfloat16_training_computes_in_bfloat16_keeps_float32_weights_and_tracks_float32(tiny_llama, tmp_path):
+    """train_dtype bfloat16 autocasts the step (the head's matmuls run in bfloat16) while the
+    weights and the optimizer stay float32, and the losses stay close to a float32 run."""
+    import torch
+
+    from trtspec.convert import eagle3_train
+
+    model, input_ids, attention, features = _tiny_eagle3_with_features(tiny_llama)
+    start = {name: value.clone() for name, value in eagle3_train.trainable_state(model).items()}
+    seen: list[torch.dtype] = []
+    hook = model.eagle_module.layers[0].mlp.down_proj.register_forward_hook(lambda m, i, out: seen.append(out.dtype))
+    losses = {}
+    for bf16 in (False, True):
+        model.eagle_module.load_state_dict(start, strict=False)
+        seen.clear()
+        settings = eagle3_train.TrainSettings(max_steps=3, max_seconds=600, learning_rate=1e-3, batch_size=2,
+                                              checkpoint_every=100, seed=0, bf16=bf16)
+        result = eagle3_train.train_eagle3(model, lambda: features, input_ids, attention, settings, tmp_path / str(bf16))
+        losses[bf16] = [record["loss"] for record in result.history]
+        assert set(seen) == {torch.bfloat16 if bf16 else torch.float32}
+    hook.remove()
+    assert {p.dtype for p in model.eagle_module.parameters()} == {torch.float32}
+    assert losses[True] != losses[False]  # it really ran in another precision
+    assert losses[True] == pytest.approx(losses[False], rel=0.02)
+
+
+def test_train_dtype_auto_picks_bfloat16_only_with_native_cpu_support():
+    import torch
+
+    from trtspec.convert.eagle3_train import resolve_train_dtype
+
+    assert resolve_train_dtype("float32") == "float32" and resolve_train_dtype("bfloat16") == "bfloat16"
+    native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    assert resolve_train_dtype("auto") == ("bfloat16" if native else "float32")

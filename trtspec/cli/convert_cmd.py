@@ -80,7 +80,8 @@ def convert(config_path, mode, fp8, draft_source, eval_prompts, eval_tokens, acc
             acc = report["acceptance"]
             click.echo(f"{'':<18} mean acceptance length {acc['mean_acceptance_length']} at max_draft_len "
                        f"{acc['max_draft_len']} (bonus included), per position {acc['acceptance_per_position']}, "
-                       f"{report['training']['steps']} steps in {report['training']['seconds']} s; "
+                       f"{report['training']['steps']} steps in {report['training']['seconds']} s "
+                       f"({report['training'].get('dtype', 'float32')}); "
                        f"method: {acc['method']}")
     for point in curve or []:
         click.echo(f"curve: step {point['step']:>5} {point['seconds']:>7.0f} s  mean acceptance length "

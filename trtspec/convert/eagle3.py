@@ -122,10 +122,11 @@ def run_eagle3(spec, layout, target_dir: Path, target_sha: str, prompts_path: Pa
             stale.unlink(missing_ok=True)
         work.mkdir(parents=True, exist_ok=True)
         artifacts.write_json(state_key, train_state_key(inputs))
+    train_dtype = eagle3_train.resolve_train_dtype(settings.train_dtype)
     train_settings = eagle3_train.TrainSettings(
         max_steps=settings.max_steps, max_seconds=settings.max_minutes * 60, learning_rate=settings.learning_rate,
         batch_size=min(settings.batch_size, len(sequences)), checkpoint_every=settings.checkpoint_every,
-        seed=settings.seed)
+        seed=settings.seed, bf16=train_dtype == "bfloat16")
     with _progress(console) as progress:
         task = progress.add_task("EAGLE-3 training", total=settings.max_steps, info="")
 
@@ -137,7 +138,8 @@ def run_eagle3(spec, layout, target_dir: Path, target_sha: str, prompts_path: Pa
 
     # 5. export, acceptance on held-out prompts (the cpu engine with the exported head when
     #    trtspec.runtime is installed, else ModelOpt's pseudo_speculative_generate), manifest
-    report = {"training": {**result.to_dict(), "history": result.history[-20:]}, "timings": timings,
+    report = {"training": {**result.to_dict(), "history": result.history[-20:], "dtype": train_dtype},
+              "timings": timings,
               "data": {"sequences": len(sequences), "tokens": int(attention.sum()), "row_length": attention.shape[1],
                        "draft_vocab_size": draft_vocab or vocab, "draft_vocab_coverage": round(coverage, 4)}}
     with artifacts.atomic_dir(final) as staging:

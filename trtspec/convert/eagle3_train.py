@@ -132,6 +132,7 @@ class TrainSettings:
     seed: int
     warmup_fraction: float = 0.05
     final_lr_fraction: float = 0.1
+    bf16: bool = False  # autocast the step to bfloat16; the weights and optimizer stay float32
 
 
 @dataclass
@@ -145,6 +146,22 @@ class TrainResult:
     def to_dict(self) -> dict[str, Any]:
         return {"steps": self.steps, "seconds": round(self.seconds, 1), "stopped_by": self.stopped_by,
                 "resumed_from": self.resumed_from, "history": self.history}
+
+
+def resolve_train_dtype(choice: str) -> str:
+    """"bfloat16" or "float32" for `speculative.eagle3.train_dtype`.
+
+    auto picks bfloat16 only where the CPU multiplies bfloat16 natively (AVX512-BF16 or AMX):
+    there a SmolLM2 training step is 1.58x faster at the same held-out acceptance
+    (docs/CONVERT.md, session 4); elsewhere bfloat16 is emulated and slower than float32.
+    """
+    if choice != "auto":
+        return choice
+    import torch
+
+    native = any(getattr(torch.cpu, probe, lambda: False)()
+                 for probe in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"))
+    return "bfloat16" if native else "float32"
 
 
 def lr_at(progress: float, settings: TrainSettings) -> float:
@@ -225,8 +242,9 @@ def train_eagle3(model, features: Callable[[], dict], input_ids, attention_mask,
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(progress, settings)
             # 2. forward: ModelOpt's EAGLE-3 loss over every position, 3 train-time-test steps
-            output = model(input_ids=input_ids[index], attention_mask=attention_mask[index],
-                           base_model_outputs=base_outputs)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=settings.bf16):
+                output = model(input_ids=input_ids[index], attention_mask=attention_mask[index],
+                               base_model_outputs=base_outputs)
             # 3. backward and update
             optimizer.zero_grad(set_to_none=True)
             output.loss.backward()
