@@ -57,12 +57,7 @@ def test_precomputed_teacher_logits_train_exactly_like_modelopts_per_step_logits
     start = {name: value.clone() for name, value in eagle3_train.trainable_state(model).items()}
     losses = {}
     for label, given in (("precomputed", features), ("per-step", {k: v for k, v in features.items() if k != "logits"})):
-        model.eagle_module.load_state_dict(start, strict=False)
-        settings = eagle3_train.TrainSettings(max_steps=3, max_seconds=600, learning_rate=1e-3, batch_size=2,
-                                              checkpoint_every=100, seed=0)
-        result = eagle3_train.train_eagle3(model, lambda given=given: given, input_ids, attention, settings,
-                                           tmp_path / label)
-        losses[label] = [record["loss"] for record in result.history]
+        losses[label] = _three_step_losses(model, start, given, input_ids, attention, tmp_path / label)
         assert "_map_logits_to_draft_vocab" not in model.__dict__  # ModelOpt's mapping is back
     assert losses["precomputed"] == pytest.approx(losses["per-step"], rel=1e-3)
 
@@ -84,6 +79,17 @@ def _tiny_eagle3_with_features(tiny_llama):
     return model, input_ids, attention, eagle3_data.compute_features(model, input_ids, attention)
 
 
+def _three_step_losses(model, start, features, input_ids, attention, work, *, bf16=False) -> list[float]:
+    """Losses of three training steps from the head state `start` (same seed, same batches)."""
+    from trtspec.convert import eagle3_train
+
+    model.eagle_module.load_state_dict(start, strict=False)
+    settings = eagle3_train.TrainSettings(max_steps=3, max_seconds=600, learning_rate=1e-3, batch_size=2,
+                                          checkpoint_every=100, seed=0, bf16=bf16)
+    result = eagle3_train.train_eagle3(model, lambda: features, input_ids, attention, settings, work)
+    return [record["loss"] for record in result.history]
+
+
 def test_bfloat16_training_computes_in_bfloat16_keeps_float32_weights_and_tracks_float32(tiny_llama, tmp_path):
     """train_dtype bfloat16 autocasts the step (the head's matmuls run in bfloat16) while the
     weights and the optimizer stay float32, and the losses stay close to a float32 run."""
@@ -97,12 +103,8 @@ def test_bfloat16_training_computes_in_bfloat16_keeps_float32_weights_and_tracks
     hook = model.eagle_module.layers[0].mlp.down_proj.register_forward_hook(lambda m, i, out: seen.append(out.dtype))
     losses = {}
     for bf16 in (False, True):
-        model.eagle_module.load_state_dict(start, strict=False)
         seen.clear()
-        settings = eagle3_train.TrainSettings(max_steps=3, max_seconds=600, learning_rate=1e-3, batch_size=2,
-                                              checkpoint_every=100, seed=0, bf16=bf16)
-        result = eagle3_train.train_eagle3(model, lambda: features, input_ids, attention, settings, tmp_path / str(bf16))
-        losses[bf16] = [record["loss"] for record in result.history]
+        losses[bf16] = _three_step_losses(model, start, features, input_ids, attention, tmp_path / str(bf16), bf16=bf16)
         assert set(seen) == {torch.bfloat16 if bf16 else torch.float32}
     hook.remove()
     assert {p.dtype for p in model.eagle_module.parameters()} == {torch.float32}

@@ -242,7 +242,7 @@ def train_eagle3(model, features: Callable[[], dict], input_ids, attention_mask,
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(progress, settings)
             # 2. forward: ModelOpt's EAGLE-3 loss over every position, 3 train-time-test steps
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=settings.bf16):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=settings.bf16):  # convert trains on the CPU
                 output = model(input_ids=input_ids[index], attention_mask=attention_mask[index],
                                base_model_outputs=base_outputs)
             # 3. backward and update
