@@ -31,7 +31,7 @@ def served_spec(tmp_path_factory, tiny_llama):
     """A spec file whose server (tiny target, n-gram, cpu backend) is up on free loopback ports."""
     from trtspec import repository, server
     from trtspec.artifacts import Layout
-    from trtspec.build import build
+    from trtspec.builders import build
     from trtspec.spec import load_spec
 
     root = tmp_path_factory.mktemp("bench-served")

@@ -50,7 +50,7 @@ def spec_factory():
 @pytest.fixture(scope="session")
 def tiny_cpu_engine(tmp_path_factory, tiny_llama):
     """(spec, engine_dir): the tiny target built with `trtspec build --backend cpu`, n-gram mode."""
-    from trtspec.build import build
+    from trtspec.builders import build
 
     root = tmp_path_factory.mktemp("deploy-cpu")
     spec = make_spec(root, tiny_llama)
@@ -62,7 +62,7 @@ def served(tmp_path_factory, tiny_llama):
     """A running tritonserver serving the tiny cpu engine: (spec, client, engine_dir)."""
     from trtspec import repository, server
     from trtspec.artifacts import Layout
-    from trtspec.build import build
+    from trtspec.builders import build
     from trtspec.client import TritonLLMClient
 
     root = tmp_path_factory.mktemp("served")

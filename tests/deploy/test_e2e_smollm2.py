@@ -12,7 +12,7 @@ PROMPT = "What is the capital of France?"
 def test_smollm2_answer_through_triton_equals_in_process(smollm2, tmp_path, spec_factory):
     from trtspec import repository, server
     from trtspec.artifacts import Layout
-    from trtspec.build import build
+    from trtspec.builders import build
     from trtspec.client import TritonLLMClient
     from trtspec.runtime import load_engine
 

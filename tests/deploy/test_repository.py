@@ -44,7 +44,7 @@ def _check_all_pbtxt(repo: Path) -> list:
 @pytest.fixture(scope="module")
 def gpu_engines(tmp_path_factory, tiny_llama, tiny_llama_draft, spec_factory):
     """Engines built by `trtspec build` for trtllm (n-gram, draft-target) and trtllm-engine (draft-target, tp 2)."""
-    from trtspec.build import build
+    from trtspec.builders import build
 
     root = tmp_path_factory.mktemp("gpu-engines")
     cases = {

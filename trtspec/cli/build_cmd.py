@@ -66,7 +66,7 @@ def build(config_path, backend, mode, fp8, max_draft_len, verify, force, dry_run
     """
     from rich.console import Console
 
-    from trtspec.build import build as run_build
+    from trtspec.builders import build as run_build
 
     spec = resolve_spec(config_path, build__backend=backend, speculative__mode=mode, quantization__fp8=fp8,
                         speculative__max_draft_len=max_draft_len)
@@ -120,7 +120,7 @@ def plan(config_path, backend, mode, fp8, gpu, tp_size, pp_size, max_batch_size,
     """
     from rich.console import Console
 
-    from trtspec.build import plan_inputs
+    from trtspec.builders import plan_inputs
 
     spec = resolve_spec(config_path, build__backend=backend, speculative__mode=mode, quantization__fp8=fp8,
                         build__gpu=gpu, build__tp_size=tp_size, build__pp_size=pp_size,

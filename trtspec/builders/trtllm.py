@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trtspec.build import upstream
+from trtspec.builders import upstream
 from trtspec.errors import ToolMissingError, TrtSpecError
 
 

@@ -8,9 +8,9 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from tests.build.conftest import make_eagle3_head, write_workspace
+from tests.builders.conftest import make_eagle3_head, write_workspace
 from trtspec import artifacts
-from trtspec.build import cpu
+from trtspec.builders import cpu
 from trtspec.cli import main
 
 

@@ -23,7 +23,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from trtspec.build.gpus import Gpu, get_gpu
+from trtspec.builders.gpus import Gpu, get_gpu
 from trtspec.errors import TrtSpecError
 
 GB = 1e9

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from trtspec.build.planner import ModelShape, PlanError, PlanSettings, plan_memory, require_fit
+from trtspec.builders.planner import ModelShape, PlanError, PlanSettings, plan_memory, require_fit
 
 CONFIGS = Path(__file__).parent / "configs"
 

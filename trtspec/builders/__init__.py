@@ -17,8 +17,8 @@ from typing import Any
 
 from trtspec import artifacts
 from trtspec.artifacts import Layout
-from trtspec.build import engine_json as ej
-from trtspec.build.planner import ModelShape, Plan, PlanSettings, plan_memory, require_fit
+from trtspec.builders import engine_json as ej
+from trtspec.builders.planner import ModelShape, Plan, PlanSettings, plan_memory, require_fit
 
 GPU_BACKENDS = ("trtllm", "trtllm-engine")
 
@@ -93,7 +93,7 @@ def _manifest_inputs(spec: Any, inputs: ej.BuildInputs) -> dict[str, Any]:
 
 def build(spec: Any, *, dry_run: bool = False, verify: bool = False, force: bool = False) -> BuildResult:
     """Build engines/<name>/ for the spec's backend; see the module docstring for the steps."""
-    from trtspec.build import cpu, trtllm, trtllm_engine
+    from trtspec.builders import cpu, trtllm, trtllm_engine
 
     backend, mode = spec.build.backend, spec.speculative.mode
     if backend == "trtllm-engine":

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from trtspec import subproc
-from trtspec.build import upstream
+from trtspec.builders import upstream
 from trtspec.errors import IncompatibleArtifactError
 from trtspec.spec import BACKEND_REFUSALS
 

@@ -1,8 +1,8 @@
 """Fixtures for build tests: an EAGLE-3 head in ModelOpt's export format, a real ModelOpt FP8
 checkpoint of the tiny target, workspaces with convert's checkpoint layout, and golden files.
 
-Golden files live in tests/golden/build/. Regenerate them after an intended change with
-`TRTSPEC_UPDATE_GOLDEN=1 python -m pytest tests/build -q` and review the diff.
+Golden files live in tests/golden/builders/. Regenerate them after an intended change with
+`TRTSPEC_UPDATE_GOLDEN=1 python -m pytest tests/builders -q` and review the diff.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-GOLDEN_DIR = Path(__file__).resolve().parents[1] / "golden" / "build"
+GOLDEN_DIR = Path(__file__).resolve().parents[1] / "golden" / "builders"
 UPDATE_ENV = "TRTSPEC_UPDATE_GOLDEN"
 
 
@@ -119,7 +119,7 @@ def normalize(text: str, replacements: dict[str, str]) -> str:
 
 
 def assert_golden(name: str, text: str) -> None:
-    """Compare `text` with tests/golden/build/<name>; write it instead when TRTSPEC_UPDATE_GOLDEN=1."""
+    """Compare `text` with tests/golden/builders/<name>; write it instead when TRTSPEC_UPDATE_GOLDEN=1."""
     path = GOLDEN_DIR / name
     if os.environ.get(UPDATE_ENV) == "1":
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from trtspec.build import trtllm_engine, upstream
+from trtspec.builders import trtllm_engine, upstream
 from trtspec.cli import main
 from trtspec.errors import IncompatibleArtifactError
 from trtspec.spec import validate_spec

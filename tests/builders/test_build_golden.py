@@ -1,7 +1,7 @@
 """Golden files for every backend x mode: the `--dry-run` output (plan, engine.json and every
 rendered file), and the files a real build writes must equal what the dry run printed.
 
-Regenerate after an intended change: TRTSPEC_UPDATE_GOLDEN=1 python -m pytest tests/build -q
+Regenerate after an intended change: TRTSPEC_UPDATE_GOLDEN=1 python -m pytest tests/builders -q
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from tests.build.conftest import assert_golden, normalize, write_workspace
-from trtspec.build import upstream
+from tests.builders.conftest import assert_golden, normalize, write_workspace
+from trtspec.builders import upstream
 from trtspec.cli import main
 
 # (backend, mode, fp8, fp8_kv_cache)
