@@ -7,14 +7,11 @@ import json
 import threading
 import time
 
-import pytest
-
 from trtspec.bench.load import Chunk, run_bench, schedule
 from trtspec.bench.metrics import BASELINE, SPECULATIVE, RequestRecord, SpecCounts
 from trtspec.bench.plots import plot_acceptance, plot_throughput
-from trtspec.bench.prompts import Prompt, load_prompts
 from trtspec.bench.report import assemble_report, render_table, write_reports
-from trtspec.errors import TrtSpecError
+from trtspec.prompts import Prompt
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -124,15 +121,3 @@ def test_run_bench_caps_concurrency_and_stamps_chunks():
     # chunk stamps rise and fall within the request
     assert all(r.chunk_times_s == sorted(r.chunk_times_s) and r.chunk_times_s[-1] <= r.e2e_s for r in run.records)
     assert run.durations[(SPECULATIVE, 2, 0)] < run.durations[(BASELINE, 2, 0)]
-
-
-def test_packaged_and_custom_prompts(tmp_path):
-    packaged = load_prompts()
-    assert len(packaged) >= 20 and {"chat", "code"} <= {p.category for p in packaged}
-    path = tmp_path / "p.jsonl"
-    path.write_text('{"prompt": "a"}\n\n{"prompt": "b", "category": "x"}\n')
-    assert [(p.text, p.category) for p in load_prompts(path)] == [("a", "default"), ("b", "x")]
-    assert len(load_prompts(path, num_prompts=1)) == 1
-    path.write_text('{"prompt": "a"}\n{"text": "b"}\n')
-    with pytest.raises(TrtSpecError, match=":2: "):
-        load_prompts(path)

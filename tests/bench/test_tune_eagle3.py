@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from trtspec.bench.prompts import Prompt
 from trtspec.bench.tune import BASELINE_LABEL, Candidate, measure
+from trtspec.prompts import Prompt
 
 
 @pytest.fixture(scope="module")

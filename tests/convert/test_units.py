@@ -1,4 +1,4 @@
-"""Pure pieces: prompt sets, draft vocabulary, learning-rate schedule."""
+"""Pure pieces: draft vocabulary, learning-rate schedule."""
 
 from __future__ import annotations
 
@@ -7,24 +7,6 @@ import json
 import pytest
 
 from trtspec.convert.eagle3_train import TrainSettings, lr_at
-from trtspec.convert.prompts import load_prompts, prompt_file
-
-
-def test_packaged_prompt_sets_are_disjoint_from_the_held_out_dev_set(dev_prompts):
-    train = load_prompts(prompt_file(None, "train"))
-    calibration = load_prompts(prompt_file(None, "calibration"))
-    held_out = {p["prompt"] for p in dev_prompts}
-    assert len(train) >= 300 and len(calibration) >= 32
-    assert not held_out & set(train) and not held_out & set(calibration) and not set(train) & set(calibration)
-
-
-def test_malformed_prompt_line_names_the_line(tmp_path):
-    from trtspec.errors import TrtSpecError
-
-    path = tmp_path / "p.jsonl"
-    path.write_text(json.dumps({"prompt": "ok"}) + "\n{not json\n")
-    with pytest.raises(TrtSpecError, match=r"p.jsonl:2: not valid JSON"):
-        load_prompts(path)
 
 
 def test_draft_vocab_keeps_most_frequent_tokens_and_d2t_maps_back():

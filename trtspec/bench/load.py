@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from trtspec.bench.metrics import BASELINE, SPECULATIVE, RequestRecord, SpecCounts, diff_counters
-from trtspec.bench.prompts import Prompt
+from trtspec.prompts import Prompt
 
 
 @dataclass

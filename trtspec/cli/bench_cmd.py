@@ -103,14 +103,14 @@ def bench(config_path, url, engine_dir, prompts, concurrency, max_tokens, num_pr
     from rich.console import Console
 
     from trtspec.bench import runner
-    from trtspec.bench.prompts import load_prompts
+    from trtspec.prompts import load_prompts
 
     if baseline and url and engine_dir:
         raise click.UsageError("--baseline measures one target; with both --url and --engine bench measures "
                                "the serving overhead. Run them separately.")
     spec = resolve_spec(config_path, bench__prompts=prompts, bench__concurrency=concurrency,
                         bench__max_tokens=max_tokens, bench__num_prompts=num_prompts)
-    prompt_set = load_prompts(spec.bench.prompts, spec.bench.num_prompts)
+    prompt_set = load_prompts(spec.bench.prompts, "bench", spec.bench.num_prompts)
     out = Path(out_dir) if out_dir else runner.default_out_dir(spec, "bench")
     variants = 2 if baseline or (url and engine_dir) else 1
     total = len(prompt_set) * len(spec.bench.concurrency) * repeats * variants
@@ -178,8 +178,8 @@ def tune(config_path, engine_dir, prompts, draft_lens, trees, mode, max_tokens, 
     from trtspec.artifacts import write_json
     from trtspec.bench import runner
     from trtspec.bench import tune as tuning
-    from trtspec.bench.prompts import load_prompts
     from trtspec.errors import TrtSpecError
+    from trtspec.prompts import load_prompts
     from trtspec.spec import DEFAULT_CONFIG
 
     spec = resolve_spec(config_path, bench__prompts=prompts, bench__max_tokens=max_tokens,
@@ -195,7 +195,7 @@ def tune(config_path, engine_dir, prompts, draft_lens, trees, mode, max_tokens, 
     if trees and trees.strip().lower() != "none" and not eagle3:
         raise click.BadParameter("draft trees are an EAGLE-3 feature; set --mode eagle3", param_hint="--trees")
     shapes = tuning.candidates(draft_lens, tree_list)
-    prompt_set = load_prompts(spec.bench.prompts, spec.bench.num_prompts)
+    prompt_set = load_prompts(spec.bench.prompts, "bench", spec.bench.num_prompts)
     engine_path = Path(engine_dir) if engine_dir else runner.default_engine_dir(spec)
     spec_path = Path(config_path or DEFAULT_CONFIG)
     out = Path(out_dir) if out_dir else runner.default_out_dir(spec, "tune")

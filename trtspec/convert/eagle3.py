@@ -16,8 +16,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from trtspec import artifacts
 from trtspec.convert import eagle3_data, eagle3_export, eagle3_train, reports
-from trtspec.convert.prompts import load_prompts, prompts_sha256
 from trtspec.convert.target import StageResult, load_causal_lm
+from trtspec.prompts import prompts_sha256
 
 
 def _progress(console) -> Progress:
@@ -59,12 +59,11 @@ def load_sequences(work: Path, data_key: dict[str, Any], make) -> list[list[int]
     return sequences
 
 
-def run_eagle3(spec, layout, target_dir: Path, target_sha: str, prompts_path: Path, eval_prompts: list[str],
+def run_eagle3(spec, layout, target_dir: Path, target_sha: str, train_prompts: list[str], eval_prompts: list[str],
                *, console, dry_run: bool = False, eval_tokens: int = 48) -> StageResult:
     """Train and export the EAGLE-3 head for the target in `target_dir` (skip when up to date)."""
     settings = spec.speculative.eagle3
     final, work = layout.checkpoint("eagle3"), layout.checkpoint(".eagle3-work")
-    train_prompts = load_prompts(prompts_path)
     inputs = eagle3_inputs(spec, target_sha, train_prompts)
     if artifacts.is_up_to_date(final, inputs):
         return StageResult("eagle3", final, "skipped", artifacts.read_manifest(final))
@@ -175,11 +174,11 @@ def _references(eagle_model, tokenizer, prompts: list[str], new_tokens: int):
     """Greedy continuations from the target inside the converted model (its base forward)."""
     import torch
 
-    from trtspec.convert.prompts import chat_ids
+    from trtspec.chat import prompt_ids
 
     pairs = []
     for prompt in prompts:
-        ids = chat_ids(tokenizer, prompt)
+        ids = prompt_ids(tokenizer, prompt)
         sequence = torch.tensor([ids])
         for _ in range(new_tokens):
             token, _ = eagle_model.pseudo_speculative_generate(sequence, steps=0)

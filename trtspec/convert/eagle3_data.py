@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 
-from trtspec.convert.prompts import chat_ids
+from trtspec.chat import prompt_ids
 
 
 def generate_sequences(model, tokenizer, prompts: list[str], *, num_samples: int, answer_tokens: int,
@@ -34,7 +34,7 @@ def generate_sequences(model, tokenizer, prompts: list[str], *, num_samples: int
     for start in range(0, len(requests), batch_size):
         batch = requests[start:start + batch_size]
         for sample in (False, True):
-            group = [chat_ids(tokenizer, prompt) for prompt, sampled in batch if sampled == sample]
+            group = [prompt_ids(tokenizer, prompt) for prompt, sampled in batch if sampled == sample]
             if not group:
                 continue
             width = max(len(ids) for ids in group)

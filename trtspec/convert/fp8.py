@@ -15,7 +15,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from trtspec.convert.prompts import chat_ids
+from trtspec.chat import prompt_ids
 
 
 def quantize_fp8(model, tokenizer, prompts: list[str], *, fp8_kv_cache: bool = False,
@@ -28,7 +28,7 @@ def quantize_fp8(model, tokenizer, prompts: list[str], *, fp8_kv_cache: bool = F
     if fp8_kv_cache:
         # ModelOpt's recipe for an FP8 KV cache: add the KV-cache quantizers to the weight config.
         config["quant_cfg"].update(copy.deepcopy(mtq.FP8_KV_CFG)["quant_cfg"])
-    batches = [torch.tensor([chat_ids(tokenizer, prompt)]) for prompt in prompts]
+    batches = [torch.tensor([prompt_ids(tokenizer, prompt)]) for prompt in prompts]
 
     def forward_loop(quant_model) -> None:
         with torch.no_grad():

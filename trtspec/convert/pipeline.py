@@ -21,8 +21,8 @@ from trtspec import artifacts
 from trtspec.artifacts import Layout
 from trtspec.convert import draft as draft_checks
 from trtspec.convert import fp8, reports
-from trtspec.convert.prompts import load_prompts, prompt_file, prompts_sha256
 from trtspec.convert.target import StageResult, copy_checkpoint, load_causal_lm, resolve_target, write_target
+from trtspec.prompts import prompt_texts, prompts_sha256
 
 FP8_EVAL_PROMPTS = 8
 
@@ -48,8 +48,8 @@ def run_convert(spec, *, console, dry_run: bool = False, eval_prompts_path: str 
     # Later stages read the recorded target (its own path) but key on the source's weights hash.
     target_dir = layout.checkpoint("target") if results[0].status != "planned" else info.path
     target_sha = info.sha256
-    calibration = load_prompts(prompt_file(spec.quantization.calibration_prompts, "calibration"))
-    training = load_prompts(prompt_file(spec.speculative.eagle3.prompts, "train"))
+    calibration = prompt_texts(spec.quantization.calibration_prompts, "calibration")
+    training = prompt_texts(spec.speculative.eagle3.prompts, "train")
     if spec.quantization.fp8:
         results += run_fp8(spec, layout, target_dir, target_sha, calibration, training[:FP8_EVAL_PROMPTS],
                            kind="target", console=console, dry_run=dry_run)
@@ -57,7 +57,7 @@ def run_convert(spec, *, console, dry_run: bool = False, eval_prompts_path: str 
         from trtspec.convert.eagle3 import run_eagle3
 
         held_out = held_out_prompts(spec, eval_prompts_path)
-        results.append(run_eagle3(spec, layout, target_dir, target_sha, prompt_file(spec.speculative.eagle3.prompts, "train"),
+        results.append(run_eagle3(spec, layout, target_dir, target_sha, training,
                                   held_out, console=console, dry_run=dry_run, eval_tokens=eval_tokens))
     if spec.speculative.mode == "draft-target":
         results += run_draft(spec, layout, target_dir, target_sha, calibration, training[:FP8_EVAL_PROMPTS],
@@ -69,8 +69,8 @@ def held_out_prompts(spec, eval_prompts_path: str | None) -> list[str]:
     """Prompts for the EAGLE-3 acceptance report: the user's file, else 12 packaged calibration
     prompts (EAGLE-3 training never sees the calibration set)."""
     if eval_prompts_path:
-        return load_prompts(eval_prompts_path)
-    return load_prompts(prompt_file(spec.quantization.calibration_prompts, "calibration"))[:12]
+        return prompt_texts(eval_prompts_path, "calibration")
+    return prompt_texts(spec.quantization.calibration_prompts, "calibration", limit=12)
 
 
 def run_fp8(spec, layout: Layout, source_dir: Path, source_sha: str, calibration: list[str], eval_prompts: list[str],

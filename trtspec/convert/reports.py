@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from trtspec.convert.prompts import chat_ids
+from trtspec.chat import prompt_ids
 
 
 def greedy_continuations(model, tokenizer, prompts: list[str], new_tokens: int) -> list[tuple[list[int], list[int]]]:
@@ -25,7 +25,7 @@ def greedy_continuations(model, tokenizer, prompts: list[str], new_tokens: int) 
 
     pairs = []
     for prompt in prompts:
-        ids = chat_ids(tokenizer, prompt)
+        ids = prompt_ids(tokenizer, prompt)
         with torch.no_grad():
             out = model.generate(input_ids=torch.tensor([ids]), max_new_tokens=new_tokens, do_sample=False,
                                  temperature=None, top_p=None, top_k=None, pad_token_id=tokenizer.pad_token_id)
@@ -46,10 +46,10 @@ def eagle3_acceptance(eagle_model, references: list[tuple[list[int], list[int]]]
     steps, accepted_total = 0, 0
     per_position = [0] * max_draft_len
     lengths = []
-    for prompt_ids, continuation in references:
+    for prompt_tokens, continuation in references:
         position = 0
         while position < len(continuation) - 1:
-            prefix = torch.tensor([prompt_ids + continuation[:position]])
+            prefix = torch.tensor([prompt_tokens + continuation[:position]])
             _, drafts = eagle_model.pseudo_speculative_generate(prefix, steps=max_draft_len)
             accepted = 0
             for offset, token in enumerate(drafts[0].tolist()):
@@ -84,11 +84,11 @@ def fp8_quality(original, quantized, tokenizer, prompts: list[str], *, new_token
 
     agree = total = 0
     nll = {"original": 0.0, "fp8": 0.0}
-    for prompt_ids, continuation in greedy_continuations(original, tokenizer, prompts, new_tokens):
+    for prompt_tokens, continuation in greedy_continuations(original, tokenizer, prompts, new_tokens):
         if not continuation:
             continue
-        ids = torch.tensor([prompt_ids + continuation])
-        start = len(prompt_ids)
+        ids = torch.tensor([prompt_tokens + continuation])
+        start = len(prompt_tokens)
         with torch.no_grad():
             for name, model in (("original", original), ("fp8", quantized)):
                 logits = model(ids).logits[0, start - 1:-1].float()

@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from trtspec.chat import prompt_ids
 from trtspec.runtime import sampling
 from trtspec.runtime.policy import DraftPolicy
 from trtspec.runtime.request import GenerationResult, OutputAssembler, StreamChunk, validate
@@ -77,12 +78,7 @@ class Engine:
         one (chat=None) or when chat=True; token ids are used as given."""
         if not isinstance(prompt, str):
             return [int(t) for t in prompt]
-        use_template = bool(getattr(self.tokenizer, "chat_template", None)) if chat is None else chat
-        if use_template:
-            ids = self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
-                                                     add_generation_prompt=True, tokenize=True)
-            return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
-        return list(self.tokenizer.encode(prompt, add_special_tokens=False))
+        return prompt_ids(self.tokenizer, prompt, chat)
 
     def generate(self, prompt: str | list[int], max_new_tokens: int = 64, temperature: float = 0.0,
                  top_k: int = 0, top_p: float = 1.0, seed: int | None = None, speculative: bool = True,
