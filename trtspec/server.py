@@ -1,7 +1,8 @@
-"""Start, stop and check tritonserver: a local process, a `docker run` command, k8s manifests.
+"""Start, stop and check the local tritonserver process.
 
-Plans are pure (`local_command`, `docker_command`, `k8s_manifests` return data); `start_local`,
-`stop_local` and `status` are the thin layer that executes, always through trtspec.subproc.
+The command lines are pure plans in trtspec.launch (and k8s manifests in trtspec.k8s);
+`start_local`, `stop_local` and `status` are the thin layer that executes them, always through
+trtspec.subproc.
 
 Local: the binary is $TRTSPEC_TRITONSERVER, `/opt/tritonserver/bin/tritonserver` (the container)
 or the one inside the nvidia-pytriton wheel (CPU). The Python backend directory is prepared under
@@ -11,7 +12,6 @@ trtspec, torch and transformers. The server binds 127.0.0.1 unless the spec says
 with model control mode `none`, logs to <workdir>/server/tritonserver.log and is waited for on
 /v2/health/ready; on failure the log tail is in the error. The pid is recorded in
 <workdir>/server/server.json and `stop` ends only that process (checked by its command line).
-Multi-GPU (tp*pp > 1) goes through `mpirun -n <world>` as upstream's launch_triton_server.py does.
 """
 
 from __future__ import annotations
@@ -28,13 +28,7 @@ from typing import Any
 from trtspec import subproc
 from trtspec.artifacts import Layout, read_json, write_json
 from trtspec.errors import ServerError, ToolMissingError
-
-CONTAINER_TRITONSERVER = "/opt/tritonserver/bin/tritonserver"
-CONTAINER_REPOSITORY = "/models"
-CONTAINER_ENGINES = "/engines"
-DEFAULT_IMAGE = {"cpu": "trtspec:cpu", "trtllm": "trtspec:gpu", "trtllm-engine": "trtspec:gpu"}
-SHM_SIZE = "2g"
-
+from trtspec.launch import CONTAINER_TRITONSERVER, local_command
 
 # -- finding and preparing tritonserver ------------------------------------------------------
 
@@ -140,135 +134,6 @@ def check_ports(serve: Any) -> None:
     if busy:
         raise ServerError(f"port in use on {serve.host}: {', '.join(busy)}",
                           fix="stop what holds it (`trtspec deploy status`) or choose other serve.*_port values")
-
-
-# -- plans ---------------------------------------------------------------------------------
-
-def tritonserver_args(serve: Any, repository: str, *, backend_dir: str | None = None,
-                      bind_all: bool = False) -> list[str]:
-    """tritonserver flags shared by every target (a container binds 0.0.0.0 inside its network)."""
-    host = "0.0.0.0" if bind_all else serve.host
-    args = [f"--model-repository={repository}", "--model-control-mode=none", "--disable-auto-complete-config",
-            f"--http-port={serve.http_port}", f"--grpc-port={serve.grpc_port}",
-            f"--metrics-port={serve.metrics_port}", f"--http-address={host}", f"--grpc-address={host}",
-            f"--metrics-address={host}", "--allow-metrics=true", "--exit-timeout-secs=10"]
-    if backend_dir:
-        args.append(f"--backend-directory={backend_dir}")
-    return args
-
-
-def local_command(spec: Any, binary: Path, repository: Path, backend_dir: Path | None) -> list[str]:
-    """The command that runs tritonserver here (mpirun for tp*pp > 1, as launch_triton_server.py)."""
-    args = tritonserver_args(spec.serve, str(repository.resolve()),
-                             backend_dir=str(backend_dir) if backend_dir else None)
-    world = spec.build.tp_size * spec.build.pp_size if spec.build.backend != "cpu" else 1
-    if world == 1:
-        return [str(binary), *args]
-    command = ["mpirun", "--allow-run-as-root"]
-    for rank in range(world):
-        rank_args = args + [f"--backend-config=python,shm-region-prefix-name=prefix{rank}_"]
-        if rank:
-            rank_args += ["--model-control-mode=explicit", "--load-model=tensorrt_llm"]
-            rank_args = [a for a in rank_args if a != "--model-control-mode=none"]
-        command += ["-n", "1", str(binary), *rank_args, ":"]
-    return command[:-1]
-
-
-# cpu image (trtspec + nvidia-pytriton, no /opt/tritonserver): the same backend directory and
-# library path the local target prepares, done inside the container with its own Python.
-CPU_CONTAINER_PRELUDE = (
-    "P=$(python -c 'import os, pytriton; print(os.path.dirname(pytriton.__file__))')/tritonserver && "
-    "V=$(python -c 'import sys; print(\"%d.%d\" % sys.version_info[:2])') && "
-    "mkdir -p /tmp/trtspec-backends/python && cp $P/backends/python/libtriton_python.so "
-    "$P/backends/python/triton_python_backend_utils.py /tmp/trtspec-backends/python/ && "
-    "cp $P/python_backend_stubs/$V/triton_python_backend_stub /tmp/trtspec-backends/python/ && "
-    "export LD_LIBRARY_PATH=$P/../../nvidia_pytriton.libs && ")
-CPU_CONTAINER_SERVER = "$P/bin/tritonserver"
-
-
-def container_server(serve: Any, backend: str) -> str:
-    """The shell command a container (docker or k8s) runs: prelude, then exec tritonserver."""
-    if backend == "cpu":
-        args = tritonserver_args(serve, CONTAINER_REPOSITORY, backend_dir="/tmp/trtspec-backends", bind_all=True)
-        return CPU_CONTAINER_PRELUDE + "exec " + CPU_CONTAINER_SERVER + " " + subproc.format_command(args)
-    args = tritonserver_args(serve, CONTAINER_REPOSITORY, bind_all=True)
-    return container_prelude(backend) + "exec " + subproc.format_command([CONTAINER_TRITONSERVER, *args])
-
-
-def container_prelude(backend: str) -> str:
-    """Shell run in a GPU container before tritonserver: copy the stock model.py files in."""
-    if backend == "trtllm":
-        return (f"cp -n /app/all_models/llmapi/tensorrt_llm/1/*.py {CONTAINER_REPOSITORY}/tensorrt_llm/1/ && ")
-    if backend == "trtllm-engine":
-        return "".join(f"cp -n /app/all_models/inflight_batcher_llm/{m}/1/*.py {CONTAINER_REPOSITORY}/{m}/1/ "
-                       f"2>/dev/null; " for m in ("preprocessing", "postprocessing", "tensorrt_llm_bls"))
-    return ""
-
-
-def docker_command(spec: Any, repository: Path, engine_dir: Path, image: str | None = None) -> list[str]:
-    """`docker run` for the project's image: GPUs, shm, ports on the spec's host, mounts."""
-    serve, backend = spec.serve, spec.build.backend
-    image = image or DEFAULT_IMAGE[backend]
-    command = ["docker", "run", "--rm", "-d", "--name", f"trtspec-{engine_dir.name}", f"--shm-size={SHM_SIZE}",
-               "--ulimit", "memlock=-1", "--ulimit", "stack=67108864"]
-    if backend != "cpu":
-        command += ["--gpus", "all"]
-    for port in (serve.http_port, serve.grpc_port, serve.metrics_port):
-        command += ["-p", f"{serve.host}:{port}:{port}"]
-    command += ["-v", f"{repository.resolve()}:{CONTAINER_REPOSITORY}",
-                "-v", f"{engine_dir.resolve()}:{CONTAINER_ENGINES}/{engine_dir.name}:ro",
-                "--entrypoint", "bash", image, "-c"]
-    return command + [container_server(serve, backend)]
-
-
-def k8s_manifests(spec: Any, engine_name: str, image: str | None = None) -> list[dict[str, Any]]:
-    """Deployment + Service: GPU limits, readiness on /v2/health/ready, Prometheus annotations.
-
-    The repository and the engine are expected on a PersistentVolumeClaim `<name>-artifacts`
-    holding `model_repository/` and `engines/<engine>/` (rendered with engine_path under /engines).
-    """
-    serve, backend = spec.serve, spec.build.backend
-    name = f"trtspec-{engine_name}"[:63].rstrip("-")
-    labels = {"app.kubernetes.io/name": "trtspec", "app.kubernetes.io/instance": name}
-    gpus = spec.build.tp_size * spec.build.pp_size if backend != "cpu" else 0
-    resources: dict[str, Any] = {"requests": {"cpu": "2", "memory": "8Gi"}}
-    if gpus:
-        resources["limits"] = {"nvidia.com/gpu": gpus}
-        resources["requests"]["nvidia.com/gpu"] = gpus
-    container = {
-        "name": "tritonserver", "image": image or DEFAULT_IMAGE[backend],
-        "command": ["bash", "-c", container_server(serve, backend)],
-        "ports": [{"name": "http", "containerPort": serve.http_port}, {"name": "grpc", "containerPort": serve.grpc_port},
-                  {"name": "metrics", "containerPort": serve.metrics_port}],
-        "readinessProbe": {"httpGet": {"path": "/v2/health/ready", "port": serve.http_port},
-                           "initialDelaySeconds": 10, "periodSeconds": 5, "failureThreshold": 3},
-        "livenessProbe": {"httpGet": {"path": "/v2/health/live", "port": serve.http_port},
-                          "initialDelaySeconds": 60, "periodSeconds": 10},
-        "resources": resources,
-        "volumeMounts": [{"name": "artifacts", "mountPath": CONTAINER_REPOSITORY, "subPath": "model_repository"},
-                         {"name": "artifacts", "mountPath": f"{CONTAINER_ENGINES}/{engine_name}",
-                          "subPath": f"engines/{engine_name}", "readOnly": True},
-                         {"name": "dshm", "mountPath": "/dev/shm"}],
-    }
-    annotations = {"prometheus.io/scrape": "true", "prometheus.io/port": str(serve.metrics_port),
-                   "prometheus.io/path": "/metrics"}
-    deployment = {
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "labels": labels},
-        "spec": {"replicas": 1, "selector": {"matchLabels": labels},
-                 "template": {"metadata": {"labels": labels, "annotations": annotations},
-                              "spec": {"containers": [container],
-                                       "volumes": [{"name": "artifacts", "persistentVolumeClaim":
-                                                    {"claimName": f"{name}-artifacts"}},
-                                                   {"name": "dshm", "emptyDir": {"medium": "Memory",
-                                                                                 "sizeLimit": SHM_SIZE.upper() + "i"}}]}}},
-    }
-    service = {
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": name, "labels": labels, "annotations": annotations},
-        "spec": {"selector": labels, "ports": [{"name": p["name"], "port": p["containerPort"],
-                                                "targetPort": p["name"]} for p in container["ports"]]},
-    }
-    return [deployment, service]
 
 
 # -- executing -------------------------------------------------------------------------------
@@ -386,15 +251,3 @@ def status(layout: Layout) -> dict[str, Any]:
     ready = running and is_ready(record["host"], record["http_port"])
     return {**record, "running": running, "ready": ready,
             "uptime_s": round(time.time() - record["started"], 1) if running else None}
-
-
-def manifests_yaml(manifests: list[dict[str, Any]]) -> str:
-    """Manifests as one multi-document YAML, written out in full (no &anchors for shared labels)."""
-    import yaml
-
-    class Plain(yaml.SafeDumper):
-        def ignore_aliases(self, data: Any) -> bool:
-            return True
-
-    return "---\n".join(yaml.dump(m, Dumper=Plain, sort_keys=False) for m in manifests)
-

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from trtspec import server, subproc
+from trtspec import k8s, launch, server, subproc
 from trtspec.artifacts import Layout, write_json
 from trtspec.errors import ServerError
 
@@ -19,7 +19,7 @@ def gpu_spec(tmp_path, tiny_llama, spec_factory):
 
 def test_local_command_binds_loopback_with_model_control_none(tmp_path, tiny_llama, spec_factory):
     spec = spec_factory(tmp_path, tiny_llama)
-    command = server.local_command(spec, Path("/x/tritonserver"), tmp_path / "repo", tmp_path / "backends")
+    command = launch.local_command(spec, Path("/x/tritonserver"), tmp_path / "repo", tmp_path / "backends")
     assert command[0] == "/x/tritonserver"
     for flag in ("--model-control-mode=none", f"--grpc-port={spec.serve.grpc_port}", "--http-address=127.0.0.1",
                  "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1", f"--backend-directory={tmp_path / 'backends'}"):
@@ -27,7 +27,7 @@ def test_local_command_binds_loopback_with_model_control_none(tmp_path, tiny_lla
 
 
 def test_multi_gpu_local_command_uses_mpirun_per_rank(gpu_spec, tmp_path):
-    command = server.local_command(gpu_spec, Path("/opt/tritonserver/bin/tritonserver"), tmp_path / "repo", None)
+    command = launch.local_command(gpu_spec, Path("/opt/tritonserver/bin/tritonserver"), tmp_path / "repo", None)
     assert command[:2] == ["mpirun", "--allow-run-as-root"]
     assert command.count("-n") == 2 and command.count(":") == 1
     rank1 = command[command.index(":") + 1:]
@@ -38,7 +38,7 @@ def test_multi_gpu_local_command_uses_mpirun_per_rank(gpu_spec, tmp_path):
 
 def test_docker_command_has_gpus_shm_ports_and_mounts(gpu_spec, tmp_path):
     engine = tmp_path / "engines" / "tiny-ngram-trtllm"
-    command = server.docker_command(gpu_spec, tmp_path / "repo", engine)
+    command = launch.docker_command(gpu_spec, tmp_path / "repo", engine)
     assert command[:2] == ["docker", "run"] and "--gpus" in command and "--shm-size=2g" in command
     for port in (gpu_spec.serve.http_port, gpu_spec.serve.grpc_port, gpu_spec.serve.metrics_port):
         assert f"127.0.0.1:{port}:{port}" in command
@@ -51,7 +51,7 @@ def test_docker_command_has_gpus_shm_ports_and_mounts(gpu_spec, tmp_path):
 
 
 def test_k8s_manifests_structure(gpu_spec):
-    deployment, service = server.k8s_manifests(gpu_spec, "tiny-ngram-trtllm")
+    deployment, service = k8s.k8s_manifests(gpu_spec, "tiny-ngram-trtllm")
     assert deployment["kind"] == "Deployment" and deployment["apiVersion"] == "apps/v1"
     pod = deployment["spec"]["template"]
     assert deployment["spec"]["selector"]["matchLabels"] == pod["metadata"]["labels"] == service["spec"]["selector"]
@@ -67,7 +67,7 @@ def test_k8s_manifests_structure(gpu_spec):
     assert {"/models", "/engines/tiny-ngram-trtllm", "/dev/shm"} <= mounts
     volumes = {v["name"] for v in pod["spec"]["volumes"]}
     assert {m["name"] for m in container["volumeMounts"]} <= volumes
-    text = server.manifests_yaml([deployment, service])
+    text = k8s.manifests_yaml([deployment, service])
     import yaml
 
     assert "&id" not in text and "*id" not in text
@@ -77,7 +77,7 @@ def test_k8s_manifests_structure(gpu_spec):
 
 def test_cpu_k8s_manifest_asks_for_no_gpu(tmp_path, tiny_llama, spec_factory):
     spec = spec_factory(tmp_path, tiny_llama)
-    deployment, _ = server.k8s_manifests(spec, "tiny-ngram-cpu")
+    deployment, _ = k8s.k8s_manifests(spec, "tiny-ngram-cpu")
     resources = deployment["spec"]["template"]["spec"]["containers"][0]["resources"]
     assert "limits" not in resources and "nvidia.com/gpu" not in resources["requests"]
 
@@ -135,7 +135,7 @@ def test_server_env_keeps_venvs_off_path_and_passes_site_packages(tmp_path, monk
 
 def test_cpu_docker_command_prepares_the_python_backend_in_the_container(tmp_path, tiny_llama, spec_factory):
     spec = spec_factory(tmp_path, tiny_llama)
-    command = server.docker_command(spec, tmp_path / "repo", tmp_path / "engines" / "tiny-ngram-cpu")
+    command = launch.docker_command(spec, tmp_path / "repo", tmp_path / "engines" / "tiny-ngram-cpu")
     assert "--gpus" not in command
     shell = command[-1]
     assert "python_backend_stubs/$V/triton_python_backend_stub /tmp/trtspec-backends/python/" in shell

@@ -52,14 +52,14 @@ def deploy(ctx: click.Context, config_path: str | None, target: str, engine: str
     ctx.obj["config_path"] = config_path
     if ctx.invoked_subcommand is not None:
         return
-    from trtspec import repository, server
+    from trtspec import launch, repository, server
     from trtspec.artifacts import Layout
     from trtspec.errors import ServerError
 
     spec = resolve_spec(config_path)
     layout = Layout.from_spec(spec)
     engine_dir = _engine_dir(spec, engine)
-    engine_path = None if target == "local" else f"{server.CONTAINER_ENGINES}/{engine_dir.name}"
+    engine_path = None if target == "local" else f"{launch.CONTAINER_ENGINES}/{engine_dir.name}"
     if dry_run:
         _dry_run(spec, layout, engine_dir, engine_path, target, image, as_json)
         return
@@ -84,7 +84,7 @@ def deploy(ctx: click.Context, config_path: str | None, target: str, engine: str
     elif target == "docker":
         from trtspec import subproc
 
-        command = server.docker_command(spec, layout.repository, engine_dir, image)
+        command = launch.docker_command(spec, layout.repository, engine_dir, image)
         result = subproc.run(command, timeout=120)
         report.update(command=subproc.format_command(command), container=result.stdout.strip())
         if not as_json:
@@ -101,9 +101,9 @@ def deploy(ctx: click.Context, config_path: str | None, target: str, engine: str
 def _k8s(spec: Any, layout: Any, engine_dir: Path, image: str | None, *, apply: bool) -> dict[str, Any]:
     import shutil
 
-    from trtspec import server, subproc
+    from trtspec import k8s, subproc
 
-    text = server.manifests_yaml(server.k8s_manifests(spec, engine_dir.name, image))
+    text = k8s.manifests_yaml(k8s.k8s_manifests(spec, engine_dir.name, image))
     path = layout.server_dir / "k8s" / "trtspec.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
@@ -119,19 +119,19 @@ def _dry_run(spec: Any, layout: Any, engine_dir: Path, engine_path: str | None, 
     """Render into a throwaway directory to check everything, print what deploy would do."""
     import tempfile
 
-    from trtspec import repository, server, subproc
+    from trtspec import k8s, launch, repository, server, subproc
 
     with tempfile.TemporaryDirectory() as scratch:
         files = repository.render(engine_dir, spec, Path(scratch) / "repo", engine_path=engine_path)
         names = [str(f.relative_to(Path(scratch) / "repo")) for f in files]
     if target == "local":
         binary = server.find_tritonserver()
-        command = subproc.format_command(server.local_command(spec, binary, layout.repository,
+        command = subproc.format_command(launch.local_command(spec, binary, layout.repository,
                                                               layout.backend_dir.resolve()))
     elif target == "docker":
-        command = subproc.format_command(server.docker_command(spec, layout.repository, engine_dir, image))
+        command = subproc.format_command(launch.docker_command(spec, layout.repository, engine_dir, image))
     else:
-        command = server.manifests_yaml(server.k8s_manifests(spec, engine_dir.name, image))
+        command = k8s.manifests_yaml(k8s.k8s_manifests(spec, engine_dir.name, image))
     if as_json:
         emit_json({"target": target, "repository": str(layout.repository), "files": names, "command": command})
         return
