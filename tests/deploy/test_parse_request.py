@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trtspec.repository.cpu_model import InvalidRequest, parse_request
+from trtspec.repository.cpu_request import InvalidRequest, parse_request
 
 
 def _req(**values):
