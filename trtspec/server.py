@@ -16,106 +16,18 @@ with model control mode `none`, logs to <workdir>/server/tritonserver.log and is
 
 from __future__ import annotations
 
-import os
-import shutil
 import socket
-import sys
-import sysconfig
 import time
 from pathlib import Path
 from typing import Any
 
 from trtspec import subproc
 from trtspec.artifacts import Layout, read_json, write_json
-from trtspec.errors import ServerError, ToolMissingError
-from trtspec.launch import CONTAINER_TRITONSERVER, local_command
+from trtspec.errors import ServerError
+from trtspec.launch import local_command
+from trtspec.server_setup import find_tritonserver, prepare_backends, server_env
 
-# -- finding and preparing tritonserver ------------------------------------------------------
-
-def _pytriton_root() -> Path | None:
-    import importlib.util
-
-    spec = importlib.util.find_spec("pytriton")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    root = Path(list(spec.submodule_search_locations)[0]) / "tritonserver"
-    return root if (root / "bin" / "tritonserver").exists() else None
-
-
-def find_tritonserver() -> Path:
-    """The tritonserver binary to run here."""
-    override = os.environ.get("TRTSPEC_TRITONSERVER")
-    if override:
-        if not Path(override).is_file():
-            raise ToolMissingError(f"TRTSPEC_TRITONSERVER={override}: no such file", fix="unset it or fix the path")
-        return Path(override)
-    if Path(CONTAINER_TRITONSERVER).is_file():
-        return Path(CONTAINER_TRITONSERVER)
-    root = _pytriton_root()
-    if root is not None:
-        return root / "bin" / "tritonserver"
-    raise ToolMissingError("tritonserver not found (not in /opt/tritonserver, nvidia-pytriton not installed)",
-                           fix="pip install nvidia-pytriton==0.7.0, or use --target docker")
-
-
-def prepare_backends(layout: Layout, binary: Path) -> Path:
-    """A backend directory whose python backend carries the stub for this Python; returns it."""
-    source = binary.parent.parent / "backends"
-    if binary == Path(CONTAINER_TRITONSERVER):
-        return source  # the container's backends already match its Python
-    stub_dir = binary.parent.parent / "python_backend_stubs" / f"{sys.version_info.major}.{sys.version_info.minor}"
-    stub = stub_dir / "triton_python_backend_stub"
-    if not stub.exists():
-        raise ToolMissingError(f"no Triton Python backend stub for Python {sys.version_info.major}."
-                               f"{sys.version_info.minor} in {stub_dir.parent}", fix="use Python 3.11")
-    target = layout.backend_dir.resolve()
-    python = target / "python"
-    python.mkdir(parents=True, exist_ok=True)
-    for name in ("libtriton_python.so", "triton_python_backend_utils.py"):
-        shutil.copy2(source / "python" / name, python / name)
-    shutil.copy2(stub, python / "triton_python_backend_stub")
-    return target
-
-
-def server_env(binary: Path | None = None, backend: str = "cpu") -> dict[str, str]:
-    """Paths for the Python backend stub: the project root and this interpreter's site-packages.
-
-    The stub's embedded interpreter ignores PYTHONPATH, so the cpu model.py reads the same list
-    from TRTSPEC_PYTHONPATH.
-    The wheel's stub finds its bundled libraries through an RPATH relative to where the wheel put
-    it; the copy in our backend directory gets them through LD_LIBRARY_PATH instead.
-    """
-    import trtspec
-
-    paths = [str(Path(trtspec.__file__).resolve().parent.parent), sysconfig.get_paths()["purelib"],
-             sysconfig.get_paths()["platlib"]]
-    existing = os.environ.get("PYTHONPATH")
-    ordered = list(dict.fromkeys(paths + ([existing] if existing else [])))
-    env = {"PYTHONPATH": os.pathsep.join(ordered), "TRTSPEC_PYTHONPATH": os.pathsep.join(ordered),
-           "PATH": _path_without_venvs(os.environ.get("PATH", ""))}
-    if backend == "cpu":
-        # Each in-flight request runs torch in its own thread; OpenMP teams per request thread
-        # oversubscribe the cores (measured: 10x slower on a loaded 2-core machine). One OpenMP
-        # thread per request unless the caller set OMP_NUM_THREADS.
-        env["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS") or "1"
-    root = _pytriton_root()
-    libs = root.parent.parent / "nvidia_pytriton.libs" if root else None
-    if libs and libs.is_dir() and (binary is None or root in binary.parents):
-        existing_ld = os.environ.get("LD_LIBRARY_PATH")
-        env["LD_LIBRARY_PATH"] = os.pathsep.join([str(libs)] + ([existing_ld] if existing_ld else []))
-    return env
-
-
-def _path_without_venvs(path: str) -> str:
-    """PATH minus virtualenv bin directories.
-
-    The stub's embedded interpreter takes its home from the first `python3` on PATH; a venv's
-    python there points it at that venv's base stdlib, which need not match the libpython the stub
-    links (undefined-symbol errors at import). Without venvs on PATH it uses its compiled-in prefix.
-    """
-    keep = [p for p in path.split(os.pathsep) if p and not (Path(p).parent / "pyvenv.cfg").exists()]
-    return os.pathsep.join(keep)
-
+__all__ = ["find_tritonserver", "prepare_backends", "server_env", "start_local", "stop_local", "status"]
 
 def port_free(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -194,7 +106,7 @@ def start_local(spec: Any, repository: Path, layout: Layout | None = None) -> di
     log_path = layout.server_log.resolve()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_path.write_text("")
-    pid = subproc.start(command, log_path=log_path, env=server_env(binary, spec.build.backend))
+    pid = subproc.start(command, log_path=log_path, env=server_env(binary, spec.build.backend, backends))
     record = {"pid": pid, "binary": str(binary), "host": spec.serve.host, "http_port": spec.serve.http_port,
               "grpc_port": spec.serve.grpc_port, "metrics_port": spec.serve.metrics_port,
               "repository": str(Path(repository).resolve()), "log": str(log_path),

@@ -6,6 +6,7 @@ target's cpu engine (n-gram mode), and stops it at the end. Nothing here mocks T
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from pathlib import Path
 
@@ -78,3 +79,44 @@ def served(tmp_path_factory, tiny_llama):
     finally:
         client.close()
         server.stop_local(layout)
+
+
+def _respec(spec, root: Path, **serve):
+    """`spec` on fresh free loopback ports with its workdir and repository under `root`."""
+    from trtspec.spec import validate_spec
+
+    http, grpc, metrics = free_ports(3)
+    data = spec.model_dump(mode="json")
+    data["serve"].update(http_port=http, grpc_port=grpc, metrics_port=metrics,
+                         repository=str(root / "model_repository"), **serve)
+    data["workdir"] = str(root / "work")
+    return validate_spec(data)
+
+
+@contextlib.contextmanager
+def _serving(spec, engine_dir: Path):
+    """Render the repository and start a supervised tritonserver for `spec`; stop it at the end.
+
+    Yields (layout, record)."""
+    from trtspec import repository, server
+    from trtspec.artifacts import Layout
+
+    layout = Layout.from_spec(spec)
+    repository.render(engine_dir, spec, layout.repository)
+    record = server.start_local(spec, layout.repository, layout)
+    try:
+        yield layout, record
+    finally:
+        server.stop_local(layout)
+
+
+@pytest.fixture(scope="session")
+def respec():
+    """respec(spec, root, **serve) -> the spec on fresh free loopback ports, workdir under root."""
+    return _respec
+
+
+@pytest.fixture(scope="session")
+def serving():
+    """serving(spec, engine_dir): a context manager running a supervised server for one test."""
+    return _serving
