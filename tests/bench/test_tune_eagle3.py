@@ -40,8 +40,9 @@ def test_chains_and_trees_measured_side_by_side(eagle3_engine):
     # depth (2 here), the chain's as its length (2); the engine it came from is untouched
     tree_records = [r for r in result["records"] if r.variant == shapes[1].label]
     assert all(r.spec.num_drafts > 0 and r.spec.num_draft_tokens == 2 * r.spec.num_drafts for r in tree_records)
-    assert eagle3_engine.drafter.tree is None
+    assert eagle3_engine.tree is None and eagle3_engine.config.eagle_choices is None
     from trtspec.bench.targets import engine_variant
 
-    variant = engine_variant(eagle3_engine, 3, [[0], [1], [0, 0]])
-    assert variant.drafter.tree.num_nodes == 3 and variant.drafter.head is eagle3_engine.drafter.head
+    with engine_variant(eagle3_engine, 3, [[0], [1], [0, 0]]) as variant:
+        assert variant.tree.num_nodes == 3 and variant.drafter is eagle3_engine.drafter
+        assert variant.config.max_draft_len == 3 and variant.config.mode == eagle3_engine.config.mode

@@ -153,3 +153,45 @@ def test_load_engine_bundle(tmp_path, tiny_llama):
     assert engine.drafter.ngram_min == 2
     result = engine.generate(TINY_PROMPTS[0], max_new_tokens=200)
     assert result.finish_reason == "length" and len(TINY_PROMPTS[0]) + len(result.token_ids) == 128
+
+
+def test_variants_share_weights_and_close_detaches_their_hooks(tiny_llama, modelopt_eagle3):
+    """Engines over one target (bench and tune variants) each hook the layers their drafter
+    reads; close() removes exactly those hooks, so building many variants leaves none behind."""
+    import dataclasses
+
+    from trtspec.runtime import Engine
+
+    engine = Engine.from_checkpoints(tiny_llama, mode="eagle3", draft_dir=modelopt_eagle3[1], max_draft_len=4)
+    layers = engine.target.get_decoder().layers
+
+    def hooks():
+        return sum(len(layer._forward_hooks) for layer in layers)
+
+    alone = hooks()
+    assert alone == len(engine.drafter.aux_layer_ids)
+    variants = [engine.variant(max_draft_len=k) for k in (1, 2, 3)]
+    assert hooks() == 4 * alone
+    assert variants[0].target is engine.target and variants[0].drafter is engine.drafter
+    assert variants[1].config == dataclasses.replace(engine.config, max_draft_len=2)
+    reference = engine.generate(TINY_PROMPTS[0], max_new_tokens=12).token_ids
+    for variant in variants:
+        assert variant.generate(TINY_PROMPTS[0], max_new_tokens=12).token_ids == reference
+        variant.close()
+        variant.close()  # idempotent
+    assert hooks() == alone
+    engine.close()
+    assert hooks() == 0
+
+
+def test_engine_config_is_frozen_and_checks_its_options():
+    import dataclasses
+
+    from trtspec.runtime.config import EngineConfig
+
+    config = EngineConfig.from_options(mode="eagle3", max_draft_len=3, eagle_choices=[[0], [0, 0]])
+    assert config.eagle_choices == ((0,), (0, 0)) and config.label == "eagle3"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.max_draft_len = 5
+    with pytest.raises(TypeError, match="max_draft_length"):
+        EngineConfig.from_options(max_draft_length=3)

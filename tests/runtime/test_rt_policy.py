@@ -64,3 +64,23 @@ def test_engine_dynamic_draft_is_lossless_and_adapts(tiny_llama):
     b = fixed.generate(TINY_PROMPTS[0], max_new_tokens=40)
     a = engine.generate(TINY_PROMPTS[0], max_new_tokens=40)
     assert a.stats.num_draft_tokens / a.stats.num_drafts < b.stats.num_draft_tokens / b.stats.num_drafts
+
+
+def test_tree_drafts_go_through_the_policy_too(tiny_llama, modelopt_eagle3):
+    """A tree draft passes the same numbered phases as a chain: an acceptance floor stops tree
+    drafting as it stops chains (a random head's trees are mostly rejected), output unchanged."""
+    from trtspec.runtime import Engine
+
+    choices = [[0], [1], [0, 0], [1, 0]]
+    eager = Engine.from_checkpoints(tiny_llama, mode="eagle3", draft_dir=modelopt_eagle3[1], max_draft_len=4,
+                                    eagle_choices=choices)
+    careful = eager.variant(acceptance_floor=0.9)
+    try:
+        prompt = TINY_PROMPTS[3]
+        a = eager.generate(prompt, max_new_tokens=40)
+        b = careful.generate(prompt, max_new_tokens=40)
+        assert a.token_ids == b.token_ids
+        assert a.stats.acceptance_rate < 0.9 and not a.stats.fallback
+        assert b.stats.fallback and b.stats.num_drafts < a.stats.num_drafts / 2
+    finally:
+        careful.close()

@@ -107,30 +107,13 @@ class EngineTarget:
 
 
 def engine_variant(engine: Any, max_draft_len: int, eagle_choices: Any = None) -> Any:
-    """A second Engine sharing `engine`'s weights and tokenizer, proposing at most `max_draft_len`
-    tokens per step (the runtime reads it per request); with `eagle_choices` (EAGLE-3 only) its
-    drafter drafts that static tree. The drafter is a shallow copy, so its weights are shared
-    while its tree is its own; sessions copy the tree when a request starts."""
-    import copy
-
-    from trtspec.runtime import Engine
-
-    drafter, tree = engine.drafter, engine.tree
-    if drafter is not None and hasattr(drafter, "tree"):
-        drafter = copy.copy(drafter)
-        tree = None
-        if eagle_choices is not None:
-            from trtspec.runtime.tree import Tree
-
-            tree = Tree([list(path) for path in eagle_choices])
-        drafter.tree = tree
-    elif eagle_choices is not None:
+    """A second Engine sharing `engine`'s weights, tokenizer and drafter, proposing at most
+    `max_draft_len` tokens per step; with `eagle_choices` (EAGLE-3 only) it drafts that static
+    tree, without them chains. Close it when done (it hooks the shared target)."""
+    if eagle_choices is not None and engine.mode != "eagle3":
         from trtspec.errors import TrtSpecError
 
         raise TrtSpecError(f"draft trees need an EAGLE-3 engine (this one is {engine.mode})",
                            fix="tune trees only with speculative.mode eagle3")
-    return Engine(engine.target, engine.tokenizer, drafter, mode=engine.mode, max_draft_len=max_draft_len,
-                  max_input_len=engine.max_input_len, max_seq_len=engine.max_seq_len,
-                  dynamic_draft=engine.dynamic_draft, confidence_threshold=engine.confidence_threshold,
-                  acceptance_floor=engine.acceptance_floor, tree=tree,
-                  name=f"{engine.name}-k{max_draft_len}")
+    choices = tuple(tuple(int(i) for i in path) for path in eagle_choices) if eagle_choices else None
+    return engine.variant(max_draft_len=max_draft_len, eagle_choices=choices, name=f"{engine.name}-k{max_draft_len}")

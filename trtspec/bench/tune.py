@@ -184,11 +184,15 @@ def measure(engine: Any, prompts: Sequence[Any], shapes: Sequence[Candidate], *,
     from trtspec.bench.metrics import group_cells, summarize_cell
     from trtspec.bench.targets import EngineTarget, engine_variant
 
-    variants = {shape.label: (EngineTarget(engine_variant(engine, shape.max_draft_len, shape.eagle_choices)), True)
-                for shape in shapes}
+    engines = {shape.label: engine_variant(engine, shape.max_draft_len, shape.eagle_choices) for shape in shapes}
+    variants = {label: (EngineTarget(variant), True) for label, variant in engines.items()}
     variants[BASELINE_LABEL] = (EngineTarget(engine), False)
-    run = run_variants(variants, prompts, [concurrency], max_tokens=max_tokens, repeats=repeats,
-                       on_request=on_request)
+    try:
+        run = run_variants(variants, prompts, [concurrency], max_tokens=max_tokens, repeats=repeats,
+                           on_request=on_request)
+    finally:
+        for variant in engines.values():
+            variant.close()
     results = [summarize_cell(cell) for cell in group_cells(run.records, run.durations, order=list(variants))]
     rows, baseline = tune_rows(results, shapes)
     return {"rows": rows, "baseline": baseline, "choice": choose(rows), "records": run.records}

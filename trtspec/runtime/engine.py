@@ -14,6 +14,7 @@ tokens, so one target forward per step verifies the draft and produces the next 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 import time
@@ -22,40 +23,60 @@ from typing import Any
 
 from trtspec.chat import prompt_ids
 from trtspec.runtime import sampling
+from trtspec.runtime.config import EngineConfig
 from trtspec.runtime.policy import DraftPolicy
 from trtspec.runtime.request import GenerationResult, OutputAssembler, StreamChunk, validate
 from trtspec.runtime.stats import GenerationStats
 
 
 class Engine:
-    """A target model, its tokenizer and an optional drafter, with the settings to run them."""
+    """A target model, its tokenizer and an optional drafter, run as one EngineConfig says."""
 
-    def __init__(self, target: Any, tokenizer: Any, drafter: Any = None, *, mode: str = "none",
-                 max_draft_len: int = 4, max_input_len: int = 1024, max_seq_len: int = 2048,
-                 dynamic_draft: bool = False, confidence_threshold: float = 0.0,
-                 acceptance_floor: float = 0.0, tree: Any = None, name: str | None = None):
+    def __init__(self, target: Any, tokenizer: Any, drafter: Any = None, config: EngineConfig | None = None):
         self.target = target
         self.tokenizer = tokenizer
         self.drafter = drafter
-        self.mode = mode
-        self.max_draft_len = max_draft_len
-        self.max_input_len = max_input_len
-        self.max_seq_len = max_seq_len
-        self.dynamic_draft = dynamic_draft
-        self.confidence_threshold = confidence_threshold
-        self.acceptance_floor = acceptance_floor
-        self.tree = tree
-        self.name = name or mode
+        self.config = config or EngineConfig()
+        self.tree = None
+        if self.config.eagle_choices:
+            from trtspec.runtime.tree import Tree
+
+            self.tree = Tree([list(path) for path in self.config.eagle_choices])
         self.eos_ids = _eos_ids(target, tokenizer)
         self._lock = threading.Lock()
         self._cumulative = GenerationStats()
         # The drafter's auxiliary states are taken as ModelOpt and vLLM take them, each layer's own
         # output through a forward hook (transformers' hidden_states ends with the final norm's
-        # output instead), kept per thread because requests run concurrently.
+        # output instead), kept per thread because requests run concurrently. The handles are
+        # kept: several engines may share one target (bench variants), and close() detaches them.
         self._layer_outputs = threading.local()
         layers = target.get_decoder().layers
-        for index in drafter.aux_layer_ids if drafter is not None else ():
-            layers[index - 1].register_forward_hook(functools.partial(self._keep_layer_output, index))
+        self._hooks = [layers[index - 1].register_forward_hook(functools.partial(self._keep_layer_output, index))
+                       for index in (drafter.aux_layer_ids if drafter is not None else ())]
+
+    # Read-only views of the config, for callers that predate it.
+    mode = property(lambda self: self.config.mode)
+    name = property(lambda self: self.config.label)
+    max_draft_len = property(lambda self: self.config.max_draft_len)
+    max_input_len = property(lambda self: self.config.max_input_len)
+    max_seq_len = property(lambda self: self.config.max_seq_len)
+
+    def variant(self, **changes: Any) -> Engine:
+        """Another Engine over the same weights, tokenizer and drafter with some settings changed
+        (dataclasses.replace on the config). Close it when done: it hooks the shared target."""
+        return Engine(self.target, self.tokenizer, self.drafter, dataclasses.replace(self.config, **changes))
+
+    def close(self) -> None:
+        """Detach what this engine attached to the (possibly shared) target. Idempotent."""
+        for handle in self._hooks:
+            handle.remove()
+        self._hooks = []
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
 
     @classmethod
     def from_checkpoints(cls, target_dir, mode: str = "ngram", draft_dir=None, max_draft_len: int = 4,
@@ -131,11 +152,12 @@ class Engine:
         import torch
         from transformers import DynamicCache
 
+        config = self.config
         session = None
-        policy = DraftPolicy(self.max_draft_len, dynamic=self.dynamic_draft, floor=self.acceptance_floor)
+        policy = DraftPolicy(config.max_draft_len, dynamic=config.dynamic_draft, floor=config.acceptance_floor)
         if speculative:
             session = self.drafter.session(prompt_ids, params, generator,
-                                           confidence_threshold=self.confidence_threshold)
+                                           confidence_threshold=config.confidence_threshold, tree=self.tree)
         aux_ids = self.drafter.aux_layer_ids if session is not None else ()
         cache = DynamicCache(config=self.target.config)
         tokens = list(prompt_ids)
@@ -153,7 +175,10 @@ class Engine:
             yield committed
 
     def _step(self, tokens, cache, session, policy, params, generator, stats, aux_ids) -> list[int]:
-        """One verify step; returns the committed tokens (accepted drafts + recovered/bonus)."""
+        """One verify step, chain or tree alike; returns the committed tokens (accepted drafts +
+        the recovered or bonus token)."""
+        from trtspec.runtime.kvcache import keep_positions
+        from trtspec.runtime.tree import accept_tree, tree_inputs
 
         # 1. Draft (unless speculation is off or in acceptance-floor fallback).
         draft, length = None, policy.next_length() if session is not None else 0
@@ -163,36 +188,43 @@ class Engine:
             stats.draft_time_s += time.perf_counter() - started
             if draft is not None and draft.size == 0:
                 draft = None
-        if draft is not None and draft.tree is not None:
-            from trtspec.runtime.tree import verify_tree
-
-            return verify_tree(self, tokens, cache, session, draft, params, generator, stats, aux_ids)
-        # 2. One target pass over [pending] + draft.
+        tree = draft.tree if draft is not None else None
+        # 2. One target pass over [pending] + draft (a tree: positions by depth, tree attention mask).
+        past = len(tokens) - 1
         k = draft.size if draft is not None else 0
-        inputs = tokens[-1:] + (draft.token_ids.tolist() if k else [])
+        draft_ids = draft.token_ids.tolist() if k else []
+        position_ids, mask = tree_inputs(tree, past) if tree is not None else (None, None)
         started = time.perf_counter()
-        logits, aux = self._forward(inputs, cache, num_logits=k + 1, aux_ids=aux_ids)
-        # 3. Accept: greedy prefix match, or rejection sampling.
+        logits, aux = self._forward(tokens[-1:] + draft_ids, cache, num_logits=k + 1, aux_ids=aux_ids,
+                                    position_ids=position_ids,
+                                    attention_mask=mask[None, None] if mask is not None else None)
+        # 3. Accept: the accepted draft positions (a prefix of a chain, a path of a tree) and the next token.
         if k == 0:
-            num_accepted, next_token = 0, self._choose(logits, params, generator)
+            path, next_token = [], self._choose(logits, params, generator)
+        elif tree is not None:
+            path, next_token = accept_tree(tree, draft_ids, logits.argmax(dim=-1).tolist())
         elif params.greedy:
             num_accepted, next_token = sampling.greedy_accept(draft.token_ids, logits)
+            path = list(range(num_accepted))
         else:
             target_probs = sampling.logits_to_probs(logits, params)
             num_accepted, next_token = sampling.rejection_accept(draft.token_ids, draft.draft_probs,
                                                                  target_probs, generator)
-        # 4. Crop the KV cache to the committed tokens (all but the new pending one).
-        cache.crop(len(tokens) + num_accepted)
+            path = list(range(num_accepted))
+        # 4. Keep the KV of the pending token and the accepted positions (the new pending one is not in it).
+        kept_rows = [0] + [1 + i for i in path]
+        keep_positions(cache, past, [past + row for row in kept_rows])
         stats.verify_time_s += time.perf_counter() - started
         stats.num_target_passes += 1
         if aux_ids:
-            session.on_verified(aux[: num_accepted + 1])
-        # 5. Update statistics and the draft-length policy.
+            session.on_verified(aux[kept_rows])
+        # 5. Update statistics and the draft-length policy (a tree offers at most its depth).
         if k:
-            stats.record_draft(k, num_accepted)
-            if policy.update(k, num_accepted):
+            offered = tree.max_depth if tree is not None else k
+            stats.record_draft(offered, len(path))
+            if policy.update(offered, len(path)):
                 stats.fallback = True
-        return (draft.token_ids[:num_accepted].tolist() if num_accepted else []) + [next_token]
+        return [draft_ids[i] for i in path] + [next_token]
 
     def _forward(self, input_ids: list[int], cache, *, num_logits: int, aux_ids=(), position_ids=None,
                  attention_mask=None):

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from trtspec.errors import IncompatibleArtifactError, ModelSourceError
+from trtspec.runtime.config import EngineConfig
 
 ENGINE_FORMAT = "trtspec-engine/1"
 RUNTIME_KEYS = ("dtype", "ngram_min", "ngram_max", "dynamic_draft", "confidence_threshold", "acceptance_floor",
@@ -67,7 +68,7 @@ def engine_from_checkpoints(engine_cls, target_dir, *, mode: str = "ngram", draf
 
         prepack_linears(target)
     tokenizer = AutoTokenizer.from_pretrained(str(target_dir))
-    drafter, tree = None, None
+    drafter = None
     if mode == "ngram":
         from trtspec.runtime.drafters.ngram import NgramDrafter
 
@@ -85,15 +86,12 @@ def engine_from_checkpoints(engine_cls, target_dir, *, mode: str = "ngram", draf
         from trtspec.runtime.drafters.eagle3 import Eagle3Drafter
 
         drafter = Eagle3Drafter.from_dir(_need(draft_dir, mode), target)
-        if eagle_choices:
-            from trtspec.runtime.tree import Tree
-
-            tree = Tree(eagle_choices)
-            drafter.tree = tree
     elif mode != "none":
         raise IncompatibleArtifactError(f"unknown speculative mode {mode!r}",
                                         fix="use one of eagle3, draft-target, ngram, none")
-    return engine_cls(target, tokenizer, drafter, mode=mode, max_draft_len=max_draft_len, tree=tree, **options)
+    config = EngineConfig.from_options(mode=mode, max_draft_len=max_draft_len,
+                                       eagle_choices=eagle_choices if mode == "eagle3" else None, **options)
+    return engine_cls(target, tokenizer, drafter, config)
 
 
 def _need(draft_dir, mode: str) -> Path:

@@ -59,42 +59,36 @@ class Tree:
         return max((self.rank[c] for c in self.children[node]), default=-1)
 
 
-def verify_tree(engine, tokens, cache, session, draft, params, generator, stats, aux_ids) -> list[int]:
-    """Verify a tree draft in one target pass (greedy); return the committed tokens."""
-    import time
+def tree_inputs(tree: Tree, past: int):
+    """Position ids and attention mask for one verify pass over [pending] + the tree's nodes.
 
+    `past` is the number of tokens already in the KV cache (the pending token sits at `past`).
+    Node i sits at position past + depth(i) and attends to the cache, the pending token and its
+    own ancestors. Returns (position_ids [1, 1 + num_nodes] long, mask [1 + num_nodes, past + 1 +
+    num_nodes] bool).
+    """
     import torch
 
-    from trtspec.runtime.kvcache import keep_positions
-
-    tree: Tree = draft.tree
-    node_tokens = draft.token_ids.tolist()
-    past = len(tokens) - 1
     width = 1 + tree.num_nodes
-    # 2. One target pass: [pending] + nodes, positions by depth, tree attention mask.
     position_ids = torch.tensor([[past] + [past + d for d in tree.depth]])
     mask = torch.zeros(width, past + width, dtype=torch.bool)
     mask[:, : past + 1] = True
     mask[1:, past + 1:] = tree.ancestors
-    started = time.perf_counter()
-    logits, aux = engine._forward(tokens[-1:] + node_tokens, cache, num_logits=width, aux_ids=aux_ids,
-                                  position_ids=position_ids, attention_mask=mask[None, None])
-    # 3. Accept: walk down while a child carries the target's argmax.
-    argmax = logits.argmax(dim=-1).tolist()
+    return position_ids, mask
+
+
+def accept_tree(tree: Tree, node_tokens: list[int], target_ids: list[int]) -> tuple[list[int], int]:
+    """Greedy acceptance of a tree: walk from the root, each time to the child whose token is the
+    target's argmax. Returns (accepted node indices, next token).
+
+    # target_ids: [1 + num_nodes] argmax of the verify pass (row 0 follows the pending token,
+    # row 1 + i follows node i)
+    """
     path, node = [], -1
     while True:
-        wanted = argmax[0 if node < 0 else 1 + node]
+        wanted = target_ids[0 if node < 0 else 1 + node]
         child = next((c for c in tree.children[node] if node_tokens[c] == wanted), None)
         if child is None:
-            break
+            return path, wanted
         path.append(child)
         node = child
-    # 4. Keep the KV of pending + the accepted path only.
-    keep_positions(cache, past, [past] + [past + 1 + i for i in path])
-    stats.verify_time_s += time.perf_counter() - started
-    stats.num_target_passes += 1
-    if aux_ids:
-        session.on_verified(aux[[0] + [1 + i for i in path]])
-    # 5. Statistics: a tree offers at most max_depth tokens along any path.
-    stats.record_draft(tree.max_depth, len(path))
-    return [node_tokens[i] for i in path] + [wanted]

@@ -58,5 +58,7 @@ class Drafter:
         return bool(self.aux_layer_ids)
 
     def session(self, prompt_ids: list[int], params: Any, generator: Any, *,
-                confidence_threshold: float = 0.0) -> DraftSession:
+                confidence_threshold: float = 0.0, tree: Any = None) -> DraftSession:
+        """Open one request's session. `tree` (trtspec.runtime.tree.Tree) asks for static tree
+        drafts; drafters that only draft chains ignore it."""
         raise NotImplementedError

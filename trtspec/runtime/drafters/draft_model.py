@@ -20,7 +20,7 @@ class DraftModelDrafter(Drafter):
     def __init__(self, model):
         self.model = model
 
-    def session(self, prompt_ids, params, generator, *, confidence_threshold=0.0) -> DraftModelSession:
+    def session(self, prompt_ids, params, generator, *, confidence_threshold=0.0, tree=None) -> DraftModelSession:
         return DraftModelSession(self.model, params, generator, confidence_threshold)
 
 

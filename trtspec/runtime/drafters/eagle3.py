@@ -75,7 +75,6 @@ class Eagle3Drafter(Drafter):
         self.embed_tokens = embed_tokens
         # indices into the target's hidden_states tuple (index 0 is the embedding output)
         self.aux_layer_ids = tuple(i + 1 for i in aux_layer_ids)
-        self.tree = None
 
     @classmethod
     def from_dir(cls, path: Path, target) -> Eagle3Drafter:
@@ -100,17 +99,17 @@ class Eagle3Drafter(Drafter):
         layer_ids = list(eagle["eagle_aux_hidden_state_layer_ids"])
         return cls(head, target.get_input_embeddings(), layer_ids)
 
-    def session(self, prompt_ids, params, generator, *, confidence_threshold=0.0) -> Eagle3Session:
-        return Eagle3Session(self, params, generator, confidence_threshold)
+    def session(self, prompt_ids, params, generator, *, confidence_threshold=0.0, tree=None) -> Eagle3Session:
+        return Eagle3Session(self, params, generator, confidence_threshold, tree)
 
 
 class Eagle3Session(DraftSession):
-    def __init__(self, drafter: Eagle3Drafter, params, generator, threshold: float):
+    def __init__(self, drafter: Eagle3Drafter, params, generator, threshold: float, tree=None):
         from transformers import DynamicCache
 
         self.head = drafter.head
         self.embed = drafter.embed_tokens
-        self.tree = drafter.tree
+        self.tree = tree
         self.params = params
         self.generator = generator
         self.threshold = threshold

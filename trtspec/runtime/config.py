@@ -1,0 +1,53 @@
+"""One frozen description of how an Engine runs: what the spec's build and speculative sections say.
+
+`EngineConfig` replaces a long keyword list: loading fills it from engine.json (or keyword
+options), benchmarks and `tune` derive variants with `dataclasses.replace(config, ...)`, and the
+engine never changes it. Model weights, the tokenizer and the drafter are not settings; they are
+passed to the Engine beside its config.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Settings of one Engine (frozen; use dataclasses.replace for a variant)."""
+
+    mode: str = "none"
+    """Speculative mode of the drafter given to the engine: eagle3 | draft-target | ngram | none."""
+    name: str | None = None
+    """Shown in benchmarks and logs; defaults to the mode."""
+    max_draft_len: int = 4
+    """Most draft tokens per sequence and step (a tree counts its nodes)."""
+    max_input_len: int = 1024
+    """Longest prompt in tokens."""
+    max_seq_len: int = 2048
+    """Longest prompt plus output in tokens."""
+    dynamic_draft: bool = False
+    """Grow a sequence's draft after full acceptance, shrink it after a rejection."""
+    confidence_threshold: float = 0.0
+    """Drafters stop when their probability of their own token drops below this (0: never)."""
+    acceptance_floor: float = 0.0
+    """Decode plainly while a sequence's measured acceptance stays below this rate (0: never)."""
+    eagle_choices: tuple[tuple[int, ...], ...] | None = None
+    """Static EAGLE-3 draft tree as index paths (trtspec.runtime.tree); None drafts chains."""
+
+    @property
+    def label(self) -> str:
+        return self.name or self.mode
+
+    @classmethod
+    def from_options(cls, **options: Any) -> EngineConfig:
+        """A config from keyword options (engine.json runtime keys, from_checkpoints kwargs);
+        unknown keys raise TypeError naming them, as a constructor would."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise TypeError(f"unknown engine options: {', '.join(unknown)}")
+        choices = options.get("eagle_choices")
+        if choices is not None:
+            options["eagle_choices"] = tuple(tuple(int(i) for i in path) for path in choices) or None
+        return cls(**options)
