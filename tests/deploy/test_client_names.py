@@ -33,7 +33,7 @@ def test_llm_api_names_for_the_cpu_model():
     client = _client(GOLDEN / "cpu" / "tensorrt_llm" / "config.pbtxt")
     assert client.llm_api and client.decoupled
     sent = _sent(client.build_inputs("hi", max_tokens=5, temperature=0.0, top_p=0.9, seed=3, speculative=False))
-    assert sent == {"text_input": ("BYTES", [1]), "streaming": ("BOOL", [1]), "sampling_param_max_tokens": ("INT32", [1]),
+    assert sent == {"text_input": ("BYTES", [1]), "streaming": ("BOOL", [1]), "sampling_param_max_tokens": ("INT64", [1]),
                     "sampling_param_temperature": ("FP32", [1]), "sampling_param_top_p": ("FP32", [1]),
                     "sampling_param_seed": ("UINT64", [1]), "sampling_param_return_perf_metrics": ("BOOL", [1]),
                     "speculative": ("BOOL", [1])}

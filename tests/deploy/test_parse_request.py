@@ -32,7 +32,9 @@ def test_defaults_and_values_are_read():
     ({"sampling_param_max_tokens": np.array([-4], np.int32)}, "at least 1"),
     ({"sampling_param_max_tokens": np.array([600], np.int32)}, "max_seq_len 512"),
     ({"sampling_param_temperature": np.array([-0.1], np.float32)}, "temperature: must be >= 0"),
-    ({"sampling_param_temperature": np.array([np.nan], np.float32)}, "temperature: must be >= 0"),
+    ({"sampling_param_temperature": np.array([np.nan], np.float32)}, "temperature: must be a finite number"),
+    ({"sampling_param_temperature": np.array([np.inf], np.float32)}, "temperature: must be a finite number"),
+    ({"sampling_param_temperature": np.array([1e-40], np.float32)}, "temperature: must be 0 .greedy. or at least"),
     ({"sampling_param_top_p": np.array([0.0], np.float32)}, r"top_p: must be in \(0, 1\]"),
     ({"sampling_param_top_p": np.array([1.01], np.float32)}, r"top_p: must be in \(0, 1\]"),
     ({"sampling_param_top_k": np.array([-1], np.int32)}, "top_k"),
@@ -46,3 +48,60 @@ def test_bad_requests_name_the_problem(values, message):
 def test_missing_text_input():
     with pytest.raises(InvalidRequest, match="text_input: required"):
         parse_request({}, max_seq_len=512)
+
+
+def test_temperature_rule_is_the_engines():
+    """Zero and finite values from MIN_TEMPERATURE up pass both the server boundary and the engine."""
+    from trtspec.runtime.request import MIN_TEMPERATURE, InvalidRequestError, validate
+
+    for ok in (0.0, MIN_TEMPERATURE, 0.7, 1e30):
+        assert parse_request(_req(sampling_param_temperature=np.array([ok], np.float64)), max_seq_len=512).temperature == ok
+        validate(num_prompt_tokens=1, max_input_len=8, max_new_tokens=1, temperature=ok, top_k=0, top_p=1.0)
+    for bad in (MIN_TEMPERATURE / 2, float("inf"), float("nan"), -1.0):
+        with pytest.raises(InvalidRequestError, match="temperature"):
+            validate(num_prompt_tokens=1, max_input_len=8, max_new_tokens=1, temperature=bad, top_k=0, top_p=1.0)
+
+
+@pytest.mark.parametrize("parameters", [{"bogus": 3}, '{"max_tokens": 4}', {"triton_x": 1, "sampling_param_n": 2}])
+def test_unknown_request_parameters_are_refused(parameters):
+    with pytest.raises(InvalidRequest, match="unknown input"):
+        parse_request(_req(), max_seq_len=512, parameters=parameters)
+
+
+def test_tritons_own_parameters_pass():
+    parse_request(_req(), max_seq_len=512, parameters='{"triton_enable_empty_final_response": true}')
+    parse_request(_req(), max_seq_len=512, parameters="{}")
+
+
+def test_prompt_over_the_byte_limit_is_refused_before_decoding():
+    # Invalid UTF-8 too: the byte check comes first, nothing is decoded.
+    with pytest.raises(InvalidRequest, match=r"text_input: 11 bytes .* \(10 bytes\)"):
+        parse_request(_req(text_input=np.array([b"\xff" * 11], dtype=np.object_)), max_seq_len=512, max_prompt_bytes=10)
+    assert parse_request(_req(), max_seq_len=512, max_prompt_bytes=5).prompt == "hello"
+
+
+@pytest.mark.parametrize("source", ["tiny", "smollm2"])
+def test_prompt_byte_limit_is_sound(source, request):
+    """No text over the limit fits max_input_len tokens: for prompts a little over the limit the
+    token count (chat template included) always exceeds max_input_len, on random bytes, on text
+    made of the longest tokens, and on long runs of spaces (the longest SmolLM2 tokens)."""
+    import random
+
+    from transformers import AutoTokenizer
+
+    from trtspec.chat import prompt_ids
+    from trtspec.repository.cpu_request import prompt_byte_limit
+
+    tokenizer = AutoTokenizer.from_pretrained(request.getfixturevalue("tiny_llama" if source == "tiny" else source))
+    max_input_len = 64
+    limit = prompt_byte_limit(tokenizer, max_input_len)
+    assert limit is not None
+    vocab = sorted(tokenizer.get_vocab(), key=lambda t: -len(tokenizer.convert_tokens_to_string([t]).encode()))
+    longest_text = tokenizer.convert_tokens_to_string(vocab[:1])
+    rng = random.Random(0)
+    samples = [" " * (limit + 1), (longest_text * (limit // max(1, len(longest_text.encode())) + 2)),
+               bytes(rng.randrange(256) for _ in range(limit + 1)).decode("utf-8", errors="replace"),
+               "".join(chr(rng.randrange(0x20, 0x3000)) for _ in range(limit + 1))]
+    for text in samples:
+        assert len(text.encode()) > limit
+        assert len(prompt_ids(tokenizer, text, None)) > max_input_len, text[:40]

@@ -36,13 +36,20 @@ from trtspec.repository.cpu_model import TritonPythonModel  # noqa: E402,F401
 
 
 def inputs() -> list[dict[str, Any]]:
-    """The LLM-API model's inputs (DESIGN.md), every one optional but text_input."""
+    """The LLM-API model's inputs (DESIGN.md), every one optional but text_input.
+
+    The integers are INT64 where the stock LLM-API config says INT32: Triton 2.51 converts HTTP
+    JSON numbers to the declared width by truncation (http_server.cc, "FIXME ... bounds check"),
+    so max_tokens 4294967312 reached an INT32 model as 16 and was served. As INT64 the model sees
+    the value sent and refuses it. Clients that read the config (trtspec's, perf_analyzer) adapt;
+    a gRPC client hard-coding INT32 gets Triton's "unexpected datatype" error, not a wrong answer.
+    """
     return [tensor("text_input", "BYTES", [1]),
             tensor("streaming", "BOOL", [1], optional=True),
-            tensor("sampling_param_max_tokens", "INT32", [1], optional=True),
+            tensor("sampling_param_max_tokens", "INT64", [1], optional=True),
             tensor("sampling_param_temperature", "FP32", [1], optional=True),
             tensor("sampling_param_top_p", "FP32", [1], optional=True),
-            tensor("sampling_param_top_k", "INT32", [1], optional=True),
+            tensor("sampling_param_top_k", "INT64", [1], optional=True),
             tensor("sampling_param_seed", "UINT64", [1], optional=True),
             tensor("sampling_param_stop", "BYTES", [-1], optional=True),
             tensor("sampling_param_return_perf_metrics", "BOOL", [1], optional=True),

@@ -26,7 +26,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from trtspec.repository.cpu_request import InvalidRequest, Request, parse_request
+from trtspec.repository.cpu_request import INPUT_NAMES, InvalidRequest, Request, parse_request, prompt_byte_limit
 
 METRIC_PREFIX = "trtspec:spec_decode_"
 METRICS = {
@@ -58,6 +58,8 @@ class TritonPythonModel:
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
         self.engine = load_engine(params["engine_dir"])
         self.max_seq_len = int(params.get("max_seq_len", self.engine.max_seq_len))
+        # Refuse an oversized prompt by its byte length, before decoding or tokenizing it.
+        self.max_prompt_bytes = prompt_byte_limit(self.engine.tokenizer, self.engine.max_input_len)
         # The pool is the engine's scheduler: at most max_batch_size sequences in flight per instance.
         self.pool = ThreadPoolExecutor(max_workers=int(params.get("max_batch_size", 8)),
                                        thread_name_prefix="trtspec-request")
@@ -98,16 +100,14 @@ class TritonPythonModel:
         futures = [self.pool.submit(self._respond_once, request) for request in requests]
         return [future.result() for future in futures]
 
-    def _values(self, request: Any) -> dict[str, Any]:
-        names = ["text_input", "streaming", "sampling_param_max_tokens", "sampling_param_temperature",
-                 "sampling_param_top_p", "sampling_param_top_k", "sampling_param_seed", "sampling_param_stop",
-                 "sampling_param_return_perf_metrics", "speculative"]
+    def _parse(self, request: Any) -> Request:
         values = {}
-        for name in names:
+        for name in INPUT_NAMES:
             tensor = self.pb.get_input_tensor_by_name(request, name)
             if tensor is not None:
                 values[name] = tensor.as_numpy()
-        return values
+        return parse_request(values, max_seq_len=self.max_seq_len, max_prompt_bytes=self.max_prompt_bytes,
+                             parameters=request.parameters())
 
     def _response(self, text: str, finish_reason: str | None, extra: dict[str, tuple[Any, str]] | None = None):
         import numpy as np
@@ -137,7 +137,7 @@ class TritonPythonModel:
 
         final = self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         try:
-            parsed = parse_request(self._values(request), max_seq_len=self.max_seq_len)
+            parsed = self._parse(request)
             chunks = self._chunks(parsed)
             text, num_tokens = [], 0
             for chunk in chunks:
@@ -172,7 +172,7 @@ class TritonPythonModel:
         from trtspec.errors import TrtSpecError
 
         try:
-            parsed = parse_request(self._values(request), max_seq_len=self.max_seq_len)
+            parsed = self._parse(request)
             if parsed.streaming:
                 raise InvalidRequest("streaming: this model is not decoupled; redeploy with serve.streaming: true")
             result = self.engine.generate(parsed.prompt, max_new_tokens=parsed.max_tokens,

@@ -3,14 +3,37 @@
 Pure (numpy arrays in, a frozen dataclass out): every check a request goes through before it
 reaches the engine lives here, so it is tested without a server. The message of InvalidRequest
 goes back to the client as a Triton error naming the input and the allowed values.
+
+Cheap refusals come first, before anything costs memory or time:
+- request parameters: Triton's HTTP generate endpoint turns every JSON key that is not an input
+  into a request parameter (and gRPC clients may send parameters too); the model reads none, so
+  any key but Triton's own `triton_*` is refused as an unknown input, as Triton refuses unknown
+  tensors.
+- the prompt's byte length, against `prompt_byte_limit` (a bound no prompt that fits
+  max_input_len tokens can exceed), before the prompt is decoded or tokenized: a 10 MB prompt
+  used to be tokenized in full (10 s, +1.3 GB) before the token-count check refused it.
+- integers: the config declares them INT64 so that Triton's JSON conversion (which truncates to
+  the declared width: 4294967312 became 16 as INT32) hands the model the value the client sent.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
+from trtspec.runtime.request import temperature_problem
+
 DEFAULT_MAX_TOKENS = 128
+INPUT_NAMES = ("text_input", "streaming", "sampling_param_max_tokens", "sampling_param_temperature",
+               "sampling_param_top_p", "sampling_param_top_k", "sampling_param_seed", "sampling_param_stop",
+               "sampling_param_return_perf_metrics", "speculative")
+# Worst-case byte shrink of a tokenizer's normalizer (bytes in / bytes out), per normalizer type;
+# types not listed (stripping, BERT cleaning, SentencePiece's precompiled map) can delete text,
+# so no byte bound holds for them. NFKC maps 4-byte mathematical letters to 1-byte ASCII.
+NORMALIZER_SHRINK = {"NFC": 3, "NFD": 3, "NFKC": 4, "NFKD": 4, "Lowercase": 3, "Prepend": 1}
+# Pre-tokenizers that keep every byte of the text in some token (whitespace splitters drop it).
+BYTE_KEEPING_PRE_TOKENIZERS = {"ByteLevel", "Metaspace", "Digits", "Punctuation", "UnicodeScripts"}
 
 
 class InvalidRequest(ValueError):
@@ -50,17 +73,88 @@ def _text(raw: Any, name: str) -> str:
         raise InvalidRequest(f"{name}: bytes are not valid UTF-8 ({error.reason} at byte {error.start})") from None
 
 
-def parse_request(values: dict[str, Any], *, max_seq_len: int) -> Request:
+def prompt_byte_limit(tokenizer: Any, max_input_len: int) -> int | None:
+    """Most UTF-8 bytes a prompt of at most max_input_len tokens can have, or None (no sound bound).
+
+    Every token covers at most `longest` bytes of the normalized text, where `longest` is the
+    UTF-8 length of the longest vocabulary entry as stored (a byte-level entry spells each byte
+    with a 1- or 2-byte character, a SentencePiece one spells a space as the 3-byte "▁", byte
+    fallback spells a byte as 6 characters: all at least the bytes they cover). The normalizer
+    may shrink the text by NORMALIZER_SHRINK at most. So a prompt longer than
+    max_input_len * longest * shrink bytes has more than max_input_len tokens, chat template or
+    not (a template only adds tokens). It holds for tokenizers whose every byte lands in a token:
+    byte-level BPE, or BPE with byte fallback, behind a byte-keeping pre-tokenizer.
+    """
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return None
+    described = json.loads(backend.to_str())
+    model = described.get("model") or {}
+    pre = described.get("pre_tokenizer")
+    pre_types = _component_types(pre, "pretokenizers")
+    byte_complete = "ByteLevel" in pre_types or (model.get("type") == "BPE" and model.get("byte_fallback"))
+    if not byte_complete or not pre_types <= BYTE_KEEPING_PRE_TOKENIZERS:
+        return None
+    if pre and any(p.get("behavior") == "Removed" for p in _components(pre, "pretokenizers")):
+        return None
+    shrink = 1
+    for part in _components(described.get("normalizer"), "normalizers"):
+        factor = _replace_shrink(part) if part["type"] == "Replace" else NORMALIZER_SHRINK.get(part["type"])
+        if factor is None:
+            return None
+        shrink *= factor
+    longest = max(len(token.encode("utf-8")) for token in tokenizer.get_vocab())
+    return max_input_len * longest * shrink
+
+
+def _replace_shrink(part: dict[str, Any]) -> int | None:
+    """A Replace normalizer with a fixed string shrinks by len(pattern) / len(content) at most."""
+    pattern, content = (part.get("pattern") or {}).get("String"), part.get("content") or ""
+    if pattern is None or not content:
+        return None
+    return max(1, -(-len(pattern.encode()) // len(content.encode())))
+
+
+def _components(node: dict[str, Any] | None, key: str) -> list[dict[str, Any]]:
+    if not node:
+        return []
+    if node.get("type") == "Sequence":
+        return [leaf for child in node.get(key, []) for leaf in _components(child, key)]
+    return [node]
+
+
+def _component_types(node: dict[str, Any] | None, key: str) -> set[str]:
+    return {part["type"] for part in _components(node, key)}
+
+
+def check_parameters(parameters: dict[str, Any] | str | None) -> None:
+    """Refuse request parameters trtspec does not read (Triton's own `triton_*` keys pass)."""
+    if isinstance(parameters, str):
+        parameters = json.loads(parameters or "{}")
+    unknown = sorted(k for k in (parameters or {}) if not k.startswith("triton_"))
+    if unknown:
+        raise InvalidRequest(f"{unknown[0]}: unknown input (over HTTP every JSON key that is not an input becomes "
+                             f"a request parameter); this model takes {', '.join(INPUT_NAMES)}")
+
+
+def parse_request(values: dict[str, Any], *, max_seq_len: int, max_prompt_bytes: int | None = None,
+                  parameters: dict[str, Any] | str | None = None) -> Request:
     """Check one request's input arrays (name -> numpy array, missing ones absent) and read them.
 
-    Raises InvalidRequest naming the input and the allowed values. The prompt-length check
-    (max_input_len) needs the tokenizer and is the engine's (it raises TrtSpecError).
+    Raises InvalidRequest naming the input and the allowed values. `parameters` are the request's
+    parameters (a dict or Triton's JSON text); `max_prompt_bytes` is prompt_byte_limit's bound.
+    The exact prompt-length check (max_input_len tokens) needs the tokenizer and is the engine's.
     """
+    check_parameters(parameters)
     if values.get("text_input") is None:
         raise InvalidRequest("text_input: required (send the prompt as BYTES)")
     texts = values["text_input"].reshape(-1)
     if texts.size != 1:
         raise InvalidRequest(f"text_input: send exactly one prompt per request (got {texts.size})")
+    size = len(texts[0]) if isinstance(texts[0], bytes) else len(str(texts[0]).encode("utf-8"))
+    if max_prompt_bytes is not None and size > max_prompt_bytes:
+        raise InvalidRequest(f"text_input: {size} bytes is more than any prompt that fits the engine's max_input_len "
+                             f"can have ({max_prompt_bytes} bytes); refused before tokenizing, shorten the prompt")
     prompt = _text(texts[0], "text_input")
     if not prompt.strip():
         raise InvalidRequest("text_input: empty prompt; send some text")
@@ -71,8 +165,9 @@ def parse_request(values: dict[str, Any], *, max_seq_len: int) -> Request:
         raise InvalidRequest(f"sampling_param_max_tokens: must be below the engine's max_seq_len {max_seq_len} "
                              f"minus the prompt (got {max_tokens})")
     temperature = _scalar(values, "sampling_param_temperature", float, 0.0)
-    if not temperature >= 0.0:
-        raise InvalidRequest(f"sampling_param_temperature: must be >= 0 (got {temperature})")
+    problem = temperature_problem(temperature)
+    if problem:
+        raise InvalidRequest(f"sampling_param_temperature: {problem}")
     top_p = _scalar(values, "sampling_param_top_p", float, 1.0)
     if not 0.0 < top_p <= 1.0:
         raise InvalidRequest(f"sampling_param_top_p: must be in (0, 1] (got {top_p})")
