@@ -32,6 +32,13 @@ MALFORMED = [
     ("- just\n- a list\n", "top level", "mapping"),
     ("model: [unclosed\n", "not valid YAML", "YAML"),
     ("speculative:\n  eagle3:\n    learning_rate: 2\n", "speculative.eagle3.learning_rate", "less than 1"),
+    ("speculative:\n  max_draft_lenn: 5\n", "speculative.max_draft_lenn", "did you mean max_draft_len?"),
+    ("build:\n  max_draft_len: 5\n", "build.max_draft_len", "did you mean speculative.max_draft_len?"),
+    ("speculative:\n  eagle3:\n    num_sample: 5\n", "speculative.eagle3.num_sample", "did you mean num_samples?"),
+    ("speculative:\n  zzz: 1\n", "speculative.zzz", "speculative takes: mode, max_draft_len"),
+    ("serve:\n  host: 'two words'\n", "serve.host", "not an IP address or a host name"),
+    ("serve:\n  host: nowhere.invalid\n", "serve.host", "does not resolve"),
+    ("build: {}\n\x00", "not valid YAML", "special characters are not allowed"),
 ]
 
 
@@ -44,6 +51,27 @@ def test_malformed_spec_names_the_field(tmp_path, text, field, fragment):
     lines = str(caught.value).splitlines()
     assert any(field in line and fragment in line for line in lines), lines
     assert all("\n" not in line and line.strip() for line in lines)
+    for line in lines:  # `problem (got value); fix`: nothing but the fix may follow what was given
+        if "(got " in line:
+            after = line[line.rindex("(got "):]
+            assert after.endswith(")") or ")" in after and after[after.index(")") + 1:].startswith("; "), line
+
+
+def test_a_spec_file_in_utf16_is_one_problem(tmp_path):
+    path = tmp_path / "trtspec.yaml"
+    path.write_bytes("model:\n  source: smollm2\n".encode("utf-16"))
+    with pytest.raises(SpecError) as caught:
+        load_spec(path)
+    assert caught.value.problems == [f"{path}: the spec file is not UTF-8 text (byte 0); save it as UTF-8 text"]
+
+
+def test_loopback_is_told_apart_from_exposed_addresses():
+    from trtspec.spec_checks import is_loopback
+
+    assert [is_loopback(h) for h in ("127.0.0.1", "127.0.1.1", "::1", "localhost")] == [True] * 4
+    assert [is_loopback(h) for h in ("0.0.0.0", "::", "10.0.0.5", "nowhere.invalid")] == [False] * 4
+    assert validate_spec({"serve": {"host": "0.0.0.0"}}).serve.exposed
+    assert not Spec().serve.exposed
 
 
 def test_defaults_run_the_demo():

@@ -1,8 +1,9 @@
 """The trtspec spec: one validated description of the whole pipeline.
 
 `load_spec()` is the only YAML reader in trtspec. It validates once, at the boundary, and turns
-every pydantic problem into a `field.path: message (got value)` line inside a SpecError. Deeper
-code trusts the Spec it is given. Checks that need the model itself (for example tp_size
+every pydantic problem into one `field.path: problem (got value); fix` line inside a SpecError
+(trtspec.spec_checks writes the lines; an unknown key names the closest real one). Deeper code
+trusts the Spec it is given. Checks that need the model itself (for example tp_size
 dividing the KV heads) live with the code that loads the model.
 """
 
@@ -11,9 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from trtspec.errors import SpecError
+from trtspec.errors import SpecError, TrtSpecError
+from trtspec.spec_checks import format_problem, host_problem, is_loopback, problem_line
 
 DEFAULT_CONFIG = "trtspec.yaml"
 
@@ -173,6 +175,21 @@ class ServeSpec(_Section):
     startup_timeout_s: float = Field(120.0, gt=0)
     """How long to wait for /v2/health/ready."""
 
+    @field_validator("host")
+    @classmethod
+    def _host_is_an_address(cls, host: str) -> str:
+        problem = host_problem(host)
+        if problem:
+            raise ValueError(problem_line("serve.host", problem, got=repr(host),
+                                          fix="use 127.0.0.1 (this machine only), 0.0.0.0 (every interface) "
+                                              "or a name this machine resolves"))
+        return host
+
+    @property
+    def exposed(self) -> bool:
+        """True when the server would listen beyond loopback (it has no authentication)."""
+        return not is_loopback(self.host)
+
     @model_validator(mode="after")
     def _distinct_ports(self) -> ServeSpec:
         ports = [self.http_port, self.grpc_port, self.metrics_port]
@@ -220,10 +237,12 @@ class Spec(_Section):
         problems = []
         mode, backend = self.speculative.mode, self.build.backend
         if mode not in BACKEND_MODES[backend]:
-            problems.append(f"speculative.mode: {mode} cannot run on build.backend {backend} "
-                            f"({BACKEND_REFUSALS[(backend, mode)]}) (got {mode})")
+            reason, _, fix = BACKEND_REFUSALS[(backend, mode)].partition("; ")
+            problems.append(problem_line("speculative.mode", f"{mode} cannot run on build.backend {backend} "
+                                         f"({reason})", got=mode, fix=fix))
         if mode == "draft-target" and not self.speculative.draft:
-            problems.append("speculative.draft: draft-target mode needs a draft model source (got nothing)")
+            problems.append(problem_line("speculative.draft", "draft-target mode needs a draft model source",
+                                         got="nothing", fix="set it to an HF directory, a .gguf file or an alias"))
         if self.speculative.ngram_min > self.speculative.ngram_max:
             problems.append(f"speculative.ngram_min: must not exceed speculative.ngram_max "
                             f"({self.speculative.ngram_max}) (got {self.speculative.ngram_min})")
@@ -231,8 +250,9 @@ class Spec(_Section):
             problems.append(f"build.max_batch_size: speculative TensorRT engines allow at most 512 "
                             f"(got {self.build.max_batch_size})")
         if self.quantization.fp8_kv_cache and backend == "cpu":
-            problems.append("quantization.fp8_kv_cache: the cpu backend keeps its KV cache in the model dtype; "
-                            "set it only for trtllm or trtllm-engine (got true)")
+            problems.append(problem_line("quantization.fp8_kv_cache",
+                                         "the cpu backend keeps its KV cache in the model dtype", got="true",
+                                         fix="set it only for trtllm or trtllm-engine"))
         if problems:
             raise ValueError("\n".join(problems))
         return self
@@ -245,21 +265,6 @@ class Spec(_Section):
         return Path(self.model.source.rstrip("/")).name.removesuffix(".gguf").lower()
 
 
-def _format_problem(error: dict[str, Any]) -> str:
-    path = ".".join(str(p) for p in error["loc"]) or "spec"
-    message = error["msg"]
-    if error["type"] == "extra_forbidden":
-        message = "unknown key; remove it or check the spelling (trtspec spec show lists every key)"
-    elif error["type"] == "literal_error":
-        message = message.replace("Input should be", "must be one of")
-    else:
-        message = message.replace("Input should be", "must be")
-    if error["type"] == "value_error":
-        # Our own cross-field validators already write whole `field.path: message` lines.
-        return message.removeprefix("Value error, ")
-    return f"{path}: {message} (got {error.get('input')!r})"
-
-
 def validate_spec(data: dict[str, Any]) -> Spec:
     """Validate a plain dict into a Spec, raising SpecError with one line per problem."""
     if not isinstance(data, dict):
@@ -269,7 +274,7 @@ def validate_spec(data: dict[str, Any]) -> Spec:
     except ValidationError as error:
         lines: list[str] = []
         for problem in error.errors():
-            lines.extend(_format_problem(problem).splitlines())
+            lines.extend(format_problem(problem, Spec).splitlines())
         raise SpecError(lines) from None
 
 
@@ -282,6 +287,14 @@ def set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
     node[leaf] = value
 
 
+def spec_file(path: str | Path | None = None) -> Path | None:
+    """The file load_spec(path) reads: `path` itself, else ./trtspec.yaml when it exists, else None
+    (the built-in defaults)."""
+    if path is not None:
+        return Path(path)
+    return Path(DEFAULT_CONFIG) if Path(DEFAULT_CONFIG).exists() else None
+
+
 def load_spec(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Spec:
     """Read a YAML spec, apply flag overrides (dotted keys; None values are skipped), validate.
 
@@ -290,16 +303,24 @@ def load_spec(path: str | Path | None = None, overrides: dict[str, Any] | None =
     """
     import yaml
 
+    from trtspec.prompts import read_text_file
+
     explicit = path is not None
     path = Path(path if explicit else DEFAULT_CONFIG)
     data: dict[str, Any] = {}
     if path.exists():
         try:
-            loaded = yaml.safe_load(path.read_text())
+            text = read_text_file(path, what="spec file")
+        except TrtSpecError as error:  # not UTF-8 (binary, UTF-16), a directory, unreadable
+            raise SpecError([str(error)]) from None
+        try:
+            loaded = yaml.safe_load(text)
         except yaml.YAMLError as error:
             mark = getattr(error, "problem_mark", None)
             where = f" line {mark.line + 1}" if mark else ""
-            raise SpecError([f"{path}:{where} is not valid YAML ({getattr(error, 'problem', error)})"]) from None
+            reason = " ".join(str(getattr(error, "problem", None) or error).split())  # PyYAML's can span lines
+            raise SpecError([problem_line(f"{path}:{where}", f"not valid YAML ({reason})",
+                                          fix="check the indentation and quoting there")]) from None
         if loaded is not None:
             data = loaded
     elif explicit:

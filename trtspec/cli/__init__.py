@@ -1,21 +1,23 @@
 """The `trtspec` command line: a click group whose subcommands load lazily.
 
 Each stage has its own module in this package with one short command function; the group
-imports a module only when its command runs, so `trtspec --help` stays instant. The group maps
-TrtSpecError to one line per problem on stderr and the error's exit code; set TRTSPEC_DEBUG=1
-for the traceback.
+imports a module only when its command runs, so `trtspec --help` stays instant. The group turns
+every exception it can anticipate (TrtSpecError, click's usage errors, errors on the user's
+paths; the table is in _errors.py) into `error: ...` lines on stderr and a non-zero exit code;
+set TRTSPEC_DEBUG=1 for the traceback. Anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
-import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import click
 
 from trtspec import __version__
-from trtspec.errors import TrtSpecError
+from trtspec.cli._errors import as_cli_error
 
 # command name -> (module, attribute, one-line help shown by `trtspec --help`)
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -50,15 +52,34 @@ class LazyGroup(click.Group):
         with formatter.section("Commands"):
             formatter.write_dl([(name, help_text) for name, (_, _, help_text) in COMMANDS.items()])
 
-    def invoke(self, ctx: click.Context):
+    def resolve_command(self, ctx: click.Context, args: list[str]):
         try:
+            return super().resolve_command(ctx, args)
+        except click.exceptions.NoSuchCommand as error:
+            # click suggests from self.commands, which a lazy group leaves empty.
+            raise click.exceptions.NoSuchCommand(error.command_name, possibilities=list(COMMANDS),
+                                                 ctx=ctx) from None
+
+    def make_context(self, info_name, args, parent=None, **extra) -> click.Context:
+        # Options of `trtspec` itself (`trtspec --bogus`) are parsed here, outside invoke().
+        with _one_line_errors():
+            return super().make_context(info_name, args, parent=parent, **extra)
+
+    def invoke(self, ctx: click.Context):
+        with _one_line_errors():
             return super().invoke(ctx)
-        except TrtSpecError as error:
-            if os.environ.get("TRTSPEC_DEBUG") == "1":
-                raise
-            for line in str(error).splitlines():
-                click.secho(f"error: {line}", fg="red", err=True)
-            sys.exit(error.exit_code)
+
+
+@contextmanager
+def _one_line_errors() -> Iterator[None]:
+    """Re-raise an anticipated exception as a CliError, which click shows as `error: ...` lines."""
+    try:
+        yield
+    except Exception as error:
+        cli_error = None if os.environ.get("TRTSPEC_DEBUG") == "1" else as_cli_error(error)
+        if cli_error is None or cli_error is error:
+            raise
+        raise cli_error from None
 
 
 EPILOG = """\b

@@ -21,6 +21,40 @@ backend_option = click.option("--backend", type=click.Choice(["cpu", "trtllm", "
                               default=None, help="Override build.backend.")
 fp8_option = click.option("--fp8/--no-fp8", default=None, help="Override quantization.fp8.")
 
+# Request options of generate and infer. Their ranges are checked while the command line is
+# parsed, so a bad value is refused in one line before any model loads or server is called.
+
+
+def _check(rule: str, ok):
+    """A click callback refusing a value outside `rule` with `must be <rule> (got value)`."""
+    def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        if value is not None and not ok(value):
+            raise click.BadParameter(f"must be {rule} (got {value})", ctx=ctx, param=param)
+        return value
+    return callback
+
+
+def request_options(max_tokens: int, temperature: float | None):
+    """--max-tokens, --temperature, --top-p, --top-k and --seed, with these two defaults."""
+    options = [
+        click.option("--max-tokens", type=int, default=max_tokens, show_default=True,
+                     callback=_check("at least 1", lambda v: v >= 1), help="New tokens to generate (>= 1)."),
+        click.option("--temperature", type=float, default=temperature, show_default=temperature is not None,
+                     callback=_check("0 (greedy) or more", lambda v: v >= 0),
+                     help="Sampling temperature; 0 is greedy (the default)."),
+        click.option("--top-p", type=float, default=None, callback=_check("in (0, 1]", lambda v: 0 < v <= 1),
+                     help="Nucleus sampling mass in (0, 1]: keep the fewest tokens holding it (1 = off)."),
+        click.option("--top-k", type=int, default=None, callback=_check("0 (off) or more", lambda v: v >= 0),
+                     help="Sample from the k most likely tokens (0 = off)."),
+        click.option("--seed", type=int, default=None, help="Sampling seed (reproducible runs)."),
+    ]
+
+    def decorate(command):
+        for option in reversed(options):  # as if stacked in this order: --help lists them so
+            command = option(command)
+        return command
+    return decorate
+
 
 def resolve_spec(config_path: str | None, **overrides: Any) -> Spec:
     """Load the spec and apply flag overrides given as dotted keys (None means not given)."""

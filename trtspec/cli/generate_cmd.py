@@ -7,7 +7,7 @@ import time
 
 import click
 
-from trtspec.cli._options import config_option, emit_json, json_option
+from trtspec.cli._options import config_option, emit_json, json_option, request_options
 
 EPILOG = """\b
 Examples:
@@ -22,17 +22,14 @@ Examples:
 @click.argument("prompt")
 @click.option("--engine", "engine_dir", type=click.Path(file_okay=False), default=None,
               help="Engine directory (engine.json); default: the engine the spec builds with --backend cpu.")
-@click.option("--max-tokens", type=int, default=128, show_default=True, help="Maximum new tokens.")
-@click.option("--temperature", type=float, default=0.0, show_default=True, help="0 is greedy.")
-@click.option("--top-p", type=float, default=1.0, show_default=True, help="Nucleus sampling mass, in (0, 1].")
-@click.option("--top-k", type=int, default=0, show_default=True, help="Keep the k most likely tokens; 0 is off.")
-@click.option("--seed", type=int, default=None, help="Seed for sampling (reproducible runs).")
+@request_options(max_tokens=128, temperature=0.0)
 @click.option("--stop", multiple=True, help="Stop string (repeatable).")
 @click.option("--no-spec", is_flag=True, help="Decode without speculation (the baseline).")
 @click.option("--raw", is_flag=True, help="Do not apply the chat template to the prompt.")
 @config_option
 @json_option
-def generate(prompt: str, engine_dir: str | None, max_tokens: int, temperature: float, top_p: float, top_k: int,
+def generate(prompt: str, engine_dir: str | None, max_tokens: int, temperature: float, top_p: float | None,
+             top_k: int | None,
              seed: int | None, stop: tuple[str, ...], no_spec: bool, raw: bool, config_path: str | None,
              as_json: bool) -> None:
     """Generate text with the cpu engine, streaming it to stdout; statistics go to stderr."""
@@ -41,7 +38,8 @@ def generate(prompt: str, engine_dir: str | None, max_tokens: int, temperature: 
     if engine_dir is None:
         engine_dir = _engine_from_spec(config_path)
     engine = load_engine(engine_dir)
-    kwargs = {"max_new_tokens": max_tokens, "temperature": temperature, "top_k": top_k, "top_p": top_p,
+    kwargs = {"max_new_tokens": max_tokens, "temperature": temperature,
+              "top_k": 0 if top_k is None else top_k, "top_p": 1.0 if top_p is None else top_p,
               "seed": seed, "speculative": not no_spec, "stop": list(stop) or None,
               "chat": False if raw else None}
     started = time.perf_counter()
@@ -59,6 +57,7 @@ def generate(prompt: str, engine_dir: str | None, max_tokens: int, temperature: 
         sys.stdout.write(last.text)
         sys.stdout.flush()
     sys.stdout.write("\n")
+    sys.stdout.flush()  # the answer's last line before the statistics on stderr, also through a pipe
     seconds = time.perf_counter() - started
     stats = last.stats
     click.echo(f"[{engine.mode}{'' if not no_spec else ', no-spec'}] {stats.num_output_tokens} tokens in "

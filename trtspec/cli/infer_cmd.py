@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from trtspec.cli._options import config_option, emit_json, json_option, resolve_spec
+from trtspec.cli._options import config_option, emit_json, json_option, request_options, resolve_spec
 
 EXAMPLES = """\b
 Examples:
@@ -36,11 +36,7 @@ def _pick_model(url: str) -> str:
 @config_option
 @click.option("--url", default=None, help="gRPC host:port (default serve.host:serve.grpc_port from the spec).")
 @click.option("--model", default=None, help="Served model (default: tensorrt_llm_bls, ensemble or tensorrt_llm).")
-@click.option("--max-tokens", type=int, default=64, show_default=True, help="New tokens to generate.")
-@click.option("--temperature", type=float, default=None, help="Sampling temperature (0 = greedy, the default).")
-@click.option("--top-p", type=float, default=None, help="Nucleus sampling mass in (0, 1].")
-@click.option("--top-k", type=int, default=None, help="Sample from the k most likely tokens (0 = off).")
-@click.option("--seed", type=int, default=None, help="Sampling seed.")
+@request_options(max_tokens=64, temperature=None)
 @click.option("--no-stream", is_flag=True, help="Ask for the whole answer in one response.")
 @click.option("--no-spec", is_flag=True, help="Turn speculation off for this request (cpu backend; baselines).")
 @json_option

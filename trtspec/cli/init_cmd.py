@@ -20,5 +20,17 @@ def init(output: str, force: bool) -> None:
     path = Path(output)
     if path.exists() and not force:
         raise TrtSpecError(f"{path} already exists", fix="pass --force to overwrite it")
-    path.write_text(render_template())
+    if path.parent.exists() and not path.parent.is_dir():
+        raise TrtSpecError(f"{path}: {path.parent} is a file, not a directory", fix="choose another -o")
+    if not path.parent.is_dir():
+        raise TrtSpecError(f"{path}: the directory {path.parent} does not exist",
+                           fix=f"create it first (mkdir -p {path.parent}) or choose another -o")
+    partial = path.with_name(f".{path.name}.part")  # renamed into place: no half-written spec
+    try:
+        partial.write_text(render_template(), encoding="utf-8")
+        partial.replace(path)
+    except OSError as error:
+        partial.unlink(missing_ok=True)
+        raise TrtSpecError(f"{path}: cannot write the spec ({(error.strerror or str(error)).lower()})",
+                           fix="choose a writable location with -o") from None
     click.echo(f"Wrote {path}. Next: trtspec spec check -c {path}")

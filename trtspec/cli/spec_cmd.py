@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import click
 
 from trtspec.cli._options import config_option, emit_json, json_option, resolve_spec
@@ -15,10 +18,41 @@ def spec() -> None:
 @spec.command(epilog="\b\nExamples:\n  trtspec spec check\n  trtspec spec check -c prod.yaml")
 @config_option
 def check(config_path: str | None) -> None:
-    """Validate the spec; print one line per problem and exit non-zero if any."""
+    """Validate the spec and what it points at (model sources, prompt files); print one line per
+    problem and exit non-zero if any."""
+    from trtspec.errors import SpecError
+    from trtspec.spec import spec_file
+
     resolved = resolve_spec(config_path)
-    click.echo(f"ok: {config_path or 'trtspec.yaml (or defaults)'} is valid "
-               f"(model {resolved.model.source}, mode {resolved.speculative.mode}, backend {resolved.build.backend})")
+    problems = missing_references(resolved)
+    if problems:
+        raise SpecError(problems)
+    source = spec_file(config_path)
+    what = f"{source} is valid" if source else "no ./trtspec.yaml here; the built-in defaults are valid"
+    click.echo(f"ok: {what} (model {resolved.model.source}, mode {resolved.speculative.mode}, "
+               f"backend {resolved.build.backend})")
+
+
+def missing_references(resolved: Any) -> list[str]:
+    """One problem line per model source or prompt file the spec names that is not there.
+
+    Cheap checks only (no weights are read or hashed), so a spec for a 70B model checks instantly.
+    """
+    from trtspec.models import source_problem
+    from trtspec.spec import problem_line
+
+    problems = []
+    for field, source in (("model.source", resolved.model.source), ("speculative.draft", resolved.speculative.draft)):
+        found = source_problem(source) if source else None
+        if found:
+            problems.append(problem_line(field, found[0], got=repr(source), fix=found[1]))
+    for field, prompts in (("speculative.eagle3.prompts", resolved.speculative.eagle3.prompts),
+                           ("quantization.calibration_prompts", resolved.quantization.calibration_prompts),
+                           ("bench.prompts", resolved.bench.prompts)):
+        if prompts and not Path(prompts).is_file():
+            problems.append(problem_line(field, "no such prompt file", got=repr(prompts),
+                                         fix="give a JSONL file, or leave it empty for the packaged set"))
+    return problems
 
 
 @spec.command(epilog="\b\nExamples:\n  trtspec spec show\n  trtspec spec show --json")
