@@ -46,7 +46,7 @@ def test_generate_rejects_bad_arguments_in_one_line(tiny_bundle):
     out = CliRunner().invoke(main, ["generate", "--engine", str(tiny_bundle), "hi", "--top-p", "0"])
     assert out.exit_code == 2
     errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "top_p" in errors[0]
+    assert len(errors) == 1 and "--top-p: must be in (0, 1]" in errors[0]
     assert "Loading weights" not in out.stderr
 
 
