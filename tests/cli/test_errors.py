@@ -150,7 +150,10 @@ BAD_REQUESTS = [
     (["--top-p", "0"], "--top-p: must be in (0, 1] (got 0.0)"),
     (["--top-p", "1.5"], "--top-p: must be in (0, 1] (got 1.5)"),
     (["--max-tokens", "0"], "--max-tokens: must be at least 1 (got 0)"),
-    (["--temperature", "-1"], "--temperature: must be 0 (greedy) or more (got -1.0)"),
+    (["--temperature", "-1"], "--temperature: must be >= 0 (got -1.0)"),
+    (["--temperature", "1e-40"], "--temperature: must be 0 (greedy) or at least 1e-05; smaller values overflow "
+                                 "the logits (got 1e-40)"),
+    (["--temperature", "nan"], "--temperature: must be a finite number, 0 for greedy (got nan)"),
     (["--top-k", "-1"], "--top-k: must be 0 (off) or more (got -1)"),
 ]
 

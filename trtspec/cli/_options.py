@@ -34,14 +34,22 @@ def _check(rule: str, ok):
     return callback
 
 
+def _check_temperature(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    from trtspec.runtime.request import temperature_problem  # the engine's own rule (imports no torch)
+
+    problem = None if value is None else temperature_problem(value)
+    if problem:
+        raise click.BadParameter(problem, ctx=ctx, param=param)
+    return value
+
+
 def request_options(max_tokens: int, temperature: float | None):
     """--max-tokens, --temperature, --top-p, --top-k and --seed, with these two defaults."""
     options = [
         click.option("--max-tokens", type=int, default=max_tokens, show_default=True,
                      callback=_check("at least 1", lambda v: v >= 1), help="New tokens to generate (>= 1)."),
         click.option("--temperature", type=float, default=temperature, show_default=temperature is not None,
-                     callback=_check("0 (greedy) or more", lambda v: v >= 0),
-                     help="Sampling temperature; 0 is greedy (the default)."),
+                     callback=_check_temperature, help="Sampling temperature; 0 is greedy (the default)."),
         click.option("--top-p", type=float, default=None, callback=_check("in (0, 1]", lambda v: 0 < v <= 1),
                      help="Nucleus sampling mass in (0, 1]: keep the fewest tokens holding it (1 = off)."),
         click.option("--top-k", type=int, default=None, callback=_check("0 (off) or more", lambda v: v >= 0),
