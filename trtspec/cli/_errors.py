@@ -59,7 +59,9 @@ def usage_line(error: click.UsageError) -> str:
     if isinstance(error, click.BadParameter) and not isinstance(error, click.MissingParameter) and error.param:
         hint = error.param_hint or error.param.get_error_hint(error.ctx)
         hint = " / ".join(hint) if isinstance(hint, list | tuple) else hint
-        return f"{hint.replace(chr(39), '')}: {_sentence(error.message)}; {see_help}"
+        message = _sentence(error.message)
+        # A message that carries its own fix (`...; 1 turns it off`) needs no pointer to --help.
+        return f"{hint.replace(chr(39), '')}: {message}" + ("" if "; " in message else f"; {see_help}")
     return f"{_sentence(error.format_message())}; {see_help}"
 
 

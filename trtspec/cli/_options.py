@@ -25,11 +25,12 @@ fp8_option = click.option("--fp8/--no-fp8", default=None, help="Override quantiz
 # parsed, so a bad value is refused in one line before any model loads or server is called.
 
 
-def _check(rule: str, ok):
-    """A click callback refusing a value outside `rule` with `must be <rule> (got value)`."""
+def _check(rule: str, ok, fix: str | None = None):
+    """A click callback refusing a value outside `rule` with `must be <rule> (got value); fix`."""
     def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
         if value is not None and not ok(value):
-            raise click.BadParameter(f"must be {rule} (got {value})", ctx=ctx, param=param)
+            raise click.BadParameter(f"must be {rule} (got {value})" + (f"; {fix}" if fix else ""),
+                                     ctx=ctx, param=param)
         return value
     return callback
 
@@ -39,7 +40,7 @@ def _check_temperature(ctx: click.Context, param: click.Parameter, value: float 
 
     problem = None if value is None else temperature_problem(value)
     if problem:
-        raise click.BadParameter(problem, ctx=ctx, param=param)
+        raise click.BadParameter(f"{problem}; use 0 for greedy", ctx=ctx, param=param)
     return value
 
 
@@ -50,9 +51,9 @@ def request_options(max_tokens: int, temperature: float | None):
                      callback=_check("at least 1", lambda v: v >= 1), help="New tokens to generate (>= 1)."),
         click.option("--temperature", type=float, default=temperature, show_default=temperature is not None,
                      callback=_check_temperature, help="Sampling temperature; 0 is greedy (the default)."),
-        click.option("--top-p", type=float, default=None, callback=_check("in (0, 1]", lambda v: 0 < v <= 1),
+        click.option("--top-p", type=float, default=None, callback=_check("in (0, 1]", lambda v: 0 < v <= 1, "1 turns it off"),
                      help="Nucleus sampling mass in (0, 1]: keep the fewest tokens holding it (1 = off)."),
-        click.option("--top-k", type=int, default=None, callback=_check("0 (off) or more", lambda v: v >= 0),
+        click.option("--top-k", type=int, default=None, callback=_check("0 (off) or more", lambda v: v >= 0, "0 turns it off"),
                      help="Sample from the k most likely tokens (0 = off)."),
         click.option("--seed", type=int, default=None, help="Sampling seed (reproducible runs)."),
     ]
