@@ -17,6 +17,28 @@ CONTAINER_REPOSITORY = "/models"
 CONTAINER_ENGINES = "/engines"
 DEFAULT_IMAGE = {"cpu": "trtspec:cpu", "trtllm": "trtspec:gpu", "trtllm-engine": "trtspec:gpu"}
 SHM_SIZE = "2g"
+# APIs trtspec closes unless serve.open_apis opens them. Triton checks a restricted API's header
+# before it reads the request (a nested-JSON body to a closed API gets 403, not a crash), and
+# trtspec closes with a header no client can send: HTTP/1.1 parsers strip the whitespace that
+# starts a field value (RFC 9112 section 5), so the value " closed" never arrives intact; HTTP/2
+# field names are lowercase (RFC 9113 section 8.2.1) and gRPC resets a stream that sends a
+# capital, so gRPC's key `triton-grpc-protocol-Trtspec-Closed` never matches. Measured against
+# tritonserver 2.51 in tests/deploy/test_reliability_closed.py. A random token would not do:
+# tritonserver's command line is readable by every local user.
+CLOSABLE_APIS = ("shared-memory", "model-repository", "logging", "trace")
+CLOSED_HEADER = "Trtspec-Closed= closed"
+
+
+def restricted_api_args(serve: Any) -> list[str]:
+    """--http-restricted-api / --grpc-restricted-protocol closing what the spec leaves closed."""
+    closed = [api for api in CLOSABLE_APIS if api not in serve.open_apis]
+    http_closed = closed + ([] if serve.http_inference else ["inference"])
+    args = []
+    if http_closed:
+        args.append(f"--http-restricted-api={','.join(http_closed)}:{CLOSED_HEADER}")
+    if closed:
+        args.append(f"--grpc-restricted-protocol={','.join(closed)}:{CLOSED_HEADER}")
+    return args
 
 
 def tritonserver_args(serve: Any, repository: str, *, backend_dir: str | None = None,
@@ -26,22 +48,32 @@ def tritonserver_args(serve: Any, repository: str, *, backend_dir: str | None = 
     args = [f"--model-repository={repository}", "--model-control-mode=none", "--disable-auto-complete-config",
             f"--http-port={serve.http_port}", f"--grpc-port={serve.grpc_port}",
             f"--metrics-port={serve.metrics_port}", f"--http-address={host}", f"--grpc-address={host}",
-            f"--metrics-address={host}", "--allow-metrics=true", "--exit-timeout-secs=10"]
+            f"--metrics-address={host}", "--allow-metrics=true", "--exit-timeout-secs=10",
+            *restricted_api_args(serve)]
     if backend_dir:
         args.append(f"--backend-directory={backend_dir}")
     return args
 
 
-def local_command(spec: Any, binary: Path, repository: Path, backend_dir: Path | None) -> list[str]:
-    """The command that runs tritonserver here (mpirun for tp*pp > 1, as launch_triton_server.py)."""
+def local_command(spec: Any, binary: Path, repository: Path, backend_dir: Path | None, *,
+                  server_id: str | None = None, shm_prefix: str | None = None) -> list[str]:
+    """The command that runs tritonserver here (mpirun for tp*pp > 1, as launch_triton_server.py).
+
+    `server_id` is what the server reports as its name (GET /v2), so a readiness check can tell
+    this server from another on the same port; `shm_prefix` names the Python backend's shared
+    memory regions (/dev/shm/<prefix>...) so they can be removed after an abnormal exit.
+    """
     args = tritonserver_args(spec.serve, str(repository.resolve()),
                              backend_dir=str(backend_dir) if backend_dir else None)
+    if server_id:
+        args.append(f"--id={server_id}")
     world = spec.build.tp_size * spec.build.pp_size if spec.build.backend != "cpu" else 1
     if world == 1:
-        return [str(binary), *args]
+        shm = [f"--backend-config=python,shm-region-prefix-name={shm_prefix}_"] if shm_prefix else []
+        return [str(binary), *args, *shm]
     command = ["mpirun", "--allow-run-as-root"]
     for rank in range(world):
-        rank_args = args + [f"--backend-config=python,shm-region-prefix-name=prefix{rank}_"]
+        rank_args = args + [f"--backend-config=python,shm-region-prefix-name={shm_prefix or 'prefix'}{rank}_"]
         if rank:
             rank_args += ["--model-control-mode=explicit", "--load-model=tensorrt_llm"]
             rank_args = [a for a in rank_args if a != "--model-control-mode=none"]

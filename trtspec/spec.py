@@ -174,6 +174,18 @@ class ServeSpec(_Section):
     """Serve decoupled (streaming) responses."""
     startup_timeout_s: float = Field(120.0, gt=0)
     """How long to wait for /v2/health/ready."""
+    restart: Literal["on-failure", "never"] = "on-failure"
+    """What the supervisor does when tritonserver or its Python stub dies: on-failure starts it
+    again (up to 5 times in 10 minutes), never records it dead. In-flight requests get an error
+    at once either way."""
+    open_apis: list[Literal["shared-memory", "model-repository", "logging", "trace"]] = Field(default_factory=list)
+    """Triton APIs opened to clients on HTTP and gRPC. Closed by default: system shared memory
+    lets any client make the server read /dev/shm regions (or abort it), model-repository loads
+    and unloads models, logging and trace change server settings."""
+    http_inference: bool = True
+    """Serve inference on the HTTP port (generate, generate_stream, infer). false leaves HTTP to
+    health, metadata and statistics and gRPC as the only inference path: Triton 2.51 crashes on
+    a deeply nested JSON body (docs/DEPLOY.md, Reliability)."""
 
     @field_validator("host")
     @classmethod
