@@ -52,7 +52,24 @@ class ModelSpec(_Section):
 class Eagle3Training(_Section):
     prompts: str | None = None
     """JSONL prompt file ({"prompt": ...} per line) the target answers to make training data;
-    empty uses the set shipped in the package."""
+    empty uses the set shipped in the package (or `data` when set)."""
+    data: str | None = None
+    """Training conversations: a .jsonl/.json file or a directory of them, in ShareGPT
+    ({"conversations": [{"from", "value"}]}), OpenAI ({"messages": [{"role", "content"}]}) or
+    {"prompt": ...} form, multi-turn included. The target regenerates every assistant turn."""
+    generate_url: str | None = None
+    """gRPC host:port of a running trtspec/Triton server serving this target: it generates the
+    answers instead of the in-process target (on GPUs the fast engine makes the data)."""
+    generate_concurrency: int = Field(8, ge=1, le=1024)
+    """Requests in flight per process when generating through generate_url."""
+    generate_batch_size: int = Field(64, ge=1, le=4096)
+    """Conversations per batched generate() call when generating in process."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Where the target's features and the head's training run; auto picks CUDA when torch sees
+    a GPU (under torchrun each process takes cuda:<LOCAL_RANK>)."""
+    micro_batch_size: int | None = Field(None, ge=1, le=4096)
+    """Rows per forward pass in one process; batch_size (the global batch over all processes) is
+    reached by gradient accumulation. Empty: each process's whole share in one pass."""
     num_samples: int = Field(400, ge=1, le=1_000_000)
     """Self-distilled answers to generate from the prompts."""
     answer_tokens: int = Field(128, ge=8, le=8192)
@@ -64,7 +81,7 @@ class Eagle3Training(_Section):
     learning_rate: float = Field(1e-3, gt=0, lt=1)
     """Peak learning rate."""
     batch_size: int = Field(8, ge=1, le=4096)
-    """Sequences per optimizer step."""
+    """Sequences per optimizer step, over all processes (kept when their number changes)."""
     seq_len: int = Field(256, ge=16, le=32768)
     """Training sequence length (padded)."""
     draft_vocab_size: int | None = Field(None, ge=16)
@@ -75,8 +92,9 @@ class Eagle3Training(_Section):
     seed: int = 0
     """Seed for data order and initialisation."""
     train_dtype: Literal["auto", "bfloat16", "float32"] = "auto"
-    """Autocast dtype of a training step (weights and optimizer stay float32). auto: bfloat16
-    where the CPU has native bfloat16 units (AVX512-BF16, AMX), else float32."""
+    """Autocast dtype of a training step (weights and optimizer stay float32). auto: bfloat16 on
+    a GPU that supports it and where the CPU has native bfloat16 units (AVX512-BF16, AMX), else
+    float32."""
 
 
 class SpeculativeSpec(_Section):

@@ -63,6 +63,22 @@ def run(command: list[str], *, timeout: float | None = None, cwd: str | Path | N
     return result
 
 
+def run_attached(command: list[str], *, env: dict[str, str] | None = None, dry_run: bool = False) -> int:
+    """Run `command` with this process's stdin/stdout/stderr (its progress shows live); return its exit code.
+
+    For launchers whose children draw to the terminal themselves (torchrun). With dry_run the
+    command is only printed and 0 returned.
+    """
+    command = [str(part) for part in command]
+    if dry_run:
+        print(format_command(command))
+        return 0
+    try:
+        return subprocess.run(command, env=_merged_env(env), check=False).returncode
+    except FileNotFoundError:
+        raise ToolMissingError(f"{command[0]}: not found on PATH", fix="install it or use --dry-run") from None
+
+
 def start(command: list[str], *, log_path: str | Path, cwd: str | Path | None = None,
           env: dict[str, str] | None = None) -> int:
     """Start `command` in the background in its own process group, logging to log_path; return its pid."""

@@ -1,4 +1,5 @@
-"""Pure pieces: draft vocabulary, learning-rate schedule."""
+"""Pure pieces and one-process training mechanics: draft vocabulary, learning-rate schedule,
+precomputed teacher logits, bfloat16 autocast, device resolution."""
 
 from __future__ import annotations
 
@@ -28,48 +29,60 @@ def test_lr_warms_up_then_decays_to_the_floor():
     assert abs(lr_at(1.0, settings) - 1e-4) < 1e-12
 
 
-def test_precomputed_teacher_logits_train_exactly_like_modelopts_per_step_logits(tiny_llama, tmp_path):
-    """compute_features keeps the teacher logits on the draft vocabulary; training on them must
-    give the losses ModelOpt computes from the final hidden states itself (up to float16), and
-    leave ModelOpt's own vocabulary mapping in place afterwards."""
-    from trtspec.convert import eagle3_train
-
-    model, input_ids, attention, features = _tiny_eagle3_with_features(tiny_llama)
-    assert features["logits"].shape == (4, input_ids.shape[1], 128)
-    start = {name: value.clone() for name, value in eagle3_train.trainable_state(model).items()}
-    losses = {}
-    for label, given in (("precomputed", features), ("per-step", {k: v for k, v in features.items() if k != "logits"})):
-        losses[label] = _three_step_losses(model, start, given, input_ids, attention, tmp_path / label)
-        assert "_map_logits_to_draft_vocab" not in model.__dict__  # ModelOpt's mapping is back
-    assert losses["precomputed"] == pytest.approx(losses["per-step"], rel=1e-3)
-
-
-def _tiny_eagle3_with_features(tiny_llama):
-    """The tiny target converted to EAGLE-3 (128-token draft vocabulary) and its training features."""
+def tiny_eagle3_store(tiny_llama, directory, *, teacher_logits: bool = True):
+    """The tiny target converted to EAGLE-3 (128-token draft vocabulary) and a feature store of 4 rows."""
     import torch
 
-    from trtspec.convert import eagle3_data, eagle3_train
+    from trtspec.convert import eagle3_data, eagle3_features, eagle3_store, eagle3_train
     from trtspec.convert.target import load_causal_lm
 
     config = json.loads((tiny_llama / "config.json").read_text())
     model, _ = load_causal_lm(tiny_llama, dtype="float32", trust_remote_code=False)
-    sequences = [[(37 * row + 101 * i) % 509 + 2 for i in range(20 + row)] for row in range(4)]  # ids spread: d2t != 0
-    kept, d2t, _ = eagle3_data.build_draft_vocab(sequences, config["vocab_size"], 128)
+    rows = [[(37 * row + 101 * i) % 509 + 2 for i in range(20 + row)] for row in range(4)]  # ids spread: d2t != 0
+    kept, d2t, _ = eagle3_data.build_draft_vocab(rows, config["vocab_size"], 128)
     torch.manual_seed(0)
     eagle3_train.convert_eagle3(model, config, draft_vocab_size=128, kept_ids=kept, d2t=d2t)
-    input_ids, attention = eagle3_data.pack_rows(sequences, 64, 0)
-    return model, input_ids, attention, eagle3_data.compute_features(model, input_ids, attention)
+    arrays = eagle3_features.feature_arrays(model, 64)
+    if not teacher_logits:
+        arrays.pop("logits")
+    store = eagle3_store.FeatureStore.create(directory, rows=len(rows), arrays=arrays, key="test")
+    eagle3_features.fill_store(model, store, iter(enumerate(rows)), start=0, stop=len(rows), length=64, pad_id=0)
+    store.mark_complete()
+    store.close()
+    return model, eagle3_store.FeatureStore.open(directory)
 
 
-def _three_step_losses(model, start, features, input_ids, attention, work, *, bf16=False) -> list[float]:
+def three_step_losses(model, start, store, work, *, bf16=False, batch_size=2) -> list[float]:
     """Losses of three training steps from the head state `start` (same seed, same batches)."""
+    import torch
+
     from trtspec.convert import eagle3_train
+    from trtspec.convert.eagle3_device import Placement
 
     model.eagle_module.load_state_dict(start, strict=False)
-    settings = eagle3_train.TrainSettings(max_steps=3, max_seconds=600, learning_rate=1e-3, batch_size=2,
-                                          checkpoint_every=100, seed=0, bf16=bf16)
-    result = eagle3_train.train_eagle3(model, lambda: features, input_ids, attention, settings, work)
+    settings = eagle3_train.TrainSettings(max_steps=3, max_seconds=600, learning_rate=1e-3, batch_size=batch_size,
+                                          checkpoint_every=100, seed=0)
+    placement = Placement(torch.device("cpu"), "bfloat16" if bf16 else "float32")
+    result = eagle3_train.train_eagle3(model, lambda: store, settings, placement, work)
     return [record["loss"] for record in result.history]
+
+
+def test_precomputed_teacher_logits_train_exactly_like_modelopts_per_step_logits(tiny_llama, tmp_path):
+    """The feature store keeps the teacher logits on the draft vocabulary; training on them must
+    give the losses ModelOpt computes from the final hidden states itself (up to float16), and
+    leave ModelOpt's own vocabulary mapping in place afterwards."""
+    from trtspec.convert import eagle3_train
+
+    model, store = tiny_eagle3_store(tiny_llama, tmp_path / "with")
+    _, without = tiny_eagle3_store(tiny_llama, tmp_path / "without", teacher_logits=False)
+    assert store.arrays["logits"].shape == (64, 128) and "logits" not in without.arrays
+    start = {name: value.clone() for name, value in eagle3_train.trainable_state(model).items()}
+    losses = {}
+    for label, given in (("precomputed", store), ("per-step", without)):
+        losses[label] = three_step_losses(model, start, given, tmp_path / label)
+        assert "_map_logits_to_draft_vocab" not in model.__dict__  # ModelOpt's mapping is back
+        assert "_eagle_loss" not in model.__dict__  # and its own loss
+    assert losses["precomputed"] == pytest.approx(losses["per-step"], rel=1e-3)
 
 
 def test_bfloat16_training_computes_in_bfloat16_keeps_float32_weights_and_tracks_float32(tiny_llama, tmp_path):
@@ -79,14 +92,14 @@ def test_bfloat16_training_computes_in_bfloat16_keeps_float32_weights_and_tracks
 
     from trtspec.convert import eagle3_train
 
-    model, input_ids, attention, features = _tiny_eagle3_with_features(tiny_llama)
+    model, store = tiny_eagle3_store(tiny_llama, tmp_path / "store")
     start = {name: value.clone() for name, value in eagle3_train.trainable_state(model).items()}
     seen: list[torch.dtype] = []
     hook = model.eagle_module.layers[0].mlp.down_proj.register_forward_hook(lambda m, i, out: seen.append(out.dtype))
     losses = {}
     for bf16 in (False, True):
         seen.clear()
-        losses[bf16] = _three_step_losses(model, start, features, input_ids, attention, tmp_path / str(bf16), bf16=bf16)
+        losses[bf16] = three_step_losses(model, start, store, tmp_path / str(bf16), bf16=bf16)
         assert set(seen) == {torch.bfloat16 if bf16 else torch.float32}
     hook.remove()
     assert {p.dtype for p in model.eagle_module.parameters()} == {torch.float32}
@@ -97,8 +110,9 @@ def test_bfloat16_training_computes_in_bfloat16_keeps_float32_weights_and_tracks
 def test_train_dtype_auto_picks_bfloat16_only_with_native_cpu_support():
     import torch
 
-    from trtspec.convert.eagle3_train import resolve_train_dtype
+    from trtspec.convert.eagle3_device import resolve_train_dtype
 
     assert resolve_train_dtype("float32") == "float32" and resolve_train_dtype("bfloat16") == "bfloat16"
     native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
     assert resolve_train_dtype("auto") == ("bfloat16" if native else "float32")
+    assert resolve_train_dtype("auto", torch.device("cpu")) == resolve_train_dtype("auto")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
+import time
 
 import click
 
@@ -20,16 +22,26 @@ from trtspec.cli._options import (
 EPILOG = """\b
 Examples:
   trtspec convert                                  # as trtspec.yaml says
-  trtspec convert --mode eagle3                    # train + export an EAGLE-3 head (<= 15 min CPU)
+  trtspec convert --mode eagle3                    # train + export an EAGLE-3 head (15-minute budget)
   trtspec convert --fp8                            # FP8 PTQ: HF + TensorRT-LLM checkpoints + quality report
   trtspec convert --mode draft-target --draft ./small-model
   trtspec convert --mode eagle3 --eval-prompts held-out.jsonl --json
   trtspec convert --dry-run                        # list what would be written, write nothing
 
 \b
+EAGLE-3 on your data, GPUs and nodes:
+  trtspec convert --mode eagle3 --data sharegpt.jsonl --max-minutes 120
+  trtspec convert --mode eagle3 --generate-url 127.0.0.1:8001 --generate-concurrency 32
+  trtspec convert --mode eagle3 --nproc-per-node 8                  # torchrun, one process per GPU
+  trtspec convert --mode eagle3 --nproc-per-node 8 --nnodes 2 --rdzv-endpoint node0:29400
+  trtspec convert --mode eagle3 --nproc-per-node 8 --dry-run        # print the torchrun command
+
+\b
 Writes <workdir>/checkpoints/{target, target-fp8, target-fp8-trtllm, eagle3, draft, draft-fp8}/,
 each with manifest.json. A re-run with unchanged inputs skips and says so.
 """
+
+LAUNCH_OPTIONS = {"nproc_per_node", "nnodes", "rdzv_endpoint", "dry_run"}
 
 
 @click.command(epilog=EPILOG)
@@ -37,6 +49,25 @@ each with manifest.json. A re-run with unchanged inputs skips and says so.
 @mode_option
 @fp8_option
 @click.option("--draft", "draft_source", default=None, help="Draft model source (overrides speculative.draft).")
+@click.option("--data", type=click.Path(), default=None,
+              help="EAGLE-3 training conversations: JSONL/JSON file or directory, ShareGPT, OpenAI messages or "
+                   "{\"prompt\"} records (overrides speculative.eagle3.data).")
+@click.option("--generate-url", default=None, metavar="HOST:PORT",
+              help="gRPC address of a running trtspec/Triton server of this target that generates the answers "
+                   "(overrides speculative.eagle3.generate_url).")
+@click.option("--generate-concurrency", type=click.IntRange(1, 1024), default=None,
+              help="Requests in flight per process with --generate-url.")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default=None,
+              help="Where EAGLE-3 features and training run (overrides speculative.eagle3.device).")
+@click.option("--max-minutes", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="EAGLE-3 training wall-clock budget; every process stops at the same step.")
+@click.option("--max-steps", type=click.IntRange(min=1), default=None, help="EAGLE-3 optimizer steps at most.")
+@click.option("--nproc-per-node", type=click.IntRange(min=1), default=None,
+              help="Run EAGLE-3 training as N data-parallel processes on this node, started by torchrun "
+                   "(one per GPU; gloo on CPUs).")
+@click.option("--nnodes", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Nodes in a multi-node run (run the same command on each; needs --rdzv-endpoint).")
+@click.option("--rdzv-endpoint", default=None, metavar="HOST:PORT", help="torchrun rendezvous address for --nnodes > 1.")
 @click.option("--eval-prompts", type=click.Path(dir_okay=False), default=None,
               help="Held-out JSONL prompts for the EAGLE-3 acceptance report (default: the packaged "
                    "calibration set, which EAGLE-3 training never sees).")
@@ -46,28 +77,137 @@ each with manifest.json. A re-run with unchanged inputs skips and says so.
               help="After EAGLE-3 training, also measure every saved snapshot (acceptance vs training time).")
 @dry_run_option
 @json_option
-def convert(config_path, mode, fp8, draft_source, eval_prompts, eval_tokens, acceptance_curve, dry_run,
+@click.pass_context
+def convert(ctx, config_path, mode, fp8, draft_source, data, generate_url, generate_concurrency, device, max_minutes,
+            max_steps, nproc_per_node, nnodes, rdzv_endpoint, eval_prompts, eval_tokens, acceptance_curve, dry_run,
             as_json) -> None:
     """ModelOpt conversion: record the target, FP8 PTQ, EAGLE-3 head training, draft pairing."""
+    from trtspec.convert.distributed import launched_by_torchrun
+
+    spec = resolve_spec(config_path, speculative__mode=mode, quantization__fp8=fp8, speculative__draft=draft_source,
+                        speculative__eagle3__data=data, speculative__eagle3__generate_url=generate_url,
+                        speculative__eagle3__generate_concurrency=generate_concurrency,
+                        speculative__eagle3__device=device, speculative__eagle3__max_minutes=max_minutes,
+                        speculative__eagle3__max_steps=max_steps)
+    if (nproc_per_node or nnodes > 1 or rdzv_endpoint) and not launched_by_torchrun():
+        _launch(ctx, spec, nproc_per_node or 1, nnodes, rdzv_endpoint, dry_run=dry_run, as_json=as_json)
+        return
     from rich.console import Console
 
     from trtspec.convert.pipeline import planned_kinds, run_convert, summary
 
-    spec = resolve_spec(config_path, speculative__mode=mode, quantization__fp8=fp8, speculative__draft=draft_source)
-    console = Console(stderr=True)
+    placement, dist = _processes(spec)
+    console = Console(stderr=True, quiet=not dist.is_main)
     if not as_json:
-        console.print(f"convert: {', '.join(planned_kinds(spec))} for {spec.model.source}"
+        where = f" (EAGLE-3 on {placement.describe()}, {dist.describe()})" if placement else ""
+        console.print(f"convert: {', '.join(planned_kinds(spec))} for {spec.model.source}{where}"
                       + (" (dry run)" if dry_run else ""))
-    # ModelOpt and transformers print progress to stdout; keep stdout for our own output (--json).
-    with contextlib.redirect_stdout(sys.stderr):
-        results = run_convert(spec, console=console, dry_run=dry_run, eval_prompts_path=eval_prompts,
-                              eval_tokens=eval_tokens)
-    curve = None
-    if acceptance_curve and spec.speculative.mode == "eagle3" and not dry_run:
-        curve = _curve(spec, eval_prompts, eval_tokens, console)
+    try:
+        # ModelOpt and transformers print progress to stdout; keep stdout for our own output (--json).
+        with contextlib.redirect_stdout(sys.stderr), Bars(console) as bars:
+            results = run_convert(spec, report=bars, dry_run=dry_run, eval_prompts_path=eval_prompts,
+                                  eval_tokens=eval_tokens, dist=dist, placement=placement)
+            curve = None
+            if acceptance_curve and spec.speculative.mode == "eagle3" and not dry_run and dist.is_main:
+                curve = _curve(spec, eval_prompts, eval_tokens, bars)
+    finally:
+        dist.close()
+    if not dist.is_main:
+        return
     if as_json:
         emit_json({**summary(results), **({"acceptance_curve": curve} if curve is not None else {})})
         return
+    _print_results(results, curve)
+
+
+def _processes(spec):
+    """(placement, Dist) for an EAGLE-3 run (joining torchrun's process group when launched by it)."""
+    from trtspec.convert.distributed import Dist, launched_by_torchrun
+    from trtspec.errors import TrtSpecError
+
+    if spec.speculative.mode != "eagle3":
+        if launched_by_torchrun() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            raise TrtSpecError("only EAGLE-3 training runs data-parallel", fix="use --nproc-per-node with --mode eagle3")
+        return None, Dist()
+    from trtspec.convert.eagle3_device import placement as resolve_placement
+
+    settings = spec.speculative.eagle3
+    placement = resolve_placement(settings.device, settings.train_dtype)
+    return placement, Dist.from_env(placement.device)
+
+
+def _launch(ctx, spec, nproc_per_node: int, nnodes: int, rdzv_endpoint: str | None, *, dry_run: bool,
+            as_json: bool) -> None:
+    """Run (or with --dry-run print) the torchrun command that starts this convert as N processes."""
+    from click.core import ParameterSource
+
+    from trtspec import subproc
+    from trtspec.convert.torchrun import torchrun_command
+    from trtspec.errors import SubprocessError, TrtSpecError
+
+    if spec.speculative.mode != "eagle3":
+        raise TrtSpecError(f"--nproc-per-node trains EAGLE-3 heads; the spec's mode is {spec.speculative.mode}",
+                           fix="add --mode eagle3 (or drop --nproc-per-node)")
+    forwarded: list[str] = []
+    for param in ctx.command.params:
+        if param.name in LAUNCH_OPTIONS or ctx.get_parameter_source(param.name) != ParameterSource.COMMANDLINE:
+            continue
+        value = ctx.params[param.name]
+        if getattr(param, "is_flag", False):
+            forwarded.append(param.opts[-1] if value or not param.secondary_opts else param.secondary_opts[0])
+        else:
+            forwarded += [param.opts[-1], str(value)]
+    command = torchrun_command(forwarded, nproc_per_node=nproc_per_node, nnodes=nnodes, rdzv_endpoint=rdzv_endpoint)
+    if dry_run:
+        if as_json:
+            emit_json({"launcher": "torchrun", "command": command, "command_line": subproc.format_command(command)})
+        else:
+            click.echo(subproc.format_command(command))
+        return
+    returncode = subproc.run_attached(command)
+    if returncode != 0:
+        raise SubprocessError(f"torchrun: the data-parallel convert failed (exit code {returncode}); "
+                              "the failing process's error is printed above")
+
+
+class Bars:
+    """Draws convert's progress events (trtspec.convert.progress): one bar per phase with
+    tokens/s and the time left."""
+
+    def __init__(self, console):
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("{task.fields[unit]}"), TextColumn("{task.fields[rate]}"),
+                                 TimeRemainingColumn(), TimeElapsedColumn(), TextColumn("{task.fields[info]}"),
+                                 console=console, transient=False)
+        self.tasks: dict[str, tuple[int, float]] = {}
+
+    def __enter__(self) -> Bars:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.progress.stop()
+
+    def __call__(self, event) -> None:
+        if event.phase not in self.tasks:
+            task = self.progress.add_task(event.phase, total=event.total, unit=event.unit, rate="", info="")
+            self.tasks[event.phase] = (task, time.monotonic())
+        task, started = self.tasks[event.phase]
+        seconds = time.monotonic() - started
+        rate = f"{event.tokens / seconds:,.0f} tok/s" if event.tokens and seconds > 0 else ""
+        self.progress.update(task, completed=event.completed, total=event.total, rate=rate, info=event.info)
+
+
+def _print_results(results, curve) -> None:
     for result in results:
         message = {"skipped": "up to date, skipped (inputs unchanged)", "planned": "would be written",
                    "written": "written"}[result.status]
@@ -77,23 +217,22 @@ def convert(config_path, mode, fp8, draft_source, eval_prompts, eval_tokens, acc
             click.echo(f"{'':<18} FP8 vs original: greedy agreement {report['greedy_token_agreement']:.1%}, "
                        f"perplexity {report['perplexity_fp8']} vs {report['perplexity_original']}")
         if "acceptance" in report:
-            acc = report["acceptance"]
+            acc, training = report["acceptance"], report["training"]
             click.echo(f"{'':<18} mean acceptance length {acc['mean_acceptance_length']} at max_draft_len "
                        f"{acc['max_draft_len']} (bonus included), per position {acc['acceptance_per_position']}, "
-                       f"{report['training']['steps']} steps in {report['training']['seconds']} s "
-                       f"({report['training'].get('dtype', 'float32')}); "
-                       f"method: {acc['method']}")
+                       f"{training['steps']} steps in {training['seconds']} s ({training.get('dtype', 'float32')} "
+                       f"on {training.get('device', 'cpu')}, {training.get('processes', 1)} process(es), "
+                       f"{training.get('tokens_per_s') or '-'} tokens/s); method: {acc['method']}")
     for point in curve or []:
         click.echo(f"curve: step {point['step']:>5} {point['seconds']:>7.0f} s  mean acceptance length "
                    f"{point['mean_acceptance_length']}  per position {point['acceptance_per_position']}")
 
 
-def _curve(spec, eval_prompts, eval_tokens, console):
+def _curve(spec, eval_prompts, eval_tokens, report):
     from trtspec.artifacts import Layout
     from trtspec.convert.curve import acceptance_curve
     from trtspec.convert.pipeline import held_out_prompts
 
     layout = Layout.from_spec(spec)
-    with contextlib.redirect_stdout(sys.stderr):
-        return acceptance_curve(spec, layout, layout.checkpoint("target"), held_out_prompts(spec, eval_prompts),
-                                new_tokens=eval_tokens, console=console)
+    return acceptance_curve(spec, layout, layout.checkpoint("target"), held_out_prompts(spec, eval_prompts),
+                            new_tokens=eval_tokens, report=report)

@@ -14,11 +14,12 @@ from typing import Any
 
 from trtspec import artifacts
 from trtspec.convert import eagle3_export, eagle3_train
+from trtspec.convert.progress import Reporter
 from trtspec.convert.target import load_causal_lm
 
 
-def acceptance_curve(spec, layout, target_dir: Path, prompts: list[str], *, new_tokens: int, console,
-                     every: int = 1) -> list[dict[str, Any]]:
+def acceptance_curve(spec, layout, target_dir: Path, prompts: list[str], *, new_tokens: int,
+                     report: Reporter | None = None, every: int = 1) -> list[dict[str, Any]]:
     """[{step, seconds, mean_acceptance_length, acceptance_per_position}] for every `every`-th snapshot."""
     import torch
 
@@ -42,7 +43,7 @@ def acceptance_curve(spec, layout, target_dir: Path, prompts: list[str], *, new_
             eagle3_export.export_eagle3(model, Path(export_dir))
             acceptance = measure_acceptance(model, tokenizer, target_dir, Path(export_dir), prompts,
                                             max_draft_len=spec.speculative.max_draft_len, new_tokens=new_tokens,
-                                            console=console)
+                                            report=report)
         curve.append({"step": snapshot["step"], "seconds": round(snapshot["seconds"], 1),
                       "mean_acceptance_length": acceptance["mean_acceptance_length"],
                       "acceptance_per_position": acceptance["acceptance_per_position"], "method": acceptance["method"]})

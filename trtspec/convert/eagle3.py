@@ -1,8 +1,11 @@
 """The eagle3 stage: self-distilled data -> ModelOpt EAGLE-3 convert -> budgeted training -> export.
 
-Work files (resumable, not artifacts) live in `Layout.checkpoint(".eagle3-work")`: the generated
-sequences (reused while the target, prompts and generation settings are unchanged), the training
-state and weight snapshots. The exported head goes atomically to `Layout.checkpoint("eagle3")`.
+Runs in one process or in every process of a torchrun launch (`dist`); each phase is shared out
+over the processes (eagle3_prepare, eagle3_train) and rank 0 alone writes the shared files, the
+export, the manifest and the report. Work files (resumable, not artifacts) live in
+`Layout.checkpoint(".eagle3-work")`: the generated rows and target features (reused while what
+they depend on is unchanged), the training state and weight snapshots. The exported head goes
+atomically to `Layout.checkpoint("eagle3")`.
 """
 
 from __future__ import annotations
@@ -12,29 +15,28 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
 from trtspec import artifacts
-from trtspec.convert import eagle3_data, eagle3_export, eagle3_train, reports
+from trtspec.convert import eagle3_export, eagle3_prepare, eagle3_train, reports
+from trtspec.convert.distributed import Dist
+from trtspec.convert.eagle3_device import Placement
+from trtspec.convert.eagle3_sources import DataSource
+from trtspec.convert.progress import Phase, Reporter
 from trtspec.convert.target import StageResult, load_causal_lm
-from trtspec.prompts import prompts_sha256
+from trtspec.errors import TrtSpecError
 
-
-def _progress(console) -> Progress:
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
-                    TimeElapsedColumn(), console=console, transient=False)
-
-
-def eagle3_inputs(spec, target_sha: str, train_prompts: list[str]) -> dict[str, Any]:
-    """What the head depends on: the target, the prompts and every training setting."""
-    return {"target_sha256": target_sha, "prompts_sha256": prompts_sha256(train_prompts),
-            "eagle3": spec.speculative.eagle3.model_dump(mode="json", exclude={"prompts"})}
-
-
+# Where and how training runs, and where the answers come from, do not change what the head
+# learns (up to float rounding): a finished head stays up to date when only these change.
+PLACEMENT_FIELDS = ("device", "micro_batch_size", "generate_url", "generate_concurrency", "generate_batch_size")
 # Budgets and snapshot cadence do not change what was trained so far: leaving them out of the
 # training-state key lets a re-run with a larger budget continue from the saved state (the
 # learning-rate schedule then restarts its cosine from the new budget's progress: a warm restart).
 BUDGET_FIELDS = ("max_steps", "max_minutes", "checkpoint_every")
+
+
+def eagle3_inputs(spec, target_sha: str, source: DataSource) -> dict[str, Any]:
+    """What the head depends on: the target, the data and every training setting."""
+    return {"target_sha256": target_sha, "data_sha256": source.sha256,
+            "eagle3": spec.speculative.eagle3.model_dump(mode="json", exclude={"prompts", "data", *PLACEMENT_FIELDS})}
 
 
 def train_state_key(inputs: dict[str, Any]) -> dict[str, Any]:
@@ -45,129 +47,133 @@ def train_state_key(inputs: dict[str, Any]) -> dict[str, Any]:
     return key
 
 
-def load_sequences(work: Path, data_key: dict[str, Any], make) -> list[list[int]]:
-    """Reuse work/sequences.json when it was made from the same inputs, else make and store it."""
-    path = work / "sequences.json"
-    if path.exists():
-        cached = artifacts.read_json(path)
-        if cached.get("key") == data_key:
-            return cached["sequences"]
-    sequences = make()
-    work.mkdir(parents=True, exist_ok=True)
-    artifacts.write_json(path.with_suffix(".partial"), {"key": data_key, "sequences": sequences})
-    path.with_suffix(".partial").replace(path)
-    return sequences
-
-
-def run_eagle3(spec, layout, target_dir: Path, target_sha: str, train_prompts: list[str], eval_prompts: list[str],
-               *, console, dry_run: bool = False, eval_tokens: int = 48) -> StageResult:
+def run_eagle3(spec, layout, target_dir: Path, target_sha: str, source: DataSource, eval_prompts: list[str], *,
+               placement: Placement, dist: Dist | None = None, report: Reporter | None = None, dry_run: bool = False,
+               eval_tokens: int = 48) -> StageResult:
     """Train and export the EAGLE-3 head for the target in `target_dir` (skip when up to date)."""
+    dist = dist or Dist()
     settings = spec.speculative.eagle3
-    final, work = layout.checkpoint("eagle3"), layout.checkpoint(".eagle3-work")
-    inputs = eagle3_inputs(spec, target_sha, train_prompts)
+    final, files = layout.checkpoint("eagle3"), eagle3_prepare.WorkFiles(layout.checkpoint(".eagle3-work"))
+    inputs = eagle3_inputs(spec, target_sha, source)
     if artifacts.is_up_to_date(final, inputs):
         return StageResult("eagle3", final, "skipped", artifacts.read_manifest(final))
     if dry_run:
         return StageResult("eagle3", final, "planned")
+    dist.check_shared_dir(files.root)
     target_config = json.loads((target_dir / "config.json").read_text())
     model, tokenizer = load_causal_lm(target_dir, dtype=spec.model.dtype, trust_remote_code=spec.model.trust_remote_code)
-    timings: dict[str, float] = {}
+    model.to(placement.device)
 
-    # 1. self-distilled data: the target answers the prompts in its chat template
-    data_key = {"target_sha256": target_sha, "prompts_sha256": inputs["prompts_sha256"],
-                "num_samples": settings.num_samples, "answer_tokens": settings.answer_tokens}
+    # 1. self-distilled rows: the target answers the conversations (each rank its share)
+    data_key = {"target_sha256": target_sha, "data_sha256": source.sha256, "num_samples": settings.num_samples,
+                "answer_tokens": settings.answer_tokens, "seq_len": settings.seq_len}
     started = time.monotonic()
-
-    def make() -> list[list[int]]:
-        with _progress(console) as progress:
-            task = progress.add_task("self-distilled answers", total=settings.num_samples, info="")
-            return eagle3_data.generate_sequences(
-                model, tokenizer, train_prompts, num_samples=settings.num_samples,
-                answer_tokens=settings.answer_tokens, on_batch=lambda n: progress.advance(task, n))
-
-    sequences = load_sequences(work, data_key, make)
-    timings["data_s"] = round(time.monotonic() - started, 1)
+    stats = eagle3_prepare.make_rows(settings, model, tokenizer, source, files, data_key, dist=dist, report=report)
+    timings = {"data_s": round(time.monotonic() - started, 1)}
+    batch_size = min(settings.batch_size, stats.count)
+    if batch_size < dist.world_size:
+        raise TrtSpecError(f"a global batch of {batch_size} rows cannot be shared by {dist.world_size} processes",
+                           fix="raise speculative.eagle3.batch_size (and num_samples) or use fewer processes")
 
     # 2. ModelOpt EAGLE-3 convert, sized from the target (optional reduced vocabulary + d2t)
-    vocab = target_config["vocab_size"]
-    draft_vocab = settings.draft_vocab_size if settings.draft_vocab_size and settings.draft_vocab_size < vocab else None
-    kept = d2t = None
-    coverage = 1.0
-    if draft_vocab:
-        kept, d2t, coverage = eagle3_data.build_draft_vocab(sequences, vocab, draft_vocab)
     import torch
 
+    draft_vocab, kept, d2t, coverage = eagle3_prepare.draft_vocabulary(
+        files, target_config["vocab_size"], settings.draft_vocab_size, dist=dist)
     torch.manual_seed(settings.seed)
     eagle3_train.convert_eagle3(model, target_config, draft_vocab_size=draft_vocab, kept_ids=kept, d2t=d2t)
+    model.to(placement.device)
 
-    # 3. features: one frozen-target pass over every row (ModelOpt offline-training inputs),
-    #    computed only when training has steps left
-    input_ids, attention = eagle3_data.pack_rows(sequences, settings.seq_len, tokenizer.pad_token_id)
+    # 3. features: one frozen-target pass over every row, computed only when training has steps left
+    feature_key = {"rows": data_key, "dtype": spec.model.dtype, "aux_layers": model.eagle_config.eagle_aux_hidden_state_layer_ids,
+                   "draft_vocab_size": draft_vocab, "kept_sha256": eagle3_prepare.ids_sha256(kept)}
 
-    def features() -> dict:
+    def features():
         started = time.monotonic()
-        with _progress(console) as progress:
-            task = progress.add_task("target features", total=len(sequences), info="")
-            computed = eagle3_data.compute_features(model, input_ids, attention,
-                                                    on_batch=lambda n: progress.advance(task, n))
+        store = eagle3_prepare.make_features(model, tokenizer, files, stats, feature_key, seq_len=settings.seq_len,
+                                             dist=dist, report=report)
         timings["features_s"] = round(time.monotonic() - started, 1)
-        return computed
+        return store
 
-    # 4. budgeted training, resumable from the work directory while everything but the budget
-    #    is unchanged (a larger budget continues the run)
-    state_key = work / "train-inputs.json"
-    if not state_key.exists() or artifacts.read_json(state_key) != train_state_key(inputs):
-        for stale in [work / "state.pt", *sorted((work / "snapshots").glob("*.pt"))]:
+    # 4. budgeted training, resumable while everything but the budget is unchanged
+    state_key = files.root / "train-inputs.json"
+    if dist.is_main and (not state_key.exists() or artifacts.read_json(state_key) != train_state_key(inputs)):
+        for stale in [files.root / "state.pt", *sorted((files.root / "snapshots").glob("*.pt"))]:
             stale.unlink(missing_ok=True)
-        work.mkdir(parents=True, exist_ok=True)
         artifacts.write_json(state_key, train_state_key(inputs))
-    train_dtype = eagle3_train.resolve_train_dtype(settings.train_dtype)
+    dist.barrier()
     train_settings = eagle3_train.TrainSettings(
         max_steps=settings.max_steps, max_seconds=settings.max_minutes * 60, learning_rate=settings.learning_rate,
-        batch_size=min(settings.batch_size, len(sequences)), checkpoint_every=settings.checkpoint_every,
-        seed=settings.seed, bf16=train_dtype == "bfloat16")
-    with _progress(console) as progress:
-        task = progress.add_task("EAGLE-3 training", total=settings.max_steps, info="")
+        batch_size=batch_size, micro_batch_size=settings.micro_batch_size, checkpoint_every=settings.checkpoint_every,
+        seed=settings.seed)
+    result = eagle3_train.train_eagle3(model, features, train_settings, placement, files.root, dist=dist,
+                                       on_step=_training_progress(report, train_settings, dist))
+    if not dist.is_main:
+        return StageResult("eagle3", final, "written")
 
-        def on_step(step: int, record: dict[str, Any]) -> None:
-            acc = "/".join(f"{a:.2f}" for a in record["train_acc"])
-            progress.update(task, completed=step, info=f"loss {record['loss']:.3f} acc {acc} {record['seconds']:.0f}s")
-
-        result = eagle3_train.train_eagle3(model, features, input_ids, attention, train_settings, work, on_step=on_step)
-
-    # 5. export, acceptance on held-out prompts (the cpu engine with the exported head when
-    #    trtspec.runtime is installed, else ModelOpt's pseudo_speculative_generate), manifest
-    report = {"training": {**result.to_dict(), "history": result.history[-20:], "dtype": train_dtype},
-              "timings": timings,
-              "data": {"sequences": len(sequences), "tokens": int(attention.sum()), "row_length": attention.shape[1],
-                       "draft_vocab_size": draft_vocab or vocab, "draft_vocab_coverage": round(coverage, 4)}}
+    # 5. rank 0: export, acceptance on held-out prompts, manifest
+    report_data = {"training": {**result.to_dict(), "history": result.history[-20:], "dtype": placement.dtype,
+                                "device": str(placement.device), "processes": dist.world_size,
+                                "backend": dist.backend or "none", "global_batch": batch_size,
+                                "tokens_per_s": _tokens_per_second(result)},
+                   "timings": timings,
+                   "data": {"source": source.label, "records": source.count, "sequences": stats.count,
+                            "tokens": stats.tokens, "row_length": min(settings.seq_len, stats.longest),
+                            "generated_by": settings.generate_url or "in-process target",
+                            "draft_vocab_size": draft_vocab or target_config["vocab_size"],
+                            "draft_vocab_coverage": round(coverage, 4)}}
     with artifacts.atomic_dir(final) as staging:
         eagle3_export.export_eagle3(model, staging)
-        report["export"] = eagle3_export.check_eagle3_export(staging, target_config)
-        report["acceptance"] = measure_acceptance(model, tokenizer, target_dir, staging, eval_prompts,
-                                                  max_draft_len=spec.speculative.max_draft_len,
-                                                  new_tokens=eval_tokens, console=console)
+        report_data["export"] = eagle3_export.check_eagle3_export(staging, target_config)
+        report_data["acceptance"] = measure_acceptance(model, tokenizer, target_dir, staging, eval_prompts,
+                                                       max_draft_len=spec.speculative.max_draft_len,
+                                                       new_tokens=eval_tokens, report=report)
         manifest = artifacts.write_manifest(
             staging, "eagle3", source=str(target_dir), target_sha256=target_sha,
             weights_sha256=artifacts.weights_sha256(staging), inputs=inputs,
-            settings=spec.speculative.eagle3.model_dump(mode="json"), report=report)
+            settings=spec.speculative.eagle3.model_dump(mode="json"), report=report_data)
     layout.reports.mkdir(parents=True, exist_ok=True)
-    artifacts.write_json(layout.report_dir("convert-eagle3.json"), report)
-    return StageResult("eagle3", final, "written", manifest, report)
+    artifacts.write_json(layout.report_dir("convert-eagle3.json"), report_data)
+    return StageResult("eagle3", final, "written", manifest, report_data)
+
+
+def _tokens_per_second(result: eagle3_train.TrainResult) -> float | None:
+    """Training throughput of this session (the steps after the resume point), all processes together."""
+    session = [record for record in result.history if record["step"] > result.resumed_from]
+    if not session:
+        return None
+    before = next((r["seconds"] for r in result.history if r["step"] == result.resumed_from), 0.0)
+    seconds = session[-1]["seconds"] - before
+    return round(sum(record["tokens"] for record in session) / seconds, 1) if seconds > 0 else None
+
+
+def _training_progress(report: Reporter | None, settings: eagle3_train.TrainSettings, dist: Dist):
+    """on_step for train_eagle3: a "training" phase whose total follows whichever budget binds."""
+    phase: Phase | None = None
+
+    def on_step(step: int, record: dict[str, Any]) -> None:
+        nonlocal phase
+        if phase is None:
+            phase = Phase(report, "training", total=settings.max_steps, unit="steps", completed=step - 1)
+        # steps the time budget allows at the pace so far, when that comes before max_steps
+        if record["seconds"] > 0:
+            phase.total = max(step, min(settings.max_steps, int(step * settings.max_seconds / record["seconds"])))
+        acc = "/".join(f"{a:.2f}" for a in record["train_acc"])
+        phase.advance(1, tokens=record["tokens"], info=f"loss {record['loss']:.3f} acc {acc}")
+
+    return on_step if dist.is_main else None
 
 
 def measure_acceptance(model, tokenizer, target_dir: Path, head_dir: Path, prompts: list[str], *, max_draft_len: int,
-                       new_tokens: int, console) -> dict[str, Any]:
+                       new_tokens: int, report: Reporter | None = None) -> dict[str, Any]:
     """Acceptance on held-out prompts; see reports.runtime_acceptance / reports.eagle3_acceptance."""
-    with _progress(console) as progress:
-        task = progress.add_task("acceptance (held-out)", total=len(prompts), info="")
-        try:
-            return reports.runtime_acceptance(target_dir, head_dir, prompts, max_draft_len=max_draft_len,
-                                              new_tokens=new_tokens, on_prompt=lambda n: progress.advance(task, n))
-        except ImportError:  # trtspec.runtime not installed: ModelOpt's own measurement
-            references = _references(model, tokenizer, prompts, new_tokens)
-            return reports.eagle3_acceptance(model, references, max_draft_len=max_draft_len,
-                                             on_prompt=lambda n: progress.advance(task, n))
+    phase = Phase(report, "acceptance", total=len(prompts), unit="prompts")
+    try:
+        return reports.runtime_acceptance(target_dir, head_dir, prompts, max_draft_len=max_draft_len,
+                                          new_tokens=new_tokens, on_prompt=phase.advance)
+    except ImportError:  # trtspec.runtime not installed: ModelOpt's own measurement
+        references = _references(model, tokenizer, prompts, new_tokens)
+        return reports.eagle3_acceptance(model, references, max_draft_len=max_draft_len, on_prompt=phase.advance)
 
 
 def _references(eagle_model, tokenizer, prompts: list[str], new_tokens: int):
@@ -179,7 +185,7 @@ def _references(eagle_model, tokenizer, prompts: list[str], new_tokens: int):
     pairs = []
     for prompt in prompts:
         ids = prompt_ids(tokenizer, prompt)
-        sequence = torch.tensor([ids])
+        sequence = torch.tensor([ids], device=eagle_model.device)
         for _ in range(new_tokens):
             token, _ = eagle_model.pseudo_speculative_generate(sequence, steps=0)
             sequence = torch.cat([sequence, token], dim=-1)

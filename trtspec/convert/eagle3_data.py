@@ -1,57 +1,139 @@
-"""Self-distilled EAGLE-3 training data: the target answers prompts in its own chat template.
+"""Self-distilled EAGLE-3 training data: the target answers the conversations in its own chat template.
 
-`generate_sequences` returns token-id lists (chat-templated prompt + the target's greedy answer):
-what the head must learn to predict is exactly what the target says. Generation is batched with
-left padding (the cheap part on a CPU); the padding is stripped again so training rows are
-right-padded and positions start at 0, as at inference.
+Vocabulary: a *sample* is one training row to make; sample i uses conversation i mod N of the data
+(N records), answered greedily in the first pass over the data and sampled (temperature 0.7) in
+later passes, so `num_samples` > N never repeats an answer. A *dialogue* regenerates the
+assistant turns of one sample's conversation in order: each answer is made with the earlier
+answers (the target's own) in the context, as the target would see the conversation served.
 
-`build_draft_vocab` makes the reduced draft vocabulary: the most frequent target token ids in the
-data, sorted by id, and `d2t` with target_id = draft_id + d2t[draft_id] (the ModelOpt / EAGLE-3
-convention that TensorRT-LLM and vLLM read).
+A training row is the context of the last answered turn (`trtspec.chat.conversation_ids`, the ids
+the engine feeds the target for that conversation) followed by the target's answer ids up to and
+including its end-of-sequence token: what the head must learn to predict is exactly what the
+target says there. Turns whose context already reaches `max_context` tokens are not generated
+(training truncates rows to seq_len anyway).
+
+`generate_rows` generates in process, batched with left padding (the padding is stripped again so
+rows are right-padded and positions start at 0, as at inference); `trtspec.convert.eagle3_remote`
+makes the same rows through a running server. `build_draft_vocab` makes the reduced draft
+vocabulary: the most frequent target ids in the data, sorted, and `d2t` with target_id = draft_id
++ d2t[draft_id] (the ModelOpt / EAGLE-3 convention that TensorRT-LLM and vLLM read).
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from itertools import islice
+from typing import TYPE_CHECKING, Any
 
-from trtspec.chat import prompt_ids
+from trtspec.chat import Message, conversation_ids
+from trtspec.convert.eagle3_sources import Conversation, DataSource
+from trtspec.convert.progress import Phase
 
-
-def generate_sequences(model, tokenizer, prompts: list[str], *, num_samples: int, answer_tokens: int,
-                       batch_size: int = 64, on_batch: Callable[[int], None] | None = None) -> list[list[int]]:
-    """`num_samples` sequences: prompt i % len(prompts), answered greedily by `model`.
-
-    When num_samples exceeds the prompt count, repeats are answered by sampling (temperature 0.7,
-    seeded) so the data is not the same answer twice.
-    """
+if TYPE_CHECKING:
     import torch
 
-    requests = [(prompts[i % len(prompts)], i >= len(prompts)) for i in range(num_samples)]
-    sequences: list[list[int]] = []
+SAMPLED_TEMPERATURE = 0.7
+
+
+@dataclass(frozen=True)
+class Sample:
+    index: int
+    conversation: Conversation
+    sampled: bool  # answered at SAMPLED_TEMPERATURE instead of greedily
+
+
+def iter_samples(source: DataSource, num_samples: int, *, rank: int = 0, world_size: int = 1) -> Iterator[Sample]:
+    """Samples 0..num_samples-1 (this rank's share: index mod world_size == rank), streamed."""
+    index = 0
+    while index < num_samples:
+        for conversation in source.conversations():
+            if index >= num_samples:
+                return
+            if index % world_size == rank:
+                yield Sample(index, conversation, sampled=index >= source.count)
+            index += 1
+
+
+@dataclass
+class Dialogue:
+    """One sample's conversation with its assistant turns regenerated one at a time."""
+
+    sample: Sample
+    max_context: int
+    history: list[Message] = field(default_factory=list)
+    turn: int = 0
+    consumed: int = 0  # messages of the conversation already in history
+    context_ids: list[int] = field(default_factory=list)
+    answer_ids: list[int] = field(default_factory=list)
+
+    @property
+    def points(self) -> list[int]:
+        return self.sample.conversation.answer_points()
+
+    def wants_answer(self) -> bool:
+        if self.turn >= len(self.points):
+            return False
+        return self.turn == 0 or len(self.context_ids) + len(self.answer_ids) < self.max_context
+
+    def context_messages(self) -> list[Message]:
+        """The conversation up to the next answer point, with the earlier answers regenerated."""
+        return self.history + list(self.sample.conversation.messages[self.consumed:self.points[self.turn]])
+
+    def record(self, context_ids: list[int], answer_ids: list[int], answer_text: str) -> None:
+        self.history = self.context_messages() + [{"role": "assistant", "content": answer_text}]
+        self.consumed = self.points[self.turn]
+        self.context_ids, self.answer_ids = context_ids, answer_ids
+        self.turn += 1
+
+    def row(self) -> list[int]:
+        return self.context_ids + self.answer_ids
+
+
+def generate_rows(model, tokenizer, samples: Iterable[Sample], *, answer_tokens: int, max_context: int,
+                  batch_size: int = 64, phase: Phase | None = None) -> Iterator[tuple[int, list[int]]]:
+    """(sample index, row) for every sample, in order, generated by `model` in batches."""
+    device = model.device
+    seeds = iter(range(1 << 30))
+    iterator = iter(samples)
+    while chunk := list(islice(iterator, batch_size)):
+        dialogues = [Dialogue(sample, max_context) for sample in chunk]
+        # 1. one round per turn: every dialogue that still wants an answer gets its next one
+        while active := [d for d in dialogues if d.wants_answer()]:
+            for sampled in (False, True):
+                group = [d for d in active if d.sample.sampled == sampled]
+                if not group:
+                    continue
+                contexts = [conversation_ids(tokenizer, d.context_messages(), add_generation_prompt=True)
+                            for d in group]
+                answers = _generate_batch(model, tokenizer, contexts, sampled=sampled, answer_tokens=answer_tokens,
+                                          device=device, seed=next(seeds))
+                for dialogue, context, answer in zip(group, contexts, answers, strict=True):
+                    dialogue.record(context, answer, tokenizer.decode(answer, skip_special_tokens=True))
+                if phase:
+                    phase.advance(0, tokens=sum(len(answer) for answer in answers))
+        # 2. the rows, in sample order
+        for dialogue in dialogues:
+            if phase:
+                phase.advance(1)
+            yield dialogue.sample.index, dialogue.row()
+
+
+def _generate_batch(model, tokenizer, contexts: list[list[int]], *, sampled: bool, answer_tokens: int,
+                    device: torch.device, seed: int) -> list[list[int]]:
+    import torch
+
     pad = tokenizer.pad_token_id
-    generator_seed = 0
-    for start in range(0, len(requests), batch_size):
-        batch = requests[start:start + batch_size]
-        for sample in (False, True):
-            group = [prompt_ids(tokenizer, prompt) for prompt, sampled in batch if sampled == sample]
-            if not group:
-                continue
-            width = max(len(ids) for ids in group)
-            # Left padding: every row's next token sits at the same column.
-            input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in group])
-            attention = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in group])
-            torch.manual_seed(generator_seed)
-            generator_seed += 1
-            with torch.no_grad():
-                out = model.generate(input_ids=input_ids, attention_mask=attention, max_new_tokens=answer_tokens,
-                                     do_sample=sample, temperature=0.7 if sample else None, top_p=None, top_k=None,
-                                     pad_token_id=pad)
-            for ids, row in zip(group, out[:, width:].tolist(), strict=True):
-                sequences.append(ids + _strip_after_eos(row, tokenizer.eos_token_id, pad))
-        if on_batch:
-            on_batch(len(batch))
-    return sequences
+    width = max(len(ids) for ids in contexts)
+    # Left padding: every row's next token sits at the same column.
+    input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in contexts], device=device)
+    attention = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in contexts], device=device)
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        out = model.generate(input_ids=input_ids, attention_mask=attention, max_new_tokens=answer_tokens,
+                             do_sample=sampled, temperature=SAMPLED_TEMPERATURE if sampled else None, top_p=None,
+                             top_k=None, pad_token_id=pad)
+    return [_strip_after_eos(row, tokenizer.eos_token_id, pad) for row in out[:, width:].tolist()]
 
 
 def _strip_after_eos(row: list[int], eos: int | None, pad: int | None) -> list[int]:
@@ -63,73 +145,54 @@ def _strip_after_eos(row: list[int], eos: int | None, pad: int | None) -> list[i
     return row
 
 
-def build_draft_vocab(sequences: list[list[int]], vocab_size: int, draft_vocab_size: int):
-    """(target ids kept, d2t) for a reduced draft vocabulary, by token frequency in `sequences`.
+def generate_sequences(model, tokenizer, prompts: list[str], *, num_samples: int, answer_tokens: int,
+                       batch_size: int = 64, on_batch: Callable[[int], Any] | None = None) -> list[list[int]]:
+    """Rows for one-turn `prompts` held in memory (sample i answers prompt i mod len(prompts))."""
+    conversations = [Conversation(i, ({"role": "user", "content": text},)) for i, text in enumerate(prompts)]
+    samples = [Sample(i, conversations[i % len(prompts)], sampled=i >= len(prompts)) for i in range(num_samples)]
+    rows = []
+    for _, row in generate_rows(model, tokenizer, samples, answer_tokens=answer_tokens, max_context=1 << 30,
+                                batch_size=batch_size):
+        rows.append(row)
+        if on_batch:
+            on_batch(1)
+    return rows
 
-    Ties and unseen tokens are broken by the lowest id so the result is deterministic.
+
+def build_draft_vocab(counts: torch.Tensor | list[list[int]], vocab_size: int, draft_vocab_size: int):
+    """(target ids kept, d2t, coverage) for a reduced draft vocabulary, by token frequency.
+
+    `counts` is a [vocab_size] tensor of token counts (or rows of ids to count). Ties and unseen
+    tokens are broken by the lowest id so the result is deterministic.
     """
     import torch
 
-    counts = Counter(token for seq in sequences for token in seq)
-    ranked = sorted(range(vocab_size), key=lambda token: (-counts.get(token, 0), token))
-    kept = torch.tensor(sorted(ranked[:draft_vocab_size]), dtype=torch.int64)
+    if not isinstance(counts, torch.Tensor):
+        counts = count_tokens(counts, vocab_size)
+    # stable sort on -count keeps the lowest id first among equal counts
+    ranked = torch.sort(-counts, stable=True).indices
+    kept = ranked[:draft_vocab_size].sort().values.to(torch.int64)
     d2t = kept - torch.arange(draft_vocab_size, dtype=torch.int64)
-    coverage = sum(counts[t] for t in kept.tolist()) / max(1, sum(counts.values()))
+    coverage = float(counts[kept].sum()) / max(1, int(counts.sum()))
     return kept, d2t, coverage
 
 
-def pack_rows(sequences: list[list[int]], seq_len: int, pad_id: int):
-    """(input_ids, attention_mask) right-padded to one fixed length L = min(seq_len, longest).
-
-    One length for every batch: ModelOpt caches its train-time-test attention masks per step,
-    not per length, so the length must not change between steps.
-    """
+def count_tokens(rows: Iterable[list[int]], vocab_size: int) -> torch.Tensor:
+    """[vocab_size] int64 counts of the token ids in `rows` (streamed)."""
     import torch
 
-    length = min(seq_len, max(len(seq) for seq in sequences))
-    rows = [seq[:length] for seq in sequences]
-    input_ids = torch.tensor([row + [pad_id] * (length - len(row)) for row in rows], dtype=torch.long)
-    attention = torch.tensor([[1] * len(row) + [0] * (length - len(row)) for row in rows], dtype=torch.long)
-    return input_ids, attention
+    counts = torch.zeros(vocab_size, dtype=torch.int64)
+    pending: list[int] = []
 
+    def flush() -> None:
+        # one bincount per ~1 M tokens: per row it would cost a vocab-sized tensor each time
+        if pending:
+            counts.add_(torch.bincount(torch.tensor(pending, dtype=torch.int64), minlength=vocab_size)[:vocab_size])
+            pending.clear()
 
-def compute_features(eagle_model, input_ids, attention_mask, *, batch_size: int = 8,
-                     on_batch: Callable[[int], None] | None = None) -> dict:
-    """Run the frozen target once over every row and keep what the EAGLE-3 head trains on.
-
-    Returns {"aux": [N, L, k*H] bfloat16 (the k auxiliary layers' hidden states), "hidden":
-    [N, L, H] float32 (final post-norm hidden), "embeds": [N, L, H] bfloat16}. This is ModelOpt's
-    offline-training input, computed with ModelOpt's own base-model forward (its hooks pick the
-    auxiliary layers), so the head's training inputs are exactly those it sees at inference.
-
-    With a reduced draft vocabulary it also returns "logits": [N, L, draft_vocab] float16, the
-    teacher logits already restricted to the draft vocabulary. ModelOpt would otherwise recompute
-    them through the full lm_head at every training step: a third of a SmolLM2 step (49152 x 576
-    per token), for the same numbers each epoch.
-    """
-    import torch
-
-    reduced = teacher_vocab_reduced(eagle_model)
-    aux, hidden, embeds, logits = [], [], [], []
-    for start in range(0, input_ids.shape[0], batch_size):
-        ids = input_ids[start:start + batch_size]
-        mask = attention_mask[start:start + batch_size]
-        with torch.no_grad():
-            outputs, _ = eagle_model._eagle_base_model_forward(ids, mask, None, None, True, None)
-            if reduced:
-                logits.append(eagle_model._map_logits_to_draft_vocab(outputs.logits).to(torch.float16))
-        aux.append(outputs.aux_hiddens.to(torch.bfloat16))
-        hidden.append(outputs.out_hiddens.float())
-        embeds.append(outputs.input_embeds.to(torch.bfloat16))
-        if on_batch:
-            on_batch(ids.shape[0])
-    features = {"aux": torch.cat(aux), "hidden": torch.cat(hidden), "embeds": torch.cat(embeds)}
-    if reduced:
-        features["logits"] = torch.cat(logits)
-    return features
-
-
-def teacher_vocab_reduced(eagle_model) -> bool:
-    """Whether the head predicts over a reduced draft vocabulary (ModelOpt's own test)."""
-    config = eagle_model.eagle_config
-    return config.draft_vocab_size != config.vocab_size
+    for row in rows:
+        pending.extend(row)
+        if len(pending) >= 1 << 20:
+            flush()
+    flush()
+    return counts

@@ -1,20 +1,29 @@
-"""EAGLE-3 head: ModelOpt conversion sized from the target, and a budgeted training loop.
+"""EAGLE-3 head: ModelOpt conversion sized from the target, and a budgeted data-parallel training loop.
 
 `convert_eagle3(model, ...)` applies `modelopt.torch.speculative.convert` with EAGLE3_DEFAULT_CFG's
 architecture resized to the target (heads, KV heads, head_dim, MLP width, rope theta, norm eps):
 the stock config is shaped for Llama-3-8B and is 7x larger than SmolLM2 needs.
 
 `train_eagle3(...)` trains on precomputed features (ModelOpt's offline mode: the frozen target ran
-once in `eagle3_data.compute_features`), so each step costs only the head. Per step:
-  # 1. take a batch of rows      # 2. ModelOpt forward (3 train-time-test steps, distillation loss)
-  # 3. backward, clip, AdamW     # 4. lr: warmup then cosine over max(step/max_steps, time/budget)
-  # 5. every `checkpoint_every` steps: save a resumable state and a weights snapshot
+once, eagle3_features), so each step costs only the head. Every process runs the same loop on its
+share of each global batch (eagle3_batches); with several processes the model is wrapped in
+torch DDP, which all-reduces the head's gradients. Per step:
+  # 1. the step's rows: global batch -> this process's share -> micro-batches
+  # 2. lr: warmup then cosine over max(step / max_steps, seconds / budget)
+  # 3. forward + backward per micro-batch (ModelOpt's loss, 3 train-time-test steps), gradients
+  #    accumulated; DDP all-reduces them on the last micro-batch
+  # 4. clip, AdamW
+  # 5. one all-reduce of [loss, accuracy..., rank 0's clock]: every process logs the same figures
+  #    and takes the same stop decision at the same step
+  # 6. rank 0: every `checkpoint_every` steps a resumable state and a weights snapshot
 It stops at `max_steps` or the wall-clock budget, whichever comes first; a killed run (or one
-given a larger budget, see eagle3.train_state_key) resumes from its last state when called again.
+given a larger budget, see eagle3.train_state_key) resumes from its last state when called again,
+with any number of processes: nothing in the state depends on the world size.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
@@ -23,6 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trtspec.convert.distributed import Dist
+from trtspec.convert.eagle3_batches import BatchReader, GlobalMeanLoss, global_batch, loss_counts, micro_batches, share
+from trtspec.convert.eagle3_device import Placement
+from trtspec.convert.eagle3_store import FeatureStore
 from trtspec.errors import ModelSourceError
 
 
@@ -122,17 +135,19 @@ def init_from_last_layer(head, last_layer, hidden_size: int) -> None:
     head.fc.weight[:, -hidden_size:] = torch.eye(hidden_size)  # fc input: the aux layers, deepest last
 
 
+
+
 @dataclass
 class TrainSettings:
     max_steps: int
     max_seconds: float
     learning_rate: float
-    batch_size: int
+    batch_size: int          # rows per optimizer step over all processes (the global batch)
     checkpoint_every: int
     seed: int
+    micro_batch_size: int | None = None  # rows per forward in one process; None: its whole share
     warmup_fraction: float = 0.05
     final_lr_fraction: float = 0.1
-    bf16: bool = False  # autocast the step to bfloat16; the weights and optimizer stay float32
 
 
 @dataclass
@@ -148,22 +163,6 @@ class TrainResult:
                 "resumed_from": self.resumed_from, "history": self.history}
 
 
-def resolve_train_dtype(choice: str) -> str:
-    """"bfloat16" or "float32" for `speculative.eagle3.train_dtype`.
-
-    auto picks bfloat16 only where the CPU multiplies bfloat16 natively (AVX512-BF16 or AMX):
-    there a SmolLM2 training step is 1.58x faster at the same held-out acceptance
-    (docs/CONVERT.md, session 4); elsewhere bfloat16 is emulated and slower than float32.
-    """
-    if choice != "auto":
-        return choice
-    import torch
-
-    native = any(getattr(torch.cpu, probe, lambda: False)()
-                 for probe in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"))
-    return "bfloat16" if native else "float32"
-
-
 def lr_at(progress: float, settings: TrainSettings) -> float:
     """Linear warmup, then cosine decay to final_lr_fraction of the peak; progress in [0, 1]."""
     peak = settings.learning_rate
@@ -175,9 +174,20 @@ def lr_at(progress: float, settings: TrainSettings) -> float:
 
 
 def trainable_state(model) -> dict[str, Any]:
-    """The head's weights and buffers (d2t), detached on the CPU."""
+    """The head's weights and buffers (d2t), detached copies on the head's device."""
     return {name: tensor.detach().clone() for name, tensor in model.eagle_module.state_dict().items()
             if not name.startswith("rotary_emb")}
+
+
+def saved_progress(work_dir: Path) -> tuple[int, float]:
+    """(step, seconds) of the resumable state in `work_dir`, (0, 0.0) when there is none."""
+    state_path = work_dir / "state.pt"
+    if not state_path.exists():
+        return 0, 0.0
+    import torch
+
+    state = torch.load(state_path, map_location="cpu", weights_only=False)
+    return state["step"], state["elapsed"]
 
 
 def _save_atomic(obj: Any, path: Path) -> None:
@@ -192,83 +202,127 @@ def _already_mapped(logits):
     return logits
 
 
-def train_eagle3(model, features: Callable[[], dict], input_ids, attention_mask, settings: TrainSettings,
-                 work_dir: Path, *, on_step: Callable[[int, dict[str, Any]], None] | None = None) -> TrainResult:
-    """Train `model.eagle_module` on precomputed features; resumable from `work_dir/state.pt`.
+def _data_parallel(model, dist: Dist, placement: Placement):
+    """DDP over the head only: the frozen target is identical on every rank and never synced."""
+    if not dist.distributed:
+        return model
+    from torch.nn.parallel import DistributedDataParallel
+
+    frozen = [name for name, _ in (*model.named_parameters(), *model.named_buffers())
+              if not name.startswith("eagle_module.")]
+    DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, frozen)
+    device_ids = [placement.device.index] if placement.kind == "cuda" else None
+    # the head's buffers (d2t, rotary) are identical on every rank: no per-forward sync
+    return DistributedDataParallel(model, device_ids=device_ids, forward_sync_buffers=False)
+
+
+def train_eagle3(model, features: Callable[[], FeatureStore], settings: TrainSettings, placement: Placement,
+                 work_dir: Path, *, dist: Dist | None = None,
+                 on_step: Callable[[int, dict[str, Any]], None] | None = None) -> TrainResult:
+    """Train `model.eagle_module` on the feature store; resumable from `work_dir/state.pt`.
 
     `features` is called only when there is training left to do, so re-exporting a finished run
-    does not re-run the target over the data.
+    does not re-run the target over the data. Rank 0 writes the state and snapshots.
     """
     import torch
 
-    work_dir.mkdir(parents=True, exist_ok=True)
+    dist = dist or Dist()
     state_path, snapshots = work_dir / "state.pt", work_dir / "snapshots"
-    snapshots.mkdir(exist_ok=True)
+    if dist.is_main:
+        snapshots.mkdir(parents=True, exist_ok=True)
     params = [p for p in model.eagle_module.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=settings.learning_rate, weight_decay=0.0, betas=(0.9, 0.95))
     step, elapsed, history = 0, 0.0, []
     if state_path.exists():
-        state = torch.load(state_path, map_location="cpu", weights_only=False)
+        state = torch.load(state_path, map_location=placement.device, weights_only=False)
         model.eagle_module.load_state_dict(state["head"], strict=False)
         optimizer.load_state_dict(state["optimizer"])
         step, elapsed, history = state["step"], state["elapsed"], state["history"]
     resumed_from = step
-    if step < settings.max_steps and elapsed < settings.max_seconds:
-        features = features()
-    generator = torch.Generator().manual_seed(settings.seed + step)
-    rows = input_ids.shape[0]
-    order = torch.randperm(rows, generator=generator)
-    cursor = 0
+    if step >= settings.max_steps or elapsed >= settings.max_seconds:
+        return _result(step, elapsed, settings, resumed_from, history)
+    store = features()
+    lengths = store.read_all("lengths").long()
+    length, ttt = store.arrays["input_ids"].shape[0], model.eagle_ttt_steps
+    micro = settings.micro_batch_size or -(-settings.batch_size // dist.world_size)
+    reader = BatchReader(store, placement.device)
+
+    def plan(at: int) -> tuple[list[int], list[list[int]]]:
+        rows = global_batch(at, num_rows=store.rows, batch_size=settings.batch_size, seed=settings.seed)
+        return rows, micro_batches(share(rows, dist.rank, dist.world_size), micro)
+
     model.train()
     model.eagle_offline = True  # train on the features; the frozen target is not re-run per step
-    if isinstance(features, dict) and "logits" in features:
-        # the teacher logits were restricted to the draft vocabulary once, in compute_features
+    if "logits" in store.arrays:
+        # the teacher logits were restricted to the draft vocabulary once, in eagle3_features
         model._map_logits_to_draft_vocab = _already_mapped
+    trainer = _data_parallel(model, dist, placement)
     started = time.monotonic() - elapsed
+    rows, micros = plan(step)
+    pending = reader.submit(micros[0])
     try:
         while step < settings.max_steps and elapsed < settings.max_seconds:
-            # 1. take a batch of rows (reshuffle at each epoch end)
-            if cursor + settings.batch_size > rows:
-                order, cursor = torch.randperm(rows, generator=generator), 0
-            index = order[cursor:cursor + settings.batch_size]
-            cursor += settings.batch_size
-            base_outputs = {"base_model_hidden_states": features["hidden"][index],
-                            "aux_hidden_states": features["aux"][index].float(),
-                            "base_model_input_embeds": features["embeds"][index].float()}
-            if "logits" in features:
-                base_outputs["base_model_logits"] = features["logits"][index].float()
-            # 4. learning rate from whichever budget is further along
-            progress = max(step / settings.max_steps, elapsed / settings.max_seconds)
+            # 1. this step's rows (planned one step ahead so the reader prefetches)
+            step_rows = rows
+            counts = loss_counts(lengths[step_rows], ttt)
+            # 2. learning rate from whichever budget is further along (the same on every rank)
             for group in optimizer.param_groups:
-                group["lr"] = lr_at(progress, settings)
-            # 2. forward: ModelOpt's EAGLE-3 loss over every position, 3 train-time-test steps
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=settings.bf16):  # convert trains on the CPU
-                output = model(input_ids=input_ids[index], attention_mask=attention_mask[index],
-                               base_model_outputs=base_outputs)
-            # 3. backward and update
-            optimizer.zero_grad(set_to_none=True)
-            output.loss.backward()
+                group["lr"] = lr_at(max(step / settings.max_steps, elapsed / settings.max_seconds), settings)
+            # 3. forward + backward per micro-batch; DDP all-reduces the gradients on the last one
+            loss_sum = torch.zeros((), device=placement.device)
+            with GlobalMeanLoss(model, counts, length) as shares:
+                for number, rows_now in enumerate(micros):
+                    host = pending.result()
+                    last = number == len(micros) - 1
+                    if not last:
+                        pending = reader.submit(micros[number + 1])
+                    elif step + 1 < settings.max_steps:
+                        rows, micros = plan(step + 1)
+                        pending = reader.submit(micros[0])
+                    shares.local = loss_counts(lengths[rows_now], ttt)
+                    input_ids, attention, base_outputs = reader.to_inputs(host)
+                    sync = contextlib.nullcontext() if last or not dist.distributed else trainer.no_sync()
+                    with sync:
+                        with placement.autocast():
+                            output = trainer(input_ids=input_ids, attention_mask=attention,
+                                             base_model_outputs=base_outputs)
+                        # DDP averages gradients over processes; the loss is already each one's share
+                        (output.loss * dist.world_size).backward()
+                    loss_sum += output.loss.detach()
+            # 4. clip and update
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             optimizer.step()
-            step += 1
-            elapsed = time.monotonic() - started
-            record = {"step": step, "seconds": round(elapsed, 1), "loss": round(float(output.loss.detach()), 4),
-                      "lr": optimizer.param_groups[0]["lr"],
-                      "train_acc": [round(float(a), 3) for a in output.train_acc[0]]}
+            optimizer.zero_grad(set_to_none=True)
+            # 5. one all-reduce: global loss and accuracy, and rank 0's clock for every rank
+            clock = time.monotonic() - started if dist.is_main else 0.0
+            figures = torch.stack([loss_sum.float(), *[torch.as_tensor(a, device=placement.device).float()
+                                                       for a in shares.accuracy],
+                                   torch.tensor(clock, device=placement.device)])
+            figures = dist.all_reduce_sum(figures).tolist()
+            step, elapsed = step + 1, figures[-1]
+            record = {"step": step, "seconds": round(elapsed, 1), "loss": round(figures[0], 4),
+                      "lr": optimizer.param_groups[0]["lr"], "train_acc": [round(a, 3) for a in figures[1:-1]],
+                      "tokens": int(lengths[step_rows].sum())}
             history.append(record)
             if on_step:
                 on_step(step, record)
-            # 5. periodic resumable state + a weights snapshot (for acceptance-vs-time curves)
+            # 6. rank 0: periodic resumable state + a weights snapshot (acceptance-vs-time curves)
             finished = step >= settings.max_steps or elapsed >= settings.max_seconds
-            if step % settings.checkpoint_every == 0 or finished:
+            if dist.is_main and (step % settings.checkpoint_every == 0 or finished):
                 _save_atomic({"head": trainable_state(model), "optimizer": optimizer.state_dict(), "step": step,
                               "elapsed": elapsed, "history": history}, state_path)
                 _save_atomic({"head": trainable_state(model), "step": step, "seconds": elapsed},
                              snapshots / f"step-{step:06d}.pt")
     finally:
+        reader.close()
+        store.close()
         model.__dict__.pop("_map_logits_to_draft_vocab", None)
         model.eagle_offline = False
         model.eval()
+    return _result(step, elapsed, settings, resumed_from, history)
+
+
+def _result(step: int, elapsed: float, settings: TrainSettings, resumed_from: int, history) -> TrainResult:
     stopped_by = "max_steps" if step >= settings.max_steps else "time_budget"
     return TrainResult(steps=step, seconds=elapsed, stopped_by=stopped_by, resumed_from=resumed_from,
                        history=history)

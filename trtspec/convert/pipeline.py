@@ -15,12 +15,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
 from trtspec import artifacts
 from trtspec.artifacts import Layout
 from trtspec.convert import draft as draft_checks
 from trtspec.convert import fp8, reports
+from trtspec.convert.distributed import Dist
+from trtspec.convert.progress import Phase, Reporter
 from trtspec.convert.target import StageResult, copy_checkpoint, load_causal_lm, resolve_target, write_target
 from trtspec.prompts import prompt_texts, prompts_sha256
 
@@ -39,29 +39,44 @@ def planned_kinds(spec) -> list[str]:
     return kinds
 
 
-def run_convert(spec, *, console, dry_run: bool = False, eval_prompts_path: str | None = None,
-                eval_tokens: int = 48) -> list[StageResult]:
-    """Run every stage the spec asks for; each one skips itself when its inputs are unchanged."""
+def run_convert(spec, *, report: Reporter | None = None, dry_run: bool = False, eval_prompts_path: str | None = None,
+                eval_tokens: int = 48, dist: Dist | None = None, placement=None) -> list[StageResult]:
+    """Run every stage the spec asks for; each one skips itself when its inputs are unchanged.
+
+    In a data-parallel run (`dist`) rank 0 runs the single-process stages (target, FP8, draft)
+    while the others wait; every rank then runs the eagle3 stage together. `placement` (device
+    and autocast dtype) is resolved by the caller for eagle3; None resolves it here.
+    """
+    dist = dist or Dist()
     layout = Layout.from_spec(spec)
-    info = resolve_target(spec.model.source, trust_remote_code=spec.model.trust_remote_code)
-    results = [write_target(info, layout.checkpoint("target"), source=spec.model.source, dry_run=dry_run)]
-    # Later stages read the recorded target (its own path) but key on the source's weights hash.
-    target_dir = layout.checkpoint("target") if results[0].status != "planned" else info.path
-    target_sha = info.sha256
-    calibration = prompt_texts(spec.quantization.calibration_prompts, "calibration")
-    training = prompt_texts(spec.speculative.eagle3.prompts, "train")
-    if spec.quantization.fp8:
-        results += run_fp8(spec, layout, target_dir, target_sha, calibration, training[:FP8_EVAL_PROMPTS],
-                           kind="target", console=console, dry_run=dry_run)
+    results: list[StageResult] = []
+    target: tuple[Path, str] | None = None
+    if dist.is_main:
+        info = resolve_target(spec.model.source, trust_remote_code=spec.model.trust_remote_code)
+        results.append(write_target(info, layout.checkpoint("target"), source=spec.model.source, dry_run=dry_run))
+        # Later stages read the recorded target (its own path) but key on the source's weights hash.
+        target = (layout.checkpoint("target") if results[0].status != "planned" else info.path, info.sha256)
+        calibration = prompt_texts(spec.quantization.calibration_prompts, "calibration")
+        fp8_eval = prompt_texts(spec.speculative.eagle3.prompts, "train", limit=FP8_EVAL_PROMPTS)
+        if spec.quantization.fp8:
+            results += run_fp8(spec, layout, target[0], target[1], calibration, fp8_eval,
+                               kind="target", report=report, dry_run=dry_run)
+        if spec.speculative.mode == "draft-target":
+            results += run_draft(spec, layout, target[0], target[1], calibration, fp8_eval,
+                                 report=report, dry_run=dry_run)
+    target_dir, target_sha = dist.broadcast(target)
     if spec.speculative.mode == "eagle3":
         from trtspec.convert.eagle3 import run_eagle3
+        from trtspec.convert.eagle3_device import placement as resolve_placement
+        from trtspec.convert.eagle3_sources import DataSource
 
+        settings = spec.speculative.eagle3
+        source = DataSource.from_settings(settings.data, settings.prompts)
+        source = dist.broadcast(source.scan() if dist.is_main else None)
         held_out = held_out_prompts(spec, eval_prompts_path)
-        results.append(run_eagle3(spec, layout, target_dir, target_sha, training,
-                                  held_out, console=console, dry_run=dry_run, eval_tokens=eval_tokens))
-    if spec.speculative.mode == "draft-target":
-        results += run_draft(spec, layout, target_dir, target_sha, calibration, training[:FP8_EVAL_PROMPTS],
-                             console=console, dry_run=dry_run)
+        placement = placement or resolve_placement(settings.device, settings.train_dtype, local_rank=dist.local_rank)
+        results.append(run_eagle3(spec, layout, target_dir, target_sha, source, held_out, placement=placement,
+                                  dist=dist, report=report, dry_run=dry_run, eval_tokens=eval_tokens))
     return results
 
 
@@ -74,7 +89,7 @@ def held_out_prompts(spec, eval_prompts_path: str | None) -> list[str]:
 
 
 def run_fp8(spec, layout: Layout, source_dir: Path, source_sha: str, calibration: list[str], eval_prompts: list[str],
-            *, kind: str, console, dry_run: bool, target_sha: str | None = None) -> list[StageResult]:
+            *, kind: str, report: Reporter | None, dry_run: bool, target_sha: str | None = None) -> list[StageResult]:
     """FP8 PTQ of `source_dir` -> `<kind>-fp8` (HF) and, for the target, `target-fp8-trtllm`."""
     quant = spec.quantization
     prompts = calibration[:quant.calibration_size]
@@ -94,11 +109,8 @@ def run_fp8(spec, layout: Layout, source_dir: Path, source_sha: str, calibration
 
     original, tokenizer = load_causal_lm(source_dir, dtype=spec.model.dtype, trust_remote_code=spec.model.trust_remote_code)
     quantized = copy.deepcopy(original)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console) as progress:
-        task = progress.add_task(f"FP8 calibration ({kind})", total=len(prompts))
-        fp8.quantize_fp8(quantized, tokenizer, prompts, fp8_kv_cache=quant.fp8_kv_cache,
-                         on_prompt=lambda n: progress.advance(task, n))
+    phase = Phase(report, f"FP8 calibration ({kind})", total=len(prompts), unit="prompts")
+    fp8.quantize_fp8(quantized, tokenizer, prompts, fp8_kv_cache=quant.fp8_kv_cache, on_prompt=phase.advance)
     report = reports.fp8_quality(original, quantized, tokenizer, eval_prompts)
     report["calibration_prompts"] = len(prompts)
     common = {"source": str(source_dir), "source_sha256": source_sha, "settings": quant.model_dump(mode="json"),
@@ -120,7 +132,7 @@ def run_fp8(spec, layout: Layout, source_dir: Path, source_sha: str, calibration
 
 
 def run_draft(spec, layout: Layout, target_dir: Path, target_sha: str, calibration: list[str], eval_prompts: list[str],
-              *, console, dry_run: bool) -> list[StageResult]:
+              *, report: Reporter | None, dry_run: bool) -> list[StageResult]:
     """Check the draft against the target, record it as `draft` (+ `draft-fp8` with FP8)."""
     draft_info = resolve_target(spec.speculative.draft, trust_remote_code=spec.model.trust_remote_code)
     pairing = draft_checks.check_pair(target_dir, draft_info.path)
@@ -141,7 +153,7 @@ def run_draft(spec, layout: Layout, target_dir: Path, target_sha: str, calibrati
     if spec.quantization.fp8:
         source = final if results[0].status != "planned" else draft_info.path
         results += run_fp8(spec, layout, source, draft_info.sha256, calibration, eval_prompts, kind="draft",
-                           console=console, dry_run=dry_run, target_sha=target_sha)
+                           report=report, dry_run=dry_run, target_sha=target_sha)
     return results
 
 

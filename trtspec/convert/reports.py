@@ -27,7 +27,8 @@ def greedy_continuations(model, tokenizer, prompts: list[str], new_tokens: int) 
     for prompt in prompts:
         ids = prompt_ids(tokenizer, prompt)
         with torch.no_grad():
-            out = model.generate(input_ids=torch.tensor([ids]), max_new_tokens=new_tokens, do_sample=False,
+            out = model.generate(input_ids=torch.tensor([ids], device=model.device), max_new_tokens=new_tokens,
+                                 do_sample=False,
                                  temperature=None, top_p=None, top_k=None, pad_token_id=tokenizer.pad_token_id)
         pairs.append((ids, out[0, len(ids):].tolist()))
     return pairs
@@ -49,7 +50,7 @@ def eagle3_acceptance(eagle_model, references: list[tuple[list[int], list[int]]]
     for prompt_tokens, continuation in references:
         position = 0
         while position < len(continuation) - 1:
-            prefix = torch.tensor([prompt_tokens + continuation[:position]])
+            prefix = torch.tensor([prompt_tokens + continuation[:position]], device=eagle_model.device)
             _, drafts = eagle_model.pseudo_speculative_generate(prefix, steps=max_draft_len)
             accepted = 0
             for offset, token in enumerate(drafts[0].tolist()):

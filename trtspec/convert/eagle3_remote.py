@@ -1,0 +1,92 @@
+"""Self-distilled rows made by a running server (`--generate-url`): on GPUs the fast engine makes the data.
+
+The server is a trtspec deployment (or any Triton server with the LLM-API model) serving the same
+target; trtspec.client streams each answer over gRPC, `concurrency` requests in flight. Each
+sample's turns go in order (a later turn's context holds the earlier answers); samples run
+concurrently and come back in sample order, through a bounded window, so memory stays flat.
+
+What the served model is sent, by the text_input semantics of its kind:
+  - trtspec's cpu model (it has a `speculative` input) applies the target's chat template to
+    text_input as one user turn, so a one-turn conversation is sent as its user text. It cannot
+    take a rendered multi-turn or system-prompted conversation: those are refused in one line.
+  - the LLM-API model (TensorRT-LLM's `llmapi`) passes text_input to the LLM as is, so it is sent
+    the conversation rendered by the chat template (trtspec.chat.conversation_text).
+The row is the context ids (trtspec.chat.conversation_ids, exactly as in-process generation makes
+them) followed by the answer text tokenized without special tokens, plus the end-of-sequence id
+when the server stopped there (finish_reason "stop").
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from trtspec.chat import conversation_ids, conversation_text
+from trtspec.convert.eagle3_data import SAMPLED_TEMPERATURE, Dialogue, Sample
+from trtspec.convert.progress import Phase
+from trtspec.errors import ServerError, TrtSpecError
+
+
+def generate_rows_remote(url: str, tokenizer, samples: Iterable[Sample], *, answer_tokens: int, max_context: int,
+                         concurrency: int = 8, phase: Phase | None = None,
+                         model: str = "tensorrt_llm") -> Iterator[tuple[int, list[int]]]:
+    """(sample index, row) for every sample, in order, answered by the server at `url` (gRPC host:port)."""
+    from trtspec.client import TritonLLMClient
+
+    client = TritonLLMClient(url, model)
+    one_turn_only = "speculative" in client.input_types  # trtspec's cpu model templates text_input itself
+
+    def answer(sample: Sample) -> tuple[int, list[int]]:
+        dialogue = Dialogue(sample, max_context)
+        while dialogue.wants_answer():
+            messages = dialogue.context_messages()
+            if one_turn_only and (len(messages) != 1 or messages[0]["role"] != "user"):
+                raise TrtSpecError(f"{sample.conversation.where or f'record {sample.conversation.index}'}: "
+                                   f"the cpu server at {url} templates text_input as one user turn and cannot "
+                                   "take a multi-turn or system-prompted conversation",
+                                   fix="generate in process (drop --generate-url) or serve the target with the "
+                                       "trtllm backend, whose text_input is the rendered conversation")
+            prompt = messages[0]["content"] if one_turn_only else conversation_text(
+                tokenizer, messages, add_generation_prompt=True)
+            result = _request(client, prompt, sample, answer_tokens)
+            context = conversation_ids(tokenizer, messages, add_generation_prompt=True)
+            ids = list(tokenizer(result["text"], add_special_tokens=False)["input_ids"])
+            if result.get("finish_reason") == "stop" and tokenizer.eos_token_id is not None:
+                ids.append(tokenizer.eos_token_id)
+            dialogue.record(context, ids, result["text"])
+            if phase:
+                phase.advance(0, tokens=len(ids))
+        return sample.index, dialogue.row()
+
+    window: deque = deque()
+    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="eagle3-generate") as pool:
+        try:
+            for sample in samples:
+                window.append(pool.submit(answer, sample))
+                if len(window) >= 4 * concurrency:
+                    yield _done(window.popleft(), phase)
+            while window:
+                yield _done(window.popleft(), phase)
+        finally:
+            for future in window:
+                future.cancel()
+            client.close()
+
+
+def _done(future, phase: Phase | None) -> tuple[int, list[int]]:
+    row = future.result()
+    if phase:
+        phase.advance(1)
+    return row
+
+
+def _request(client, prompt: str, sample: Sample, answer_tokens: int) -> dict[str, Any]:
+    try:
+        return client.generate(prompt, max_tokens=answer_tokens,
+                               temperature=SAMPLED_TEMPERATURE if sample.sampled else 0.0,
+                               seed=sample.index if sample.sampled else None, perf_metrics=False)
+    except ServerError as error:
+        raise ServerError(f"generating answer {sample.index} through {client.url}: {error.problem}",
+                          fix="check that the server serves this target (`trtspec deploy status`)") from None
