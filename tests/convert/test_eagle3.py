@@ -69,6 +69,10 @@ def test_manifest_and_acceptance_report(eagle3_run):
     assert data["versions"]["nvidia-modelopt"]
     report = data["report"]
     assert report["training"]["steps"] == 3
+    training = report["training"]
+    assert (training["device"], training["processes"], training["backend"]) == ("cpu", 1, "none")
+    assert training["tokens_per_s"] > 0 and training["global_batch"] == 3
+    assert report["data"]["source"] == "packaged train prompts" and report["data"]["sequences"] == 6
     acceptance = report["acceptance"]
     assert acceptance["max_draft_len"] == 4 and acceptance["prompts"] == 2
     assert 1.0 <= acceptance["mean_acceptance_length"] <= 5.0

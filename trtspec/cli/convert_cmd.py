@@ -101,7 +101,7 @@ def convert(ctx, config_path, mode, fp8, draft_source, data, generate_url, gener
     if not as_json:
         where = f" (EAGLE-3 on {placement.describe()}, {dist.describe()})" if placement else ""
         console.print(f"convert: {', '.join(planned_kinds(spec))} for {spec.model.source}{where}"
-                      + (" (dry run)" if dry_run else ""))
+                      + (" (dry run)" if dry_run else ""), soft_wrap=True)
     try:
         # ModelOpt and transformers print progress to stdout; keep stdout for our own output (--json).
         with contextlib.redirect_stdout(sys.stderr), Bars(console) as bars:

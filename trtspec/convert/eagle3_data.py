@@ -78,7 +78,7 @@ class Dialogue:
 
     def context_messages(self) -> list[Message]:
         """The conversation up to the next answer point, with the earlier answers regenerated."""
-        return self.history + list(self.sample.conversation.messages[self.consumed:self.points[self.turn]])
+        return self.history + self.sample.conversation.prompt_messages(self.consumed, self.points[self.turn])
 
     def record(self, context_ids: list[int], answer_ids: list[int], answer_text: str) -> None:
         self.history = self.context_messages() + [{"role": "assistant", "content": answer_text}]

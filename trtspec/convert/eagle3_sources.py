@@ -8,9 +8,10 @@ records, read whole: use JSONL for data sets larger than memory), or a directory
   OpenAI         {"messages": [{"role": "user", "content": "..."}, {"role": "assistant", ...}, ...]}
   plain prompt   {"prompt": "..."}
 
-Multi-turn conversations are kept whole; the assistant turns in the data are dropped, because
-the target writes its own answers (self-distillation). System messages are kept. Other keys of a
-record are ignored. The first bad record stops the run before anything is generated, in one line
+Multi-turn conversations are kept whole; the target writes every assistant turn itself
+(self-distillation), so the data's assistant messages only mark where it answers (after each
+user message followed by one, and after a final user message). System messages are kept. Other
+keys of a record are ignored. The first bad record stops the run before anything is generated, in one line
 naming the file and line (or array index), what is wrong and how to fix it.
 
 Without `data`, `speculative.eagle3.prompts` (or the packaged prompt set) gives one-turn
@@ -42,18 +43,22 @@ FORMS = ('{"conversations": [{"from": "human", "value": ...}]}, {"messages": [{"
 @dataclass(frozen=True)
 class Conversation:
     index: int                      # position in the data (0-based over all files)
-    messages: tuple[Message, ...]   # system and user messages, in order (assistant turns dropped)
+    messages: tuple[Message, ...]   # as in the data; an assistant message only marks where the target answers
     where: str = ""                 # file:line, for messages about this record
 
     def answer_points(self) -> list[int]:
-        """Message counts after which the assistant answers: after each user message that is not
-        directly followed by another user message."""
+        """Message counts after which the assistant answers: after each user message that is
+        followed by an assistant message or ends the conversation."""
         points = []
         for position, message in enumerate(self.messages):
             following = self.messages[position + 1] if position + 1 < len(self.messages) else None
-            if message["role"] == "user" and (following is None or following["role"] != "user"):
+            if message["role"] == "user" and (following is None or following["role"] == "assistant"):
                 points.append(position + 1)
         return points
+
+    def prompt_messages(self, start: int, stop: int) -> list[Message]:
+        """messages[start:stop] without the data's assistant answers (the target writes its own)."""
+        return [message for message in self.messages[start:stop] if message["role"] != "assistant"]
 
 
 @dataclass
@@ -155,7 +160,7 @@ def _records(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
 
 
 def to_messages(record: Any, where: str) -> tuple[Message, ...]:
-    """The system and user messages of one record in any accepted form; one-line error otherwise."""
+    """The messages of one record in any accepted form; one-line error otherwise."""
     if not isinstance(record, dict):
         raise TrtSpecError(f"{where}: a record must be a JSON object", fix=f"write records as {FORMS}")
     if "conversations" in record:
@@ -170,11 +175,10 @@ def to_messages(record: Any, where: str) -> tuple[Message, ...]:
         keys = ", ".join(sorted(record)) or "none"
         raise TrtSpecError(f'{where}: no "conversations", "messages" or "prompt" (keys: {keys})',
                            fix=f"write records as {FORMS}")
-    kept = tuple(turn for turn in turns if turn["role"] != "assistant")
-    if not any(turn["role"] == "user" for turn in kept):
+    if not any(turn["role"] == "user" for turn in turns):
         raise TrtSpecError(f"{where}: the conversation has no user message",
                            fix="every record needs at least one user (ShareGPT: human) turn")
-    return kept
+    return tuple(turns)
 
 
 def _turns(turns: Any, where: str, key: str, role_key: str, text_key: str, roles: dict[str, str]) -> list[Message]:
