@@ -62,8 +62,9 @@ def test_server_answers_are_the_in_process_targets_greedy_answers(server, tiny_l
     for prompt, (_, by_server), (_, in_process) in zip(PROMPTS, remote, local, strict=True):
         context = prompt_ids(tokenizer, prompt)
         assert by_server[:len(context)] == in_process[:len(context)] == context
-        answer = lambda row: tokenizer.decode(row[len(context):], skip_special_tokens=True)  # noqa: E731
-        assert answer(by_server) == answer(in_process) and answer(by_server)
+        served, local_answer = (tokenizer.decode(row[len(context):], skip_special_tokens=True)
+                                for row in (by_server, in_process))
+        assert served == local_answer and served
         assert (by_server[-1] == tokenizer.eos_token_id) == (in_process[-1] == tokenizer.eos_token_id)
 
 
