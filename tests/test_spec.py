@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -95,8 +97,8 @@ def test_every_field_has_a_docstring_and_a_default():
     walk(Spec)
 
 
-def test_template_round_trips_to_the_defaults(tmp_path):
-    path = tmp_path / "trtspec.yaml"
+def test_template_round_trips_to_the_defaults(in_tmp):
+    path = in_tmp / "trtspec.yaml"
     path.write_text(render_template())
     assert load_spec(path) == Spec()
     assert render_template().count("\n# ") > 5  # it is commented
@@ -131,3 +133,28 @@ def test_model_name_is_derived_from_the_source():
     assert Spec().model_name == "smollm2"
     assert validate_spec({"model": {"source": "/models/Llama-3.1-8B/"}}).model_name == "llama-3.1-8b"
     assert validate_spec({"model": {"source": "x/TinyStories.gguf"}}).model_name == "tinystories"
+
+
+def test_paths_in_a_spec_file_resolve_against_its_directory(tmp_path, monkeypatch):
+    """`-c other/dir/trtspec.yaml` from elsewhere: outputs (given or default) land beside the
+    spec file, prompt files and existing source paths are found there, aliases, absolute paths
+    and flags (relative to the current directory) are left alone."""
+    other = tmp_path / "other" / "dir"
+    (other / "models" / "tiny").mkdir(parents=True)
+    (other / "trtspec.yaml").write_text(
+        "model: {source: models/tiny}\nspeculative: {mode: draft-target, draft: smollm2}\n"
+        "build: {output_dir: out/engines}\nbench: {prompts: prompts.jsonl}\n"
+        f"serve: {{repository: {tmp_path / 'abs-repo'}}}\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    spec = load_spec("../other/dir/trtspec.yaml", overrides={"build.output_dir": "mine"})
+    base = Path("../other/dir")
+    assert Path(spec.workdir) == base / "work"                       # default output
+    assert Path(spec.model.source) == base / "models" / "tiny"       # existing source path
+    assert spec.speculative.draft == "smollm2"                       # an alias
+    assert Path(spec.bench.prompts) == base / "prompts.jsonl"
+    assert spec.serve.repository == str(tmp_path / "abs-repo")       # absolute
+    assert spec.build.output_dir == "mine"                           # a flag
+    monkeypatch.chdir(other)
+    assert load_spec("trtspec.yaml").workdir == "work"               # the spec's own directory: unchanged

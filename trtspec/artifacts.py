@@ -179,23 +179,47 @@ def is_up_to_date(directory: Path, inputs: dict[str, Any]) -> bool:
 def atomic_dir(final: Path) -> Iterator[Path]:
     """Yield a temporary directory beside `final`; on success it replaces `final` in one rename.
 
-    On any exception the temporary directory is removed and `final` is left as it was.
+    An existing `final` is swapped with the new directory by one renameat2(RENAME_EXCHANGE), so
+    no moment exists without a complete `final` (moving the old one aside first and the new one
+    in second left nothing there when interrupted in between). Where the filesystem lacks the
+    exchange, the two renames remain. On any exception the temporary directory is removed and
+    `final` is left as it was.
     """
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
     try:
         yield staging
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    old = None
-    if final.exists() or final.is_symlink():
-        old = final.with_name(f".{final.name}.old-{os.getpid()}")
-        os.replace(final, old)
-    os.replace(staging, final)
-    if old is not None:
-        if old.is_dir() and not old.is_symlink():
-            shutil.rmtree(old, ignore_errors=True)
+        if not (final.exists() or final.is_symlink()):
+            os.replace(staging, final)
+        elif not exchange_paths(staging, final):
+            old = final.with_name(f".{final.name}.old-{os.getpid()}")
+            os.replace(final, old)
+            os.replace(staging, final)
+            os.replace(old, staging)
+    finally:
+        # What is left at `staging` is the unused new directory, or the old one after a swap.
+        if staging.is_symlink() or staging.is_file():
+            staging.unlink()
         else:
-            old.unlink()
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def exchange_paths(a: Path, b: Path) -> bool:
+    """Swap two paths atomically (Linux renameat2 RENAME_EXCHANGE); False where unsupported."""
+    import ctypes
+    import errno
+
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    renameat2.restype = ctypes.c_int
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EXDEV):
+        return False
+    raise OSError(code, os.strerror(code), str(b))

@@ -357,10 +357,48 @@ def load_spec(path: str | Path | None = None, overrides: dict[str, Any] | None =
         raise SpecError([f"{path}: no such spec file; create one with `trtspec init`"])
     if not isinstance(data, dict):
         raise SpecError([f"{path}: the top level must be a mapping of sections (got {type(data).__name__})"])
+    if path.exists() and isinstance(data, dict) and path.parent.resolve() != Path.cwd().resolve():
+        anchor_paths(data, path.parent, {k for k, v in (overrides or {}).items() if v is not None})
     for dotted, value in (overrides or {}).items():
         if value is not None:
             set_dotted(data, dotted, value)
     return validate_spec(data)
+
+
+# Path fields of a spec. Outputs belong beside the spec file (their defaults too); prompt files
+# are anchored when given; model sources (a path, or an alias such as smollm2) only when the
+# path exists beside the spec file.
+OUTPUT_PATHS = ("workdir", "build.output_dir", "serve.repository")
+INPUT_PATHS = ("speculative.eagle3.prompts", "quantization.calibration_prompts", "bench.prompts")
+SOURCE_PATHS = ("model.source", "speculative.draft")
+
+
+def anchor_paths(data: dict[str, Any], base: Path, keep: set[str]) -> None:
+    """Resolve the relative paths of a spec file's data against the file's directory, in place.
+
+    `trtspec deploy stop -c other/dir/trtspec.yaml` run elsewhere used to look for other/dir's
+    server under ./work. Values in `keep` (flags, given relative to the current directory) and
+    absolute or ~ paths are left alone; a spec in the current directory changes nothing.
+    """
+    defaults = Spec().model_dump(mode="json")
+    for dotted in OUTPUT_PATHS + INPUT_PATHS + SOURCE_PATHS:
+        node, default = data, defaults
+        *parents, leaf = dotted.split(".")
+        for key in parents:
+            node, default = node.get(key, {}), default[key]
+            if not isinstance(node, dict):
+                break  # a section that is not a mapping: validation reports it
+        if not isinstance(node, dict):
+            continue
+        value = node.get(leaf)
+        if value is None and dotted in OUTPUT_PATHS:
+            value = default[leaf]
+        if dotted in keep or not isinstance(value, str) or value.startswith("~") or Path(value).is_absolute():
+            continue
+        anchored = base / value
+        if dotted in SOURCE_PATHS and not anchored.exists():
+            continue
+        set_dotted(data, dotted, str(anchored))
 
 
 def spec_to_yaml(spec: Spec) -> str:
