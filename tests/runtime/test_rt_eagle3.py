@@ -14,25 +14,19 @@ def _record_proposals(engine, prompt, max_new_tokens=24, replace=None):
     `replace(tokens, max_len)`, when given, returns the Draft the engine verifies instead.
     """
     recorded = []
-    original = engine.drafter.session
+    original = engine.drafter.propose_batch
 
-    def session(*args, **kwargs):
-        inner = original(*args, **kwargs)
-        propose = inner.propose
+    def spy(sessions, tokens, max_lens):
+        drafts = original(sessions, tokens, max_lens)
+        for seq, draft in zip(tokens, drafts, strict=True):
+            recorded.append((list(seq), draft.token_ids.tolist()))
+        return drafts if replace is None else [replace(seq, k) for seq, k in zip(tokens, max_lens, strict=True)]
 
-        def spy(tokens, max_len):
-            draft = propose(tokens, max_len)
-            recorded.append((list(tokens), draft.token_ids.tolist()))
-            return draft if replace is None else replace(tokens, max_len)
-
-        inner.propose = spy
-        return inner
-
-    engine.drafter.session = session
+    engine.drafter.propose_batch = spy
     try:
         result = engine.generate(prompt, max_new_tokens=max_new_tokens)
     finally:
-        del engine.drafter.session
+        del engine.drafter.propose_batch
     return result, recorded
 
 
@@ -130,26 +124,22 @@ def test_tree_verification_keeps_the_accepted_path(tiny_llama, modelopt_eagle3):
     tree = Tree([[0], [1], [0, 0], [1, 0], [1, 1], [1, 0, 0]])
     prompt = TINY_PROMPTS[3]
     truth = prompt + engine.generate(prompt, max_new_tokens=40, speculative=False).token_ids
-    original = engine.drafter.session
+    original = engine.drafter.propose_batch
 
-    def session(*args, **kwargs):
-        inner = original(*args, **kwargs)
-        propose = inner.propose
-
-        def oracle(tokens, max_len):
-            propose(tokens, max_len)  # keep the head's own state moving as in real use
-            a, b, c = truth[len(tokens):len(tokens) + 3]
+    def oracle(sessions, tokens, max_lens):
+        original(sessions, tokens, max_lens)  # keep the head's own state moving as in real use
+        drafts = []
+        for seq in tokens:
+            a, b, c = truth[len(seq):len(seq) + 3]
             decoy = (a + 1) % 512
             # nodes: [0]=decoy, [1]=a, [0,0]=b, [1,0]=b, [1,1]=decoy, [1,0,0]=c -> path [1],[1,0],[1,0,0]
-            return Draft(torch.tensor([decoy, a, b, b, decoy, c]), tree=tree)
+            drafts.append(Draft(torch.tensor([decoy, a, b, b, decoy, c]), tree=tree))
+        return drafts
 
-        inner.propose = oracle
-        return inner
-
-    engine.drafter.session = session
+    engine.drafter.propose_batch = oracle
     try:
         result = engine.generate(prompt, max_new_tokens=30)
     finally:
-        del engine.drafter.session
+        del engine.drafter.propose_batch
     assert prompt + result.token_ids == truth[: len(prompt) + 30]
     assert result.stats.acceptance_rate == 1.0 and result.stats.mean_acceptance_length == 4.0

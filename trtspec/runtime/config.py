@@ -34,6 +34,20 @@ class EngineConfig:
     """Decode plainly while a sequence's measured acceptance stays below this rate (0: never)."""
     eagle_choices: tuple[tuple[int, ...], ...] | None = None
     """Static EAGLE-3 draft tree as index paths (trtspec.runtime.tree); None drafts chains."""
+    max_batch_size: int = 8
+    """Most sequences in one engine step (running at once)."""
+    max_num_tokens: int = 8192
+    """Most tokens in one target forward: every running sequence's [pending] + draft, then prompt chunks."""
+    tokens_per_block: int = 32
+    """Paged KV cache block size in tokens."""
+    kv_cache_max_tokens: int | None = None
+    """Token slots in the KV pool (rounded up to whole blocks); None: max_batch_size sequences of
+    max_seq_len plus the widest draft each."""
+    max_queue_size: int = 64
+    """Requests that may wait for a batch slot or KV blocks; beyond, new ones are refused at once."""
+    draft_len_schedule: tuple[tuple[int, int], ...] | None = None
+    """(batch size, draft length) pairs, ascending: from that many decoding sequences on, draft that
+    many tokens (0: speculation off). None: the cost-model default (trtspec.runtime.policy)."""
 
     @property
     def label(self) -> str:
@@ -50,4 +64,7 @@ class EngineConfig:
         choices = options.get("eagle_choices")
         if choices is not None:
             options["eagle_choices"] = tuple(tuple(int(i) for i in path) for path in choices) or None
+        schedule = options.get("draft_len_schedule")
+        if schedule is not None:
+            options["draft_len_schedule"] = tuple(sorted((int(b), int(k)) for b, k in schedule)) or None
         return cls(**options)

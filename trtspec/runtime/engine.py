@@ -1,31 +1,32 @@
-"""The cpu speculative engine: draft -> one target pass -> accept -> commit, crop the KV cache.
+"""The cpu speculative engine: requests in, one batched loop of draft -> verify -> accept -> commit.
 
-Contract: `Engine.generate` returns exactly what the target alone would produce under the same
-settings: greedy speculative output equals greedy plain output token for token (up to
-floating-point near-ties between the one-token and the multi-token forward), and sampled output
-follows the target's distribution (lossless rejection sampling). Per-request state lives in
-local variables and the drafter's session, so several threads may call `generate` at once;
-only the cumulative statistics are shared, under a lock.
+Contract: every request gets exactly what the target alone would produce under the same settings,
+whatever else runs beside it. Greedy: the target's own greedy output, token for token and bit for
+bit, at any concurrency and any draft length (prepacked weights: trtspec.runtime.attention and
+prepack explain how the batch is made not to change a sequence's numbers; static trees are exact up
+to float rounding). Sampling: the target's distribution (lossless rejection sampling).
 
-KV invariant of the decode loop: the target's cache holds every committed token except the last
-one (`pending`); each step feeds [pending] + draft and crops the cache back to the committed
-tokens, so one target forward per step verifies the draft and produces the next token.
+How: `generate` and `submit` hand requests to the engine's Scheduler (trtspec.runtime.scheduler),
+whose one loop thread runs every admitted sequence through the numbered phases of
+trtspec.runtime.step on a paged KV cache. Each request's state lives in its Sequence and its
+drafter session; the engine itself holds only the weights, the config and cumulative statistics.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import queue
 import threading
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from trtspec.chat import prompt_ids
 from trtspec.runtime import sampling
 from trtspec.runtime.config import EngineConfig
-from trtspec.runtime.policy import DraftPolicy
-from trtspec.runtime.request import GenerationResult, OutputAssembler, StreamChunk, validate
+from trtspec.runtime.policy import draft_length_for
+from trtspec.runtime.request import GenerationResult, StreamChunk, validate
+from trtspec.runtime.sequence import Request, Sequence
 from trtspec.runtime.stats import GenerationStats
 
 
@@ -33,6 +34,9 @@ class Engine:
     """A target model, its tokenizer and an optional drafter, run as one EngineConfig says."""
 
     def __init__(self, target: Any, tokenizer: Any, drafter: Any = None, config: EngineConfig | None = None):
+        from trtspec.runtime.attention import use_paged_attention
+
+        use_paged_attention(target)
         self.target = target
         self.tokenizer = tokenizer
         self.drafter = drafter
@@ -45,10 +49,11 @@ class Engine:
         self.eos_ids = _eos_ids(target, tokenizer)
         self._lock = threading.Lock()
         self._cumulative = GenerationStats()
+        self._scheduler = None
         # The drafter's auxiliary states are taken as ModelOpt and vLLM take them, each layer's own
         # output through a forward hook (transformers' hidden_states ends with the final norm's
-        # output instead), kept per thread because requests run concurrently. The handles are
-        # kept: several engines may share one target (bench variants), and close() detaches them.
+        # output instead), kept per thread: engines sharing a target (bench variants) each run
+        # their own loop thread. The handles are kept, and close() detaches them.
         self._layer_outputs = threading.local()
         layers = target.get_decoder().layers
         self._hooks = [layers[index - 1].register_forward_hook(functools.partial(self._keep_layer_output, index))
@@ -61,13 +66,35 @@ class Engine:
     max_input_len = property(lambda self: self.config.max_input_len)
     max_seq_len = property(lambda self: self.config.max_seq_len)
 
+    @classmethod
+    def from_checkpoints(cls, target_dir, mode: str = "ngram", draft_dir=None, max_draft_len: int = 4,
+                         **runtime_options: Any) -> Engine:
+        """Load a target checkpoint (FP8 dequantized if it is one) and the drafter `mode` needs."""
+        from trtspec.runtime.loading import engine_from_checkpoints
+
+        return engine_from_checkpoints(cls, target_dir, mode=mode, draft_dir=draft_dir,
+                                       max_draft_len=max_draft_len, **runtime_options)
+
     def variant(self, **changes: Any) -> Engine:
         """Another Engine over the same weights, tokenizer and drafter with some settings changed
-        (dataclasses.replace on the config). Close it when done: it hooks the shared target."""
+        (dataclasses.replace on the config), with its own scheduler and cache. Close it when done:
+        it hooks the shared target."""
         return Engine(self.target, self.tokenizer, self.drafter, dataclasses.replace(self.config, **changes))
 
+    @property
+    def scheduler(self):
+        """The engine loop (created with its KV pool on first use)."""
+        with self._lock:
+            if self._scheduler is None:
+                from trtspec.runtime.scheduler import Scheduler
+
+                self._scheduler = Scheduler(self)
+            return self._scheduler
+
     def close(self) -> None:
-        """Detach what this engine attached to the (possibly shared) target. Idempotent."""
+        """End the loop (queued and running requests get an error) and detach the hooks. Idempotent."""
+        if self._scheduler is not None:
+            self._scheduler.close()
         for handle in self._hooks:
             handle.remove()
         self._hooks = []
@@ -77,15 +104,6 @@ class Engine:
 
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
-
-    @classmethod
-    def from_checkpoints(cls, target_dir, mode: str = "ngram", draft_dir=None, max_draft_len: int = 4,
-                         **runtime_options: Any) -> Engine:
-        """Load a target checkpoint (FP8 dequantized if it is one) and the drafter `mode` needs."""
-        from trtspec.runtime.loading import engine_from_checkpoints
-
-        return engine_from_checkpoints(cls, target_dir, mode=mode, draft_dir=draft_dir,
-                                       max_draft_len=max_draft_len, **runtime_options)
 
     def cumulative_stats(self) -> GenerationStats:
         """A copy of the statistics summed over every finished request."""
@@ -104,153 +122,69 @@ class Engine:
     def generate(self, prompt: str | list[int], max_new_tokens: int = 64, temperature: float = 0.0,
                  top_k: int = 0, top_p: float = 1.0, seed: int | None = None, speculative: bool = True,
                  stream: bool = False, stop: list[str] | str | None = None, chat: bool | None = None):
-        """Generate a continuation; a GenerationResult, or an iterator of StreamChunk if stream."""
-        prompt_ids = self.encode(prompt, chat)
+        """Generate a continuation; a GenerationResult, or an iterator of StreamChunk if stream.
+        Raises InvalidRequestError for bad arguments and ServerBusyError when the queue is full."""
+        ids = self.encode(prompt, chat)
+        results: queue.SimpleQueue = queue.SimpleQueue()
+        sequence = self.submit(ids, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
+                               top_p=top_p, seed=seed, speculative=speculative, stop=stop, sink=results.put)
+        chunks = _drain(results, sequence)
+        if stream:
+            return chunks
+        last = None
+        for chunk in chunks:
+            last = chunk
+        output = sequence.output
+        return GenerationResult(token_ids=list(output.token_ids), text=output.text, finish_reason=output.finish_reason,
+                                stats=last.stats, prompt_token_ids=ids)
+
+    def submit(self, prompt_ids: list[int], *, max_new_tokens: int, sink: Callable[[Any], None],
+               temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
+               speculative: bool = True, stop: list[str] | str | None = None,
+               is_cancelled: Callable[[], bool] | None = None) -> Sequence:
+        """Queue one request without waiting: `sink` is called from the engine loop with each
+        StreamChunk (the last carries finish_reason) or once with an exception (RequestCancelled
+        after `is_cancelled()` turned true, or an internal error). Raises InvalidRequestError or
+        ServerBusyError at once instead of calling `sink`."""
         validate(num_prompt_tokens=len(prompt_ids), max_input_len=self.max_input_len,
                  max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p)
         params = sampling.SamplingParams(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p))
-        stops = [stop] if isinstance(stop, str) else stop
-        output = OutputAssembler(self.tokenizer, eos_ids=self.eos_ids, max_new_tokens=max_new_tokens, stop=stops)
-        chunks = self._run(prompt_ids, params, seed, speculative and self.drafter is not None, output)
-        if stream:
-            return chunks
-        stats = None
-        for chunk in chunks:
-            stats = chunk.stats
-        return GenerationResult(token_ids=list(output.token_ids), text=output.text,
-                                finish_reason=output.finish_reason, stats=stats, prompt_token_ids=prompt_ids)
+        request = Request(prompt_ids=list(prompt_ids), params=params, max_new_tokens=max_new_tokens, sink=sink,
+                          stop=[stop] if isinstance(stop, str) else stop, seed=seed,
+                          speculative=speculative and self.drafter is not None, is_cancelled=is_cancelled)
+        return self.scheduler.submit(request)
 
-    # -- the loop ---------------------------------------------------------------------------
+    # -- called by the scheduler's steps ------------------------------------------------------
 
-    def _run(self, prompt_ids: list[int], params: sampling.SamplingParams, seed: int | None,
-             speculative: bool, output: OutputAssembler) -> Iterator[StreamChunk]:
-        import torch
+    def draft_length(self, batch_size: int) -> int:
+        """Draft tokens per sequence for a step with `batch_size` decoding sequences (0: off)."""
+        return draft_length_for(self.config, batch_size)
 
-        generator = torch.Generator()
-        generator.manual_seed(seed if seed is not None else int(torch.seed()) % (2**63))
-        stats = GenerationStats()
-        room = self.max_seq_len - len(prompt_ids)
-        steps = self._steps(prompt_ids, params, generator, speculative, stats)
-        try:
-            for committed in steps:
-                output.add(committed)
-                if output.finish_reason is None and len(output.token_ids) >= room:
-                    output.finish_reason = "length"
-                if output.finish_reason is not None:
-                    break
-                yield output.chunk(stats)
-        finally:
-            steps.close()
-        stats.num_output_tokens = len(output.token_ids)
+    def layer_outputs(self) -> dict[int, Any]:
+        """This thread's latest auxiliary layer outputs (hidden_states index -> [1, T, hidden])."""
+        return vars(self._layer_outputs)
+
+    def record_finished(self, stats: GenerationStats) -> None:
         with self._lock:
             self._cumulative.merge(stats)
-        yield output.chunk(stats)
-
-    def _steps(self, prompt_ids: list[int], params, generator, speculative: bool,
-               stats: GenerationStats) -> Iterator[list[int]]:
-        """Yield the tokens each target pass commits, forever; the caller stops it."""
-        import torch
-        from transformers import DynamicCache
-
-        config = self.config
-        session = None
-        policy = DraftPolicy(config.max_draft_len, dynamic=config.dynamic_draft, floor=config.acceptance_floor)
-        if speculative:
-            session = self.drafter.session(prompt_ids, params, generator,
-                                           confidence_threshold=config.confidence_threshold, tree=self.tree)
-        aux_ids = self.drafter.aux_layer_ids if session is not None else ()
-        cache = DynamicCache(config=self.target.config)
-        tokens = list(prompt_ids)
-        with torch.inference_mode():
-            logits, aux = self._forward(tokens, cache, num_logits=1, aux_ids=aux_ids)
-            first = self._choose(logits[-1:], params, generator)
-            if session is not None and aux_ids:
-                session.on_verified(aux)
-        tokens.append(first)
-        yield [first]
-        while True:
-            with torch.inference_mode():
-                committed = self._step(tokens, cache, session, policy, params, generator, stats, aux_ids)
-            tokens.extend(committed)
-            yield committed
-
-    def _step(self, tokens, cache, session, policy, params, generator, stats, aux_ids) -> list[int]:
-        """One verify step, chain or tree alike; returns the committed tokens (accepted drafts +
-        the recovered or bonus token)."""
-        from trtspec.runtime.kvcache import keep_positions
-        from trtspec.runtime.tree import accept_tree, tree_inputs
-
-        # 1. Draft (unless speculation is off or in acceptance-floor fallback).
-        draft, length = None, policy.next_length() if session is not None else 0
-        if length > 0:
-            started = time.perf_counter()
-            draft = session.propose(tokens, length)
-            stats.draft_time_s += time.perf_counter() - started
-            if draft is not None and draft.size == 0:
-                draft = None
-        tree = draft.tree if draft is not None else None
-        # 2. One target pass over [pending] + draft (a tree: positions by depth, tree attention mask).
-        past = len(tokens) - 1
-        k = draft.size if draft is not None else 0
-        draft_ids = draft.token_ids.tolist() if k else []
-        position_ids, mask = tree_inputs(tree, past) if tree is not None else (None, None)
-        started = time.perf_counter()
-        logits, aux = self._forward(tokens[-1:] + draft_ids, cache, num_logits=k + 1, aux_ids=aux_ids,
-                                    position_ids=position_ids,
-                                    attention_mask=mask[None, None] if mask is not None else None)
-        # 3. Accept: the accepted draft positions (a prefix of a chain, a path of a tree) and the next token.
-        if k == 0:
-            path, next_token = [], self._choose(logits, params, generator)
-        elif tree is not None:
-            path, next_token = accept_tree(tree, draft_ids, logits.argmax(dim=-1).tolist())
-        elif params.greedy:
-            num_accepted, next_token = sampling.greedy_accept(draft.token_ids, logits)
-            path = list(range(num_accepted))
-        else:
-            target_probs = sampling.logits_to_probs(logits, params)
-            num_accepted, next_token = sampling.rejection_accept(draft.token_ids, draft.draft_probs,
-                                                                 target_probs, generator)
-            path = list(range(num_accepted))
-        # 4. Keep the KV of the pending token and the accepted positions (the new pending one is not in it).
-        kept_rows = [0] + [1 + i for i in path]
-        keep_positions(cache, past, [past + row for row in kept_rows])
-        stats.verify_time_s += time.perf_counter() - started
-        stats.num_target_passes += 1
-        if aux_ids:
-            session.on_verified(aux[kept_rows])
-        # 5. Update statistics and the draft-length policy (a tree offers at most its depth).
-        if k:
-            offered = tree.max_depth if tree is not None else k
-            stats.record_draft(offered, len(path))
-            if policy.update(offered, len(path)):
-                stats.fallback = True
-        return [draft_ids[i] for i in path] + [next_token]
-
-    def _forward(self, input_ids: list[int], cache, *, num_logits: int, aux_ids=(), position_ids=None,
-                 attention_mask=None):
-        """Target forward over `input_ids` appended to `cache`.
-
-        Returns (logits [num_logits, vocab] of the last positions, aux hidden [len, sum(hidden)]
-        concatenated from the outputs `aux_ids` (hidden_states numbering) of this forward, or None).
-        """
-        import torch
-
-        out = self.target(input_ids=torch.tensor([input_ids]), past_key_values=cache, use_cache=True,
-                          logits_to_keep=num_logits, position_ids=position_ids, attention_mask=attention_mask)
-        kept = vars(self._layer_outputs)
-        aux = torch.cat([kept[i][0] for i in aux_ids], dim=-1) if aux_ids else None
-        return out.logits[0].float(), aux
 
     def _keep_layer_output(self, index: int, module, args, output) -> None:
         """Forward hook: layer `index - 1`'s output, under its hidden_states index `index`."""
         vars(self._layer_outputs)[index] = output[0] if isinstance(output, tuple) else output
 
-    @staticmethod
-    def _choose(logits, params, generator) -> int:
-        """The next token from one row of logits. # logits: [1, vocab_size]"""
-        if params.greedy:
-            return int(logits[-1].argmax())
-        return int(sampling.sample(sampling.logits_to_probs(logits[-1:], params), generator)[0])
+
+def _drain(results: queue.SimpleQueue, sequence: Sequence) -> Iterator[StreamChunk]:
+    """The chunks the engine loop sends for one request; closing it early cancels the request."""
+    try:
+        while True:
+            item = results.get()
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+            if item.finish_reason is not None:
+                return
+    finally:
+        sequence.cancelled = True  # the loop frees its blocks at the next step (a no-op once finished)
 
 
 def _eos_ids(target: Any, tokenizer: Any) -> set[int]:

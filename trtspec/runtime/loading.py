@@ -17,7 +17,9 @@ from trtspec.runtime.config import EngineConfig
 
 ENGINE_FORMAT = "trtspec-engine/1"
 RUNTIME_KEYS = ("dtype", "ngram_min", "ngram_max", "dynamic_draft", "confidence_threshold", "acceptance_floor",
-                "eagle_choices", "prepack")
+                "eagle_choices", "prepack", "kv_cache_max_tokens", "draft_len_schedule")
+# build_config keys the engine's scheduler reads (engine.json's contract with TensorRT-LLM's names)
+SCHEDULER_KEYS = ("max_batch_size", "max_num_tokens", "tokens_per_block")
 
 
 def load_engine(path: str | Path):
@@ -41,6 +43,7 @@ def load_engine(path: str | Path):
         raise IncompatibleArtifactError(f"{path}: the draft was made for another target",
                                         fix="re-run `trtspec convert` and `trtspec build`")
     runtime = {key: value for key, value in (bundle.get("runtime") or {}).items() if key in RUNTIME_KEYS}
+    runtime.update({key: int(build[key]) for key in SCHEDULER_KEYS if key in build})
     return engine_from_checkpoints(
         Engine, path / bundle["target"]["path"], mode=bundle.get("mode", "none"),
         draft_dir=(path / draft["path"]) if draft else None,

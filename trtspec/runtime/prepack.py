@@ -7,6 +7,13 @@ SGEMM, which repacks each weight matrix on every call; a 9-token verify then cos
 once at load (`torch.ops.mkldnn._reorder_linear_weight`) streams them as they are: the same
 9-token verify costs about 1.2-1.4x a plain step, and the 1-token step itself gets ~10% faster.
 
+Batch invariance (what lets a batched engine promise each request exactly what it gets alone):
+on this oneDNN build a row's result does not depend on how many rows share the call, for every
+row count from 2 to thousands, but a single row takes another kernel whose sums round
+differently when the input is wide (1536, the MLP's down projection). So a one-row input is
+computed as two rows and the first kept: every row then rounds the same way whatever the batch
+(tests/runtime/test_rt_batch_invariance.py measures it on the machine it runs on).
+
 Contract: `prepack_linears(model)` replaces every float32 `nn.Linear` of `model` with a
 `PackedLinear` that shares the original weight and bias Parameters (state_dict, tied embeddings
 and anything reading `.weight` are unchanged) and keeps one packed copy for its forward (so the
@@ -66,6 +73,10 @@ def _packed_linear_class():
 
         def forward(self, x):
             # x: [..., in_features] -> [..., out_features]
+            if x.numel() == x.shape[-1]:  # one row: compute it as two (batch invariance, module docstring)
+                pair = x.reshape(1, -1).expand(2, -1)
+                out = torch.ops.mkldnn._linear_pointwise(pair, self.packed, self.bias, "none", [], "")
+                return out[:1].reshape(*x.shape[:-1], -1)
             return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
 
         def extra_repr(self) -> str:

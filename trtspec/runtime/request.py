@@ -24,6 +24,16 @@ class InvalidRequestError(TrtSpecError):
     exit_code = 2
 
 
+class ServerBusyError(TrtSpecError):
+    """The engine refused a request at once: its queue is full, or the request can never fit."""
+
+    exit_code = 3
+
+
+class RequestCancelled(Exception):
+    """The caller went away; the engine stopped the request and freed its cache."""
+
+
 # Below this a positive temperature is refused: logits / temperature overflows float32 long before
 # the smallest float (1e-38 gave "probability tensor contains inf/nan"). The value is vLLM's
 # _SAMPLING_EPS (vllm/v1/sample/sampler.py), under which vLLM samples greedily; here the caller

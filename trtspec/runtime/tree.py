@@ -9,7 +9,7 @@ From the paths we derive parents, depths and an ancestor mask (after Medusa's
 Verification feeds [pending] + all nodes in one target pass: node i sits at position
 past + depth(i) and attends to the cache, the pending token and its own ancestors. Greedy
 acceptance walks from the root, each time to the child whose token equals the target's argmax;
-the KV of the accepted path is kept (kvcache.keep_positions), the rest dropped.
+the KV of the accepted path is kept (moved to follow the pending token), the rest dropped.
 """
 
 from __future__ import annotations

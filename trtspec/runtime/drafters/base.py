@@ -1,15 +1,21 @@
 """The one interface every drafter implements.
 
 A `Drafter` is shared by all requests and holds only read-only things (weights, settings). Each
-request opens its own `DraftSession` (its caches, its n-gram index), so concurrent requests never
-share mutable state. Per verify step the engine calls, in order:
+request opens its own `DraftSession` (its n-gram index, its slice of the drafter's paged KV
+cache), so requests never share mutable state. Per engine step the scheduler calls, in order:
 
-1. `session.propose(tokens, max_len)` -> a `Draft` of 0..max_len tokens continuing `tokens`
-   (the whole committed sequence, prompt included);
-2. the engine verifies the draft with one target pass;
+1. `drafter.propose_batch(sessions, tokens, max_lens)` -> per session a `Draft` of
+   0..max_len tokens continuing its `tokens` (the whole committed sequence, prompt included), or
+   None. Model drafters run one forward for all sessions per draft position; the default asks
+   each session's `propose` in turn (n-gram lookup);
+2. the engine verifies every draft in one target pass;
 3. `session.on_verified(kept_hidden)` with the target's auxiliary hidden states for the
-   positions the target kept in its KV cache this step (only drafters whose
-   `needs_aux_hidden` is true get them; others receive None).
+   positions the target kept in its KV cache (prompt chunks included; only drafters with
+   `aux_layer_ids` get them).
+
+A drafter with its own model says so with `kv_config` (the transformers config its cache is
+shaped by); the engine then makes a pool for it and opens each session with `kv`, that
+sequence's view of it (same block table as the target's).
 
 A drafter never sees the target's logits, never touches the target's KV cache, and never decides
 acceptance: that is the engine's job.
@@ -52,13 +58,20 @@ class Drafter:
 
     kind: str = "?"
     aux_layer_ids: tuple[int, ...] = ()
+    kv_config: Any = None  # config of the model whose KV cache sessions keep (None: no cache)
 
     @property
     def needs_aux_hidden(self) -> bool:
         return bool(self.aux_layer_ids)
 
     def session(self, prompt_ids: list[int], params: Any, generator: Any, *,
-                confidence_threshold: float = 0.0, tree: Any = None) -> DraftSession:
+                confidence_threshold: float = 0.0, tree: Any = None, kv: Any = None) -> DraftSession:
         """Open one request's session. `tree` (trtspec.runtime.tree.Tree) asks for static tree
-        drafts; drafters that only draft chains ignore it."""
+        drafts; drafters that only draft chains ignore it. `kv`: see the module docstring."""
         raise NotImplementedError
+
+    def propose_batch(self, sessions: list[DraftSession], tokens: list[list[int]],
+                      max_lens: list[int]) -> list[Draft | None]:
+        """One draft per session; this default asks each session in turn."""
+        return [session.propose(seq, max_len) for session, seq, max_len in zip(sessions, tokens, max_lens,
+                                                                                strict=True)]

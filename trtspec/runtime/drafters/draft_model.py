@@ -1,11 +1,15 @@
-"""An external draft model: any smaller causal LM with the target's tokenizer, with its own cache.
+"""An external draft model: any smaller causal LM with the target's tokenizer, on its own paged cache.
 
-The session keeps the draft model's KV cache and the token ids it holds. Each proposal crops
-that cache to the longest prefix it shares with the committed sequence (accepted draft tokens
-stay cached; rejected ones are dropped), feeds what is new, then drafts token by token: argmax
-under greedy, otherwise a sample from the draft's processed distribution (same temperature,
-top-k, top-p as the target), whose probabilities go to the rejection sampler. With a confidence
-threshold, drafting stops once the draft's probability of its own token falls below it.
+Each session keeps which token ids its slice of the draft model's cache holds. A proposal first
+rolls that cache back to the longest prefix it shares with the committed sequence (accepted draft
+tokens stay cached, rejected ones are dropped), then drafts token by token: argmax under greedy,
+otherwise a sample from the draft's processed distribution (same temperature, top-k, top-p as the
+target), whose probabilities go to the rejection sampler. With a confidence threshold, drafting
+stops once the draft's probability of its own token falls below it.
+
+Batched: every draft position is ONE forward of the draft model over all sessions still drafting
+(the first one also carries each session's catch-up tokens, the prompt on a session's first
+proposal), through trtspec.runtime.batch like the target.
 """
 
 from __future__ import annotations
@@ -18,60 +22,75 @@ class DraftModelDrafter(Drafter):
     kind = "draft-model"
 
     def __init__(self, model):
-        self.model = model
+        from trtspec.runtime.attention import use_paged_attention
 
-    def session(self, prompt_ids, params, generator, *, confidence_threshold=0.0, tree=None) -> DraftModelSession:
-        return DraftModelSession(self.model, params, generator, confidence_threshold)
+        use_paged_attention(model)
+        self.model = model
+        self.kv_config = model.config
+
+    def session(self, prompt_ids, params, generator, *, confidence_threshold=0.0, tree=None,
+                kv=None) -> DraftModelSession:
+        if kv is None:
+            raise ValueError("a draft-model session needs its slice of the draft model's KV pool (kv=)")
+        return DraftModelSession(kv, params, generator, confidence_threshold)
+
+    def propose_batch(self, sessions, tokens, max_lens):
+        import torch
+
+        from trtspec.runtime.batch import Feed, forward
+
+        ids: list[list[int]] = [[] for _ in sessions]
+        rows: list[list] = [[] for _ in sessions]
+        active = list(range(len(sessions)))
+        feeds = {i: sessions[i].catch_up(tokens[i]) for i in active}
+        for position in range(max(max_lens)):
+            if not active:
+                break
+            logits, _ = forward(self.model, [Feed(sessions[i].kv, feeds[i]) for i in active])
+            still = []
+            for i, row in zip(active, logits, strict=True):
+                session = sessions[i]
+                session.cached.extend(feeds[i])
+                token, probs, confident = session.choose(row)
+                if not confident and position > 0:
+                    continue
+                ids[i].append(token)
+                if probs is not None:
+                    rows[i].append(probs)
+                feeds[i] = [token]
+                if len(ids[i]) < max_lens[i]:
+                    still.append(i)
+            active = still
+        return [Draft(torch.tensor(ids[i], dtype=torch.long), torch.stack(rows[i]) if rows[i] else None)
+                if ids[i] else None for i in range(len(sessions))]
 
 
 class DraftModelSession(DraftSession):
-    def __init__(self, model, params: sampling.SamplingParams, generator, confidence_threshold: float):
-        from transformers import DynamicCache
-
-        self.model = model
+    def __init__(self, kv, params: sampling.SamplingParams, generator, confidence_threshold: float):
+        self.kv = kv
         self.params = params
         self.generator = generator
         self.threshold = confidence_threshold
-        self.cache = DynamicCache(config=model.config)
-        self.cached: list[int] = []  # token ids whose KV is in self.cache, in order
+        self.cached: list[int] = []  # token ids whose KV is in this session's cache, in order
 
-    def _sync(self, tokens: list[int]) -> list[int]:
-        """Crop the cache to the shared prefix (keeping >= 1 token to feed); return what to feed."""
+    def catch_up(self, tokens: list[int]) -> list[int]:
+        """Roll the cache back to the prefix it shares with `tokens` (keeping >= 1 token to feed);
+        return what to feed."""
         shared = 0
         limit = min(len(self.cached), len(tokens) - 1)
         while shared < limit and self.cached[shared] == tokens[shared]:
             shared += 1
-        if shared < len(self.cached):
-            from trtspec.runtime.kvcache import crop
-
-            crop(self.cache, shared, self.model.config)
-            del self.cached[shared:]
+        del self.cached[shared:]
+        self.kv.length = shared
         return tokens[shared:]
 
-    def propose(self, tokens: list[int], max_len: int) -> Draft | None:
-        import torch
-
-        feed = self._sync(tokens)
-        draft_ids, draft_rows = [], []
-        for position in range(max_len):
-            logits = self.model(input_ids=torch.tensor([feed]), past_key_values=self.cache, use_cache=True,
-                                logits_to_keep=1).logits[0, -1:].float()
-            self.cached.extend(feed)
-            if self.params.greedy:
-                token = int(logits[0].argmax())
-                confidence = float(logits[0].softmax(-1)[token]) if self.threshold > 0 else 1.0
-            else:
-                probs = sampling.logits_to_probs(logits, self.params)
-                token = int(sampling.sample(probs, self.generator)[0])
-                confidence = float(probs[0, token])
-                draft_rows.append(probs[0])
-            if confidence < self.threshold and position > 0:
-                if draft_rows:
-                    draft_rows.pop()
-                break
-            draft_ids.append(token)
-            feed = [token]
-        if not draft_ids:
-            return None
-        return Draft(torch.tensor(draft_ids, dtype=torch.long),
-                     torch.stack(draft_rows) if draft_rows else None)
+    def choose(self, logits):
+        """(token, draft probabilities or None, confident) from one row of draft logits.
+        # logits: [1, vocab_size]"""
+        if self.params.greedy:
+            token = int(logits[0].argmax())
+            confidence = float(logits[0].softmax(-1)[token]) if self.threshold > 0 else 1.0
+            return token, None, confidence >= self.threshold
+        probs = sampling.logits_to_probs(logits, self.params)
+        token = int(sampling.sample(probs, self.generator)[0])
+        return token, probs[0], float(probs[0, token]) >= self.threshold

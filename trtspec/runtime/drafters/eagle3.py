@@ -18,14 +18,19 @@ With a static tree (eagle_choices) and greedy decoding, the session fills the tr
 (one EAGLE pass per depth, tree attention mask over its own cache); under sampling it proposes
 its top chain, which rejection sampling verifies losslessly.
 
-The session keeps an EAGLE KV cache over committed positions only; drafted positions are
-cropped after each proposal and recomputed from the target's real hidden states once verified.
+Batched: `propose_batch` runs ONE head forward per draft position for all sessions (the first
+also catches each session up on the positions the target verified since its last proposal), on
+the head's own paged KV cache (trtspec.runtime.batch's Layout, the target's block tables). Each
+session's cache holds committed positions only; drafted positions are rolled back after each
+proposal and recomputed from the target's real hidden states once verified.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from trtspec.errors import ModelSourceError
 from trtspec.runtime import sampling
@@ -71,8 +76,12 @@ class Eagle3Drafter(Drafter):
     kind = "eagle3"
 
     def __init__(self, head, embed_tokens, aux_layer_ids: list[int]):
+        from trtspec.runtime.attention import use_paged_attention
+
+        use_paged_attention(head)
         self.head = head
         self.embed_tokens = embed_tokens
+        self.kv_config = head.config
         # indices into the target's hidden_states tuple (index 0 is the embedding output)
         self.aux_layer_ids = tuple(i + 1 for i in aux_layer_ids)
 
@@ -99,44 +108,84 @@ class Eagle3Drafter(Drafter):
         layer_ids = list(eagle["eagle_aux_hidden_state_layer_ids"])
         return cls(head, target.get_input_embeddings(), layer_ids)
 
-    def session(self, prompt_ids, params, generator, *, confidence_threshold=0.0, tree=None) -> Eagle3Session:
-        return Eagle3Session(self, params, generator, confidence_threshold, tree)
+    def session(self, prompt_ids, params, generator, *, confidence_threshold=0.0, tree=None, kv=None) -> Eagle3Session:
+        if kv is None:
+            raise ValueError("an EAGLE-3 session needs its slice of the head's KV pool (kv=)")
+        return Eagle3Session(self, kv, params, generator, confidence_threshold, tree)
 
+    def propose_batch(self, sessions, tokens, max_lens):
+        from trtspec.runtime.drafters.eagle3_tree import propose_trees
 
-class Eagle3Session(DraftSession):
-    def __init__(self, drafter: Eagle3Drafter, params, generator, threshold: float, tree=None):
-        from transformers import DynamicCache
+        # 1. Catch up every session on its newly verified positions: one head forward.
+        feeds = [HeadFeed(s.kv, seq[s.kv.length + 1:], s.take_pending(len(seq)), num_logits=1)
+                 for s, seq in zip(sessions, tokens, strict=True)]
+        last = [(logits[-1], h[-1]) for logits, h in self.forward(feeds)]
+        for session in sessions:
+            session.committed = session.kv.length
+        drafts: list[Draft | None] = [None] * len(sessions)
+        try:
+            trees = [i for i, s in enumerate(sessions) if s.tree is not None and s.params.greedy]
+            chains = [i for i in range(len(sessions)) if i not in trees]
+            if trees:
+                for i, draft in zip(trees, propose_trees(self, [sessions[i] for i in trees],
+                                                         [tokens[i] for i in trees], [last[i] for i in trees]),
+                                    strict=True):
+                    drafts[i] = draft
+            if chains:
+                for i, draft in zip(chains, self._propose_chains([sessions[i] for i in chains],
+                                                                 [max_lens[i] for i in chains],
+                                                                 [last[i] for i in chains]), strict=True):
+                    drafts[i] = draft
+        finally:
+            for session in sessions:  # 3. drafted positions leave the head's cache
+                session.kv.length = session.committed
+        return drafts
 
-        self.head = drafter.head
-        self.embed = drafter.embed_tokens
-        self.tree = tree
-        self.params = params
-        self.generator = generator
-        self.threshold = threshold
-        self.cache = DynamicCache(config=self.head.config)
-        self.cached = 0                 # EAGLE positions in self.cache (all committed)
-        self.pending: list = []         # fc(aux) rows for target positions not yet fed
-
-    def on_verified(self, kept_hidden) -> None:
-        self.pending.append(self.head.fc(kept_hidden))
-
-    def _forward(self, token_ids: list[int], hidden, start: int, mask=None, positions=None):
-        """Run the EAGLE layers on positions start.. (or `positions`); returns (logits, pre-norm h).
-
-        # hidden: [n, hidden_size]; mask: [n, cache + n] bool, or None for causal
-        """
+    def _propose_chains(self, sessions, max_lens, last):
+        """2. Chains: each draft position is one head forward over the sessions still drafting."""
         import torch
 
-        n = len(token_ids)
+        ids: list[list[int]] = [[] for _ in sessions]
+        rows: list[list] = [[] for _ in sessions]
+        state = list(last)
+        active = list(range(len(sessions)))
+        for step in range(max(max_lens)):
+            feeds, fed = [], []
+            for i in active:
+                session = sessions[i]
+                logits, h = state[i]
+                token, probs, confident = session.choose(logits)
+                if step > 0 and not confident:
+                    continue
+                ids[i].append(token)
+                if probs is not None:
+                    rows[i].append(probs)
+                if len(ids[i]) < max_lens[i]:
+                    feeds.append(HeadFeed(session.kv, [token], h.unsqueeze(0), num_logits=1))
+                    fed.append(i)
+            active = fed
+            if not feeds:
+                break
+            for i, (logits, h) in zip(fed, self.forward(feeds), strict=True):
+                state[i] = (logits[-1], h[-1])
+        return [Draft(torch.tensor(ids[i], dtype=torch.long), torch.stack(rows[i]) if rows[i] else None)
+                for i in range(len(sessions))]
+
+    def forward(self, feeds: list[HeadFeed]):
+        """The EAGLE layers over a packed batch; per feed (logits of its last num_logits rows,
+        pre-norm h of every row). Each feed's cache grows by its tokens."""
+        import torch
+
+        from trtspec.runtime.attention import Layout
+        from trtspec.runtime.batch import _mask_placeholder
+
         head = self.head
-        embeds = self.embed(torch.tensor([token_ids])).float()
-        h = hidden.unsqueeze(0)
-        if positions is None:
-            positions = torch.arange(start, start + n).unsqueeze(0)
-        past = self.cache.get_seq_length()
-        if mask is None and n > 1:  # explicit causal mask: SDPA's is_causal ignores the cache offset
-            mask = torch.ones(n, past + n, dtype=torch.bool).tril(diagonal=past)
-        mask4 = mask[None, None] if mask is not None else None
+        lengths = [len(f.token_ids) for f in feeds]
+        layout = Layout.build([f.kv for f in feeds], lengths, [f.mask for f in feeds])
+        embeds = self.embed_tokens(torch.tensor([[t for f in feeds for t in f.token_ids]])).float()
+        h = torch.cat([f.hidden for f in feeds]).unsqueeze(0)  # [1, T, hidden]
+        positions = torch.tensor([[p for f in feeds for p in (
+            f.positions if f.positions is not None else range(f.kv.length, f.kv.length + len(f.token_ids)))]])
         position_embeddings = head.rotary_emb(h, positions)
         for index, layer in enumerate(head.layers):
             residual = h
@@ -144,98 +193,78 @@ class Eagle3Session(DraftSession):
             if index == 0:
                 normed = torch.cat([layer.input_layernorm(embeds), layer.hidden_norm(normed)], dim=-1)
             attn, _ = layer.self_attn(hidden_states=normed, position_embeddings=position_embeddings,
-                                      attention_mask=mask4, past_key_values=self.cache)
+                                      attention_mask=_mask_placeholder(), past_key_values=None, trtspec_layout=layout)
             h = residual + attn
             h = h + layer.mlp(layer.post_attention_layernorm(h))
-        logits = head.lm_head(head.norm(h))[0]
-        return logits, h[0]
+        for feed, length in zip(feeds, lengths, strict=True):
+            feed.kv.length += length
+        keep, start = [], 0
+        for feed, length in zip(feeds, lengths, strict=True):
+            keep.extend(range(start + length - feed.num_logits, start + length))
+            start += length
+        logits = head.lm_head(head.norm(h[0, keep]))
+        return list(zip(logits.split([f.num_logits for f in feeds]), h[0].split(lengths), strict=True))
 
-    def _to_target_vocab(self, draft_ids):
-        return draft_ids if self.head.d2t is None else draft_ids + self.head.d2t[draft_ids]
 
-    def _catch_up(self, tokens: list[int]):
-        """Feed the committed positions not yet in the EAGLE cache; return the last (logits, h)."""
+@dataclass
+class HeadFeed:
+    """New EAGLE positions of one session: tokens, the hidden rows they pair with, where they go."""
+
+    kv: Any
+    token_ids: list[int]
+    hidden: Any  # [tokens, hidden_size]
+    positions: list[int] | None = None
+    mask: Any = None
+    num_logits: int = 1
+
+
+class Eagle3Session(DraftSession):
+    def __init__(self, drafter: Eagle3Drafter, kv, params, generator, threshold: float, tree=None):
+        self.drafter = drafter
+        self.head = drafter.head
+        self.kv = kv                    # this sequence's slice of the head's paged cache
+        self.tree = tree
+        self.params = params
+        self.generator = generator
+        self.threshold = threshold
+        self.committed = 0              # EAGLE positions of committed tokens in the cache
+        self.pending: list = []         # fc(aux) rows for target positions not yet fed
+
+    def on_verified(self, kept_hidden) -> None:
+        self.pending.append(self.head.fc(kept_hidden))
+
+    def take_pending(self, num_tokens: int):
+        """The fc(aux) rows not yet fed, as one tensor. # -> [new positions, hidden_size]"""
         import torch
 
         hidden = torch.cat(self.pending) if len(self.pending) > 1 else self.pending[0]
         self.pending = []
-        start = self.cached
-        assert start + hidden.shape[0] == len(tokens) - 1, "EAGLE hidden states out of step with tokens"
-        logits, h = self._forward(tokens[start + 1:], hidden, start)
-        self.cached = len(tokens) - 1
-        return logits[-1], h[-1]
+        assert self.kv.length + hidden.shape[0] == num_tokens - 1, "EAGLE hidden states out of step with tokens"
+        return hidden
 
     def propose(self, tokens: list[int], max_len: int) -> Draft | None:
-        import torch
+        return self.drafter.propose_batch([self], [tokens], [max_len])[0]
 
-        from trtspec.runtime.kvcache import crop
+    def to_target_vocab(self, draft_ids):
+        return draft_ids if self.head.d2t is None else draft_ids + self.head.d2t[draft_ids]
 
-        logits, h = self._catch_up(tokens)
-        try:
-            if self.tree is not None and self.params.greedy:
-                return self._propose_tree(tokens, logits, h)
-            ids, rows = [], []
-            for step in range(max_len):
-                if self.params.greedy:
-                    choice = logits.argmax()
-                    confidence = float(logits.softmax(-1)[choice]) if self.threshold > 0 else 1.0
-                else:
-                    probs = sampling.logits_to_probs(logits.unsqueeze(0), self.params)[0]
-                    choice = sampling.sample(probs.unsqueeze(0), self.generator)[0]
-                    confidence = float(probs[choice])
-                if step > 0 and confidence < self.threshold:
-                    break
-                token = int(self._to_target_vocab(choice))
-                ids.append(token)
-                if not self.params.greedy:
-                    rows.append(self._draft_probs_in_target_vocab(probs))
-                if step + 1 < max_len:
-                    out, hs = self._forward([token], h.unsqueeze(0), len(tokens) - 1 + step)
-                    logits, h = out[-1], hs[-1]
-            return Draft(torch.tensor(ids, dtype=torch.long), torch.stack(rows) if rows else None)
-        finally:
-            crop(self.cache, self.cached)
+    def choose(self, logits):
+        """(token in the target vocabulary, its draft probabilities over the target vocabulary or
+        None under greedy, confident) from one row of head logits. # logits: [draft_vocab]"""
+        if self.params.greedy:
+            choice = logits.argmax()
+            confidence = float(logits.softmax(-1)[choice]) if self.threshold > 0 else 1.0
+            return int(self.to_target_vocab(choice)), None, confidence >= self.threshold
+        probs = sampling.logits_to_probs(logits.unsqueeze(0), self.params)[0]
+        choice = sampling.sample(probs.unsqueeze(0), self.generator)[0]
+        return int(self.to_target_vocab(choice)), self._in_target_vocab(probs), float(probs[choice]) >= self.threshold
 
-    def _draft_probs_in_target_vocab(self, probs):
+    def _in_target_vocab(self, probs):
         """# probs: [draft_vocab] -> [vocab]: scatter through d2t when the draft vocab is reduced."""
         if self.head.d2t is None:
             return probs
         import torch
 
-        full = torch.zeros(self.embed.num_embeddings)
-        full[self._to_target_vocab(torch.arange(probs.shape[0]))] = probs
+        full = torch.zeros(self.drafter.embed_tokens.num_embeddings)
+        full[self.to_target_vocab(torch.arange(probs.shape[0]))] = probs
         return full
-
-    def _propose_tree(self, tokens, root_logits, root_h) -> Draft:
-        """Fill the static tree depth by depth, one EAGLE pass per depth with a tree mask."""
-        import torch
-
-        tree = self.tree
-        node_tokens = [0] * tree.num_nodes
-        node_logits, node_h = {-1: root_logits}, {-1: root_h}
-        fed: list[int] = []  # tree nodes in EAGLE cache order, after the committed positions
-        base = len(tokens) - 2  # EAGLE position of the root (it predicts depth 1)
-        for depth in range(1, tree.max_depth + 1):
-            level = [n for n in range(tree.num_nodes) if tree.depth[n] == depth]
-            for node in level:
-                parent = tree.parent[node]
-                top = torch.topk(node_logits[parent], tree.max_rank(parent) + 1).indices
-                node_tokens[node] = int(self._to_target_vocab(top[tree.rank[node]]))
-            expand = [n for n in level if tree.children[n]]
-            if not expand:
-                break
-            past = self.cached + len(fed)
-            mask = torch.zeros(len(expand), past + len(expand), dtype=torch.bool)
-            mask[:, : self.cached] = True
-            for row, node in enumerate(expand):
-                for column, other in enumerate(fed):
-                    mask[row, self.cached + column] = bool(tree.ancestors[node, other])
-                mask[row, past + row] = True
-            hidden = torch.stack([node_h[tree.parent[n]] for n in expand])
-            positions = torch.full((1, len(expand)), base + depth)
-            logits, h = self._forward([node_tokens[n] for n in expand], hidden, base + depth, mask=mask,
-                                     positions=positions)
-            for row, node in enumerate(expand):
-                node_logits[node], node_h[node] = logits[row], h[row]
-            fed.extend(expand)
-        return Draft(torch.tensor(node_tokens, dtype=torch.long), tree=tree)

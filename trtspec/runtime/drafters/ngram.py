@@ -21,7 +21,7 @@ class NgramDrafter(Drafter):
         self.ngram_min = ngram_min
         self.ngram_max = ngram_max
 
-    def session(self, prompt_ids, params, generator, *, confidence_threshold=0.0, tree=None) -> NgramSession:
+    def session(self, prompt_ids, params, generator, *, confidence_threshold=0.0, tree=None, kv=None) -> NgramSession:
         return NgramSession(self.ngram_min, self.ngram_max)
 
 

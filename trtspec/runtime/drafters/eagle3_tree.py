@@ -1,0 +1,56 @@
+"""EAGLE-3 static-tree drafting (greedy), batched over sessions: one head forward per tree depth.
+
+Every session fills the same tree (the engine's eagle_choices). At depth d each node takes the
+rank-th most likely token of its parent's head logits; the nodes of depth d that have children
+are fed to the head in one forward for all sessions, each attending to its committed positions
+and its own ancestors among the nodes fed before (a tree mask over its cache), at EAGLE position
+base + d. The fed nodes leave the cache when the proposal ends (Eagle3Drafter.propose_batch).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trtspec.runtime.drafters.base import Draft
+
+
+def propose_trees(drafter: Any, sessions: list[Any], tokens: list[list[int]], last: list[tuple]) -> list[Draft]:
+    """One tree draft per session. `last`: per session (logits, h) of its last committed position."""
+    import torch
+
+    from trtspec.runtime.drafters.eagle3 import HeadFeed
+
+    tree = sessions[0].tree
+    node_tokens = [[0] * tree.num_nodes for _ in sessions]
+    node_logits = [{-1: logits} for logits, _ in last]
+    node_h = [{-1: h} for _, h in last]
+    fed: list[int] = []  # tree nodes in cache order after each session's committed positions
+    for depth in range(1, tree.max_depth + 1):
+        level = [n for n in range(tree.num_nodes) if tree.depth[n] == depth]
+        for s, session in enumerate(sessions):
+            for node in level:
+                parent = tree.parent[node]
+                top = torch.topk(node_logits[s][parent], tree.max_rank(parent) + 1).indices
+                node_tokens[s][node] = int(session.to_target_vocab(top[tree.rank[node]]))
+        expand = [n for n in level if tree.children[n]]
+        if not expand:
+            break
+        feeds = []
+        for s, session in enumerate(sessions):
+            committed = session.committed
+            past = committed + len(fed)
+            mask = torch.zeros(len(expand), past + len(expand), dtype=torch.bool)
+            mask[:, :committed] = True
+            for row, node in enumerate(expand):
+                for column, other in enumerate(fed):
+                    mask[row, committed + column] = bool(tree.ancestors[node, other])
+                mask[row, past + row] = True
+            base = len(tokens[s]) - 2  # EAGLE position of the root (it predicts depth 1)
+            feeds.append(HeadFeed(session.kv, [node_tokens[s][n] for n in expand],
+                                  torch.stack([node_h[s][tree.parent[n]] for n in expand]),
+                                  positions=[base + depth] * len(expand), mask=mask, num_logits=len(expand)))
+        for s, (logits, h) in enumerate(drafter.forward(feeds)):
+            for row, node in enumerate(expand):
+                node_logits[s][node], node_h[s][node] = logits[row], h[row]
+        fed.extend(expand)
+    return [Draft(torch.tensor(node_tokens[s], dtype=torch.long), tree=tree) for s in range(len(sessions))]

@@ -1,0 +1,221 @@
+"""The engine loop: iteration-level scheduling (Orca; TensorRT-LLM's batch manager) on a paged cache.
+
+Requests join and leave between steps. Each step (trtspec.runtime.step) drafts for every
+decoding sequence, runs ONE target forward over all of them plus prompt chunks of new ones, then
+accepts, rolls back and streams per sequence. This module owns what lies around the steps:
+
+- Admission (TensorRT-LLM's GUARANTEED_NO_EVICT policy): a request is admitted when a batch
+  slot (`max_batch_size`) is free and the pool has blocks for its longest possible sequence
+  (prompt + max_new_tokens + the widest draft), so no running sequence is ever evicted and
+  memory stays bounded. The blocks go back at finish, cancel and error.
+- A bounded queue: what cannot be admitted waits in FIFO order; past `max_queue_size` waiting
+  requests a new one is refused at once with ServerBusyError (no unbounded time to first token).
+  A request that could never fit the pool is refused at once too.
+- One loop thread per engine, started by the first request and ending when nothing is left, so
+  an idle engine holds no thread; all torch work happens on it (intra-op threads use the cores).
+- Counters and gauges for metrics: running (batch size), waiting (queue depth), KV blocks in use,
+  refused and failed requests.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from trtspec.runtime.request import RequestCancelled, ServerBusyError
+from trtspec.runtime.sequence import Request, Sequence
+
+
+@dataclass
+class SchedulerStats:
+    """A snapshot for metrics. Counters only grow; the rest is the state now."""
+
+    running: int = 0
+    waiting: int = 0
+    kv_blocks_used: int = 0
+    kv_blocks_total: int = 0
+    last_batch_size: int = 0
+    last_draft_len: int = 0
+    num_steps: int = 0
+    num_refused: int = 0
+    num_failed: int = 0
+    num_cancelled: int = 0
+    num_finished: int = 0
+
+
+class Scheduler:
+    """Admission, queue and loop thread of one Engine; the steps themselves are step.run_step."""
+
+    def __init__(self, engine: Any):
+        from trtspec.runtime.paged import BlockAllocator, KVPool
+
+        config = engine.config
+        self.engine = engine
+        self.config = config
+        from trtspec.runtime.attention import window_end
+
+        block = config.tokens_per_block
+        tokens = config.kv_cache_max_tokens or config.max_batch_size * window_end(config.max_seq_len + self.widest_draft())
+        self.allocator = BlockAllocator(-(-tokens // block), block)
+        slots = self.allocator.num_blocks * block
+        self.pool = KVPool.for_model(engine.target.config, slots)
+        drafter_kv = getattr(engine.drafter, "kv_config", None)
+        self.draft_pool = KVPool.for_model(drafter_kv, slots) if drafter_kv is not None else None
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.stats = SchedulerStats(kv_blocks_total=self.allocator.num_blocks)
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self.on_step = None  # callback(SchedulerStats) after every step, for gauges
+
+    def widest_draft(self) -> int:
+        """Most tokens a step may write past the committed ones (pending + drafts, or tree nodes)."""
+        tree = self.engine.tree
+        return 1 + max(self.config.max_draft_len, tree.num_nodes if tree is not None else 0)
+
+    # -- admission -------------------------------------------------------------------------
+
+    def submit(self, request: Request) -> Sequence:
+        """Admit or queue a request; raises ServerBusyError when it must be refused."""
+        from trtspec.runtime.attention import window_end
+
+        engine = self.engine
+        # the cache positions this request may ever use, to the end of attention's last key window
+        reserve = window_end(min(len(request.prompt_ids) + request.max_new_tokens, self.config.max_seq_len)
+                             + self.widest_draft() - 1)
+        sequence = Sequence(request, tokenizer=engine.tokenizer, eos_ids=engine.eos_ids, config=self.config,
+                            reserve=reserve)
+        needed = self.allocator.blocks_for(reserve)
+        with self._lock:
+            if self._closed:
+                raise ServerBusyError("the engine is shut down", fix="send the request to a running server")
+            if needed > self.allocator.num_blocks:
+                self.stats.num_refused += 1
+                raise ServerBusyError(
+                    f"request needs {needed} KV blocks ({reserve} tokens) but the pool has {self.allocator.num_blocks}",
+                    fix="ask for fewer max_tokens, or raise build.kv_cache_max_tokens")
+            if not self.waiting and self._try_admit(sequence):
+                pass
+            elif len(self.waiting) >= self.config.max_queue_size:
+                self.stats.num_refused += 1
+                raise ServerBusyError(
+                    f"server busy: {len(self.running)} requests running and {len(self.waiting)} queued "
+                    f"(serve.max_queue_size {self.config.max_queue_size})",
+                    fix="retry later, or raise serve.max_queue_size / build.max_batch_size")
+            else:
+                self.waiting.append(sequence)
+            self._refresh_gauges()
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="trtspec-engine", daemon=True)
+                self._thread.start()
+        return sequence
+
+    def _try_admit(self, sequence: Sequence) -> bool:
+        """Give `sequence` a batch slot and its blocks if both are free (lock held)."""
+        from trtspec.runtime.paged import BlockTable, SeqKV
+
+        if len(self.running) >= self.config.max_batch_size:
+            return False
+        blocks = self.allocator.allocate(self.allocator.blocks_for(sequence.reserve))
+        if blocks is None:
+            return False
+        sequence.table = BlockTable(blocks, self.allocator.block_size)
+        sequence.kv = SeqKV(self.pool, sequence.table)
+        for pool in (self.pool, self.draft_pool):
+            if pool is not None:
+                pool.zero_blocks(sequence.table)
+        engine = self.engine
+        if sequence.request.speculative and engine.drafter is not None:
+            kv = SeqKV(self.draft_pool, sequence.table) if self.draft_pool is not None else None
+            sequence.session = engine.drafter.session(sequence.tokens, sequence.params, sequence.generator,
+                                                      confidence_threshold=self.config.confidence_threshold,
+                                                      tree=engine.tree, kv=kv)
+        self.running.append(sequence)
+        return True
+
+    def _admit_waiting(self) -> None:
+        """FIFO: admit from the head of the queue while it fits (lock held)."""
+        while self.waiting and self._try_admit(self.waiting[0]):
+            self.waiting.popleft()
+
+    def retire(self, sequence: Sequence, error: BaseException | None = None) -> None:
+        """Remove a finished, cancelled or failed sequence; its blocks go back to the pool."""
+        with self._lock:
+            if sequence in self.running:
+                self.running.remove(sequence)
+                self.allocator.free(sequence.table.blocks)
+            elif sequence in self.waiting:
+                self.waiting.remove(sequence)
+            if isinstance(error, RequestCancelled):
+                self.stats.num_cancelled += 1
+            elif error is not None:
+                self.stats.num_failed += 1
+            else:
+                self.stats.num_finished += 1
+        if error is not None:
+            sequence.fail(error)
+
+    def _refresh_gauges(self) -> None:
+        self.stats.running = len(self.running)
+        self.stats.waiting = len(self.waiting)
+        self.stats.kv_blocks_used = self.allocator.num_used
+
+    def snapshot(self) -> SchedulerStats:
+        with self._lock:
+            self._refresh_gauges()
+            return SchedulerStats(**vars(self.stats))
+
+    # -- the loop --------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        import torch
+
+        from trtspec.runtime.step import run_step
+
+        while True:
+            with self._lock:
+                for sequence in [s for s in self.waiting if s.wants_cancel()]:
+                    self.waiting.remove(sequence)
+                    self.stats.num_cancelled += 1
+                    sequence.fail(RequestCancelled("the request was cancelled while queued"))
+                self._admit_waiting()
+                batch = list(self.running)
+                if not batch or self._closed:
+                    self._thread = None
+                    self._refresh_gauges()
+                    return
+            try:
+                with torch.inference_mode():
+                    run_step(self, batch)
+            except Exception as error:  # noqa: BLE001 - one bad step fails its batch, not the engine
+                failure = RuntimeError(f"internal error: {type(error).__name__}: {error}")
+                for sequence in batch:
+                    if not sequence.done:
+                        self.retire(sequence, failure)
+            with self._lock:
+                self.stats.num_steps += 1
+                self._refresh_gauges()
+                stats = SchedulerStats(**vars(self.stats))
+            if self.on_step is not None:
+                self.on_step(stats)
+
+    def close(self) -> None:
+        """Refuse new requests, end queued and running ones with an error, wait for the loop."""
+        with self._lock:
+            self._closed = True
+            thread = self._thread
+            pending = list(self.waiting)
+            self.waiting.clear()
+        for sequence in pending:
+            sequence.fail(ServerBusyError("the engine shut down before this request started",
+                                          fix="send it again to a running server"))
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=60)
+        with self._lock:
+            for sequence in list(self.running):
+                self.allocator.free(sequence.table.blocks)
+                sequence.fail(ServerBusyError("the engine shut down", fix="send it again to a running server"))
+            self.running.clear()

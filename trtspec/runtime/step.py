@@ -1,0 +1,170 @@
+"""One iteration of the engine loop: every running sequence goes through the same numbered phases.
+
+0. Retire: sequences whose caller went away leave and free their blocks.
+1. Plan: decoding sequences verify [pending] + a draft whose length the load policy picks for
+   this batch size (and each sequence's own policy may shorten); prompt chunks of new sequences
+   fill what is left of the `max_num_tokens` budget (chunked prefill).
+2. Draft: one drafter call for every decoding sequence that speculates (batched inside).
+3. Verify: ONE target forward over all feeds (ragged: per-sequence positions and masks).
+4. Accept per sequence (greedy prefix or tree path, or lossless rejection sampling), roll back
+   the rejected tokens' KV, hand the drafter the hidden states of what was kept.
+5. Commit: stream each sequence's tokens, update statistics and its policy; finished sequences
+   leave and free their blocks.
+
+A prompt chunk that completes a prompt produces the sequence's first token in phase 4.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from trtspec.runtime import sampling
+from trtspec.runtime.batch import Feed, forward
+from trtspec.runtime.request import RequestCancelled
+from trtspec.runtime.tree import accept_tree, tree_inputs
+
+
+def run_step(scheduler: Any, batch: list[Any]) -> None:
+    engine, config = scheduler.engine, scheduler.config
+    # 0. Retire what the callers cancelled.
+    live = []
+    for sequence in batch:
+        if sequence.wants_cancel():
+            scheduler.retire(sequence, RequestCancelled("the client went away"))
+        else:
+            live.append(sequence)
+    if not live:
+        return
+    # 1. Plan the step under the token budget.
+    decoding = [s for s in live if s.decoding]
+    prefilling = [s for s in live if not s.decoding]
+    lengths = plan_draft_lengths(engine, decoding, config.max_num_tokens)
+    scheduler.stats.last_batch_size = len(live)
+    scheduler.stats.last_draft_len = max(lengths, default=0)
+    # 2. Draft for every decoding sequence that speculates.
+    started = time.perf_counter()
+    drafts = _draft(engine, decoding, lengths)
+    draft_time = time.perf_counter() - started
+    # 3. One target forward: [pending] + draft per decoding sequence, then prompt chunks.
+    feeds = [_verify_feed(s, d) for s, d in zip(decoding, drafts, strict=True)]
+    budget = max(1, config.max_num_tokens - sum(len(f.token_ids) for f in feeds))
+    chunked = []
+    for sequence in prefilling:
+        if budget <= 0:
+            break
+        start = sequence.kv.length
+        chunk = sequence.tokens[start:min(sequence.num_prompt, start + budget)]
+        last = start + len(chunk) == sequence.num_prompt
+        feeds.append(Feed(sequence.kv, chunk, num_logits=1 if last else 0))
+        chunked.append(sequence)
+        budget -= len(chunk)
+    started = time.perf_counter()
+    aux_ids = engine.drafter.aux_layer_ids if engine.drafter is not None else ()
+    if not any(s.session is not None for s in decoding + chunked):
+        aux_ids = ()
+    logits, aux = forward(engine.target, feeds, engine.layer_outputs(), aux_ids)
+    # 4. + 5. Accept, roll back and commit, sequence by sequence.
+    for index, (sequence, draft) in enumerate(zip(decoding, drafts, strict=True)):
+        committed = _accept(scheduler, sequence, draft, logits[index], aux[index])
+        sequence.stats.draft_time_s += draft_time
+        sequence.stats.verify_time_s += time.perf_counter() - started
+        _commit(scheduler, sequence, committed)
+    for offset, sequence in enumerate(chunked):
+        index = len(decoding) + offset
+        if sequence.session is not None and aux_ids:
+            sequence.session.on_verified(aux[index])
+        if sequence.kv.length == sequence.num_prompt:
+            _commit(scheduler, sequence, [choose(logits[index][-1:], sequence.params, sequence.generator)])
+
+
+def plan_draft_lengths(engine: Any, decoding: list[Any], max_num_tokens: int) -> list[int]:
+    """Draft tokens per decoding sequence this step: the load policy's length for this batch size,
+    shortened by each sequence's own policy, then cut so that every sequence's [pending] + draft
+    fits the token budget together (one token each at least, whatever the budget)."""
+    step_len = engine.draft_length(len(decoding))
+    lengths = [min(step_len, s.policy.next_length()) if s.session is not None and step_len > 0 else 0
+               for s in decoding]
+    room = max_num_tokens - len(decoding)
+    while sum(lengths) > max(0, room):
+        longest = max(lengths)
+        lengths = [min(k, longest - 1) for k in lengths]
+    return lengths
+
+
+def _draft(engine: Any, decoding: list[Any], lengths: list[int]) -> list[Any]:
+    """Phase 2: drafts (or None) aligned with `decoding`."""
+    wanted = [i for i, k in enumerate(lengths) if k > 0]
+    drafts: list[Any] = [None] * len(decoding)
+    if not wanted:
+        return drafts
+    proposed = engine.drafter.propose_batch([decoding[i].session for i in wanted],
+                                            [decoding[i].tokens for i in wanted], [lengths[i] for i in wanted])
+    for i, draft in zip(wanted, proposed, strict=True):
+        drafts[i] = draft if draft is not None and draft.size > 0 else None
+    return drafts
+
+
+def _verify_feed(sequence: Any, draft: Any) -> Feed:
+    """[pending] + draft at the sequence's next cache positions (a tree: nodes at their depths)."""
+    past = sequence.kv.length
+    draft_ids = draft.token_ids.tolist() if draft is not None else []
+    tokens = sequence.tokens[-1:] + draft_ids
+    if draft is not None and draft.tree is not None:
+        positions, mask = tree_inputs(draft.tree, past)
+        return Feed(sequence.kv, tokens, positions=positions[0].tolist(), mask=mask, num_logits=len(tokens))
+    return Feed(sequence.kv, tokens, num_logits=len(tokens))
+
+
+def _accept(scheduler: Any, sequence: Any, draft: Any, logits: Any, aux: Any) -> list[int]:
+    """Phase 4 for one sequence; returns its committed tokens. # logits: [1 + k, vocab_size]"""
+    params, generator = sequence.params, sequence.generator
+    k = draft.size if draft is not None else 0
+    draft_ids = draft.token_ids.tolist() if k else []
+    tree = draft.tree if draft is not None else None
+    if k == 0:
+        path, next_token = [], choose(logits, params, generator)
+    elif tree is not None:
+        path, next_token = accept_tree(tree, draft_ids, logits.argmax(dim=-1).tolist())
+    elif params.greedy:
+        num_accepted, next_token = sampling.greedy_accept(draft.token_ids, logits)
+        path = list(range(num_accepted))
+    else:
+        num_accepted, next_token = sampling.rejection_accept(draft.token_ids, draft.draft_probs,
+                                                             sampling.logits_to_probs(logits, params), generator)
+        path = list(range(num_accepted))
+    # Roll back: keep the pending token's KV and the accepted positions', contiguous after it.
+    past = sequence.kv.length - 1 - k
+    if path != list(range(len(path))):
+        sources = [past + 1 + i for i in path]
+        destinations = [past + 1 + j for j in range(len(path))]
+        scheduler.pool.move(sequence.table, sources, destinations)
+    sequence.kv.length = past + 1 + len(path)
+    sequence.stats.num_target_passes += 1
+    if sequence.session is not None and aux is not None:
+        sequence.session.on_verified(aux[[0] + [1 + i for i in path]])
+    if k:
+        offered = tree.max_depth if tree is not None else k
+        sequence.stats.record_draft(offered, len(path))
+        if sequence.policy.update(offered, len(path)):
+            sequence.stats.fallback = True
+    return [draft_ids[i] for i in path] + [next_token]
+
+
+def _commit(scheduler: Any, sequence: Any, committed: list[int]) -> None:
+    """Phase 5 for one sequence: stream its tokens; when finished it leaves the batch."""
+    try:
+        finished = sequence.commit(committed)
+    except Exception as error:  # noqa: BLE001 - a detokenizing or sink failure ends this request only
+        scheduler.retire(sequence, RuntimeError(f"internal error: {type(error).__name__}: {error}"))
+        return
+    if finished:
+        scheduler.engine.record_finished(sequence.stats)
+        scheduler.retire(sequence)
+
+
+def choose(logits: Any, params: Any, generator: Any) -> int:
+    """The next token from the last row of logits. # logits: [n, vocab_size]"""
+    if params.greedy:
+        return int(logits[-1].argmax())
+    return int(sampling.sample(sampling.logits_to_probs(logits[-1:], params), generator)[0])
