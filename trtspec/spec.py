@@ -117,6 +117,10 @@ class SpeculativeSpec(_Section):
     """Fall back to plain decoding while measured acceptance stays below this rate (0 = never)."""
     eagle_choices: list[list[int]] | None = None
     """Static EAGLE-3 draft tree as index paths, like TensorRT-LLM's eagle_choices; empty is a chain."""
+    draft_len_schedule: list[list[int]] | None = None
+    """cpu backend: draft length by load, as [[batch_size, draft_len], ...]: from that many running
+    sequences on, draft that many tokens per sequence (0 turns speculation off). `trtspec tune
+    --concurrency 1,2,4,8` measures and writes it; empty: a cost-model default."""
     eagle3: Eagle3Training = Field(default_factory=Eagle3Training)
     """EAGLE-3 head training settings (convert --mode eagle3)."""
 
@@ -155,6 +159,9 @@ class BuildSpec(_Section):
     """GPU the memory planner plans for."""
     free_gpu_memory_fraction: float = Field(0.9, gt=0, le=1)
     """Share of free GPU memory given to the KV cache."""
+    kv_cache_max_tokens: int | None = Field(None, ge=1)
+    """cpu backend: token slots in the paged KV cache pool (whole tokens_per_block blocks); requests
+    wait for blocks beyond it. Empty: room for max_batch_size sequences of max_seq_len."""
     prepack: bool = True
     """cpu backend: run the linear layers on oneDNN-prepacked weights (multi-token verify passes
     cost far less; twice the linear-weight memory). false keeps plain nn.Linear. Other backends
@@ -188,6 +195,9 @@ class ServeSpec(_Section):
     """Model instances (cpu backend: engine copies serving requests in parallel)."""
     max_queue_delay_us: int = Field(0, ge=0)
     """Dynamic batching queue delay in microseconds."""
+    max_queue_size: int = Field(64, ge=0)
+    """cpu backend: requests that may wait for a batch slot or KV cache blocks; beyond, a new
+    request is refused at once with a "server busy" error."""
     streaming: bool = True
     """Serve decoupled (streaming) responses."""
     startup_timeout_s: float = Field(120.0, gt=0)
@@ -279,6 +289,10 @@ class Spec(_Section):
         if backend == "trtllm-engine" and mode != "none" and self.build.max_batch_size > 512:
             problems.append(f"build.max_batch_size: speculative TensorRT engines allow at most 512 "
                             f"(got {self.build.max_batch_size})")
+        schedule = self.speculative.draft_len_schedule or []
+        if any(len(pair) != 2 or pair[0] < 1 or pair[1] < 0 for pair in schedule):
+            problems.append(f"speculative.draft_len_schedule: expected [[batch_size >= 1, draft_len >= 0], ...] "
+                            f"(got {schedule})")
         if self.quantization.fp8_kv_cache and backend == "cpu":
             problems.append(problem_line("quantization.fp8_kv_cache",
                                          "the cpu backend keeps its KV cache in the model dtype", got="true",

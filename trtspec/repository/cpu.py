@@ -72,7 +72,7 @@ def model_config(engine: dict[str, Any], spec: Any, engine_path: str) -> dict[st
     return {
         "name": MODEL_NAME,
         "backend": "python",
-        # Batching happens inside the model (a thread per request), not in Triton's batcher.
+        # Batching happens inside the model (the engine's in-flight batching loop), not in Triton's batcher.
         "max_batch_size": 0,
         "model_transaction_policy": {"decoupled": spec.serve.streaming},
         "input": inputs(),
@@ -83,6 +83,7 @@ def model_config(engine: dict[str, Any], spec: Any, engine_path: str) -> dict[st
             "max_batch_size": build["max_batch_size"],
             "max_seq_len": build["max_seq_len"],
             "max_draft_len": build["max_draft_len"],
+            "max_queue_size": spec.serve.max_queue_size,
             "mode": engine["mode"],
         }),
     }

@@ -8,22 +8,27 @@ here, so the serving code is versioned, linted and tested with the rest of trtsp
   speculation off for that request, for baselines). Outputs `text_output`, `finish_reason` and,
   with perf metrics, `acceptance_rate`, `total_accepted_draft_tokens`, `total_draft_tokens`,
   `num_drafts`, `num_output_tokens`.
-- Decoupled (streaming): each request runs in a worker thread of a pool sized by the engine's
-  max_batch_size (the engine is thread-safe); text is sent as it is committed and the last
-  response carries the final flag. A request whose client went away (`is_cancelled()`) stops at
-  the next chunk and its sequence is freed.
-- A bad request gets a Triton error naming the problem; nothing a request sends can stop the
-  model. Every check is in trtspec.repository.cpu_request (pure, tested without a server).
-- Counters named like vLLM's speculative-decoding metrics are exported through
-  `pb_utils.MetricFamily`: num_drafts, num_draft_tokens, num_accepted_tokens and
-  num_accepted_tokens_per_pos (label `position`).
+- In-flight batching: `execute` checks each request and hands it to the engine's scheduler
+  (Engine.submit) with a `Responder` as its sink; there is no thread per request. The engine's
+  one loop thread runs every admitted request's steps together and the responders send what each
+  step committed (decoupled: streamed pieces, then the last with the final flag). A request whose
+  client went away (`is_cancelled()`) leaves the batch at the next step and frees its KV blocks.
+- Refusals cost nothing: a bad request gets an INVALID_ARG error naming the problem (checks in
+  trtspec.repository.cpu_request, pure), a full queue (serve.max_queue_size) an UNAVAILABLE
+  "server busy" error at once. Nothing a request sends can stop the model.
+- Metrics, named like vLLM's under `trtspec:`: counters spec_decode_num_drafts,
+  _num_draft_tokens, _num_accepted_tokens, _num_accepted_tokens_per_pos (label `position`),
+  num_requests_cancelled, num_requests_failed (label `reason`: invalid | busy | internal);
+  gauges num_requests_running (the batch), num_requests_waiting (the queue), kv_cache_blocks_used,
+  kv_cache_blocks_total, spec_decode_draft_len (the last step's). Triton's own
+  nv_inference_request_success counts error responses of a Python model as successes
+  (triton-inference-server/server#7713), so failures are read from num_requests_failed.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from trtspec.repository.cpu_request import INPUT_NAMES, InvalidRequest, Request, parse_request, prompt_byte_limit
@@ -35,6 +40,16 @@ METRICS = {
     "num_accepted_tokens": "Number of draft tokens accepted by the target",
     "num_accepted_tokens_per_pos": "Accepted draft tokens by position in the draft",
 }
+GAUGES = {
+    "trtspec:num_requests_running": "Requests in the engine's running batch",
+    "trtspec:num_requests_waiting": "Requests queued for a batch slot or KV cache blocks",
+    "trtspec:kv_cache_blocks_used": "Paged KV cache blocks held by running requests",
+    "trtspec:kv_cache_blocks_total": "Paged KV cache blocks in the pool",
+    "trtspec:spec_decode_draft_len": "Draft tokens per sequence in the last engine step (0: speculation off)",
+}
+FAILURE_REASONS = ("invalid", "busy", "internal")
+
+
 def perf_outputs(stats: Any, num_output_tokens: int) -> dict[str, tuple[Any, str]]:
     """The perf-metric outputs of a finished request: name -> (value, numpy dtype)."""
     return {"acceptance_rate": (float(stats.acceptance_rate), "float32"),
@@ -56,15 +71,15 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
-        self.engine = load_engine(params["engine_dir"])
+        overrides = {key: int(params[key]) for key in ("max_batch_size", "max_queue_size") if key in params}
+        self.engine = load_engine(params["engine_dir"], **overrides)
         self.max_seq_len = int(params.get("max_seq_len", self.engine.max_seq_len))
         # Refuse an oversized prompt by its byte length, before decoding or tokenizing it.
         self.max_prompt_bytes = prompt_byte_limit(self.engine.tokenizer, self.engine.max_input_len)
-        # The pool is the engine's scheduler: at most max_batch_size sequences in flight per instance.
-        self.pool = ThreadPoolExecutor(max_workers=int(params.get("max_batch_size", 8)),
-                                       thread_name_prefix="trtspec-request")
         self._metrics_lock = threading.Lock()
         self._init_metrics(args["model_name"], args.get("model_version", "1"))
+        self.engine.scheduler.on_step = self._set_gauges
+        self._set_gauges(self.engine.scheduler.snapshot())
 
     def _init_metrics(self, model: str, version: str) -> None:
         pb = self.pb
@@ -81,8 +96,27 @@ class TritonPythonModel:
                                                 description="Requests stopped because the client went away",
                                                 kind=pb.MetricFamily.COUNTER)
         self.cancelled = self.cancelled_family.Metric(labels=labels)
+        self.failed_family = pb.MetricFamily(name="trtspec:num_requests_failed",
+                                             description="Requests answered with an error, by reason "
+                                                         "(invalid input, server busy, internal error)",
+                                             kind=pb.MetricFamily.COUNTER)
+        self.failed = {reason: self.failed_family.Metric(labels={**labels, "reason": reason})
+                       for reason in FAILURE_REASONS}
+        self.gauge_families = {name: pb.MetricFamily(name=name, description=text, kind=pb.MetricFamily.GAUGE)
+                               for name, text in GAUGES.items()}
+        self.gauges = {name: family.Metric(labels=labels) for name, family in self.gauge_families.items()}
 
-    def _record(self, stats: Any) -> None:
+    def _set_gauges(self, stats: Any) -> None:
+        """Scheduler.on_step: the batch, the queue and the cache as the last step left them."""
+        values = {"trtspec:num_requests_running": stats.running, "trtspec:num_requests_waiting": stats.waiting,
+                  "trtspec:kv_cache_blocks_used": stats.kv_blocks_used,
+                  "trtspec:kv_cache_blocks_total": stats.kv_blocks_total,
+                  "trtspec:spec_decode_draft_len": stats.last_draft_len}
+        with self._metrics_lock:
+            for name, value in values.items():
+                self.gauges[name].set(float(value))
+
+    def record(self, stats: Any) -> None:
         with self._metrics_lock:
             self.counters["num_drafts"].increment(int(stats.num_drafts))
             self.counters["num_draft_tokens"].increment(int(stats.num_draft_tokens))
@@ -91,14 +125,46 @@ class TritonPythonModel:
                 if position < len(self.per_pos) and count:
                     self.per_pos[position].increment(int(count))
 
+    def count_failure(self, reason: str) -> None:
+        with self._metrics_lock:
+            self.failed[reason].increment(1)
+
     def execute(self, requests: list[Any]) -> list[Any] | None:
         if self.decoupled:
             for request in requests:
-                self.pool.submit(self._serve, request, request.get_response_sender())
+                sender = request.get_response_sender()
+                self._submit(request, Responder(self, sender), sender.is_cancelled)
+            self._set_gauges(self.engine.scheduler.snapshot())
             return None
-        # Not decoupled: one response per request, returned in order.
-        futures = [self.pool.submit(self._respond_once, request) for request in requests]
-        return [future.result() for future in futures]
+        # Not decoupled: one response per request, returned in order once every request is done.
+        collectors = [Collector(self) for _ in requests]
+        for request, collector in zip(requests, collectors, strict=True):
+            self._submit(request, collector, None)
+        return [collector.wait() for collector in collectors]
+
+    def _submit(self, request: Any, sink: Responder | Collector, is_cancelled) -> None:
+        """Check one request and queue it in the engine; a refusal is answered at once."""
+        from trtspec.errors import TrtSpecError
+        from trtspec.runtime.request import ServerBusyError
+
+        try:
+            parsed = self._parse(request)
+            sink.bind(parsed)
+            prompt = self.engine.encode(parsed.prompt)
+            self.engine.submit(prompt, max_new_tokens=parsed.max_tokens, temperature=parsed.temperature,
+                               top_k=parsed.top_k, top_p=parsed.top_p, seed=parsed.seed,
+                               speculative=parsed.speculative, stop=parsed.stop, sink=sink,
+                               is_cancelled=is_cancelled)
+        except ServerBusyError as error:
+            self._refuse(sink, str(error), "busy", "UNAVAILABLE")
+        except (InvalidRequest, TrtSpecError) as error:
+            self._refuse(sink, str(error), "invalid", "INVALID_ARG")
+        except Exception as error:  # noqa: BLE001 - a request must never take the model down
+            self._refuse(sink, f"internal error: {type(error).__name__}: {error}", "internal", "INTERNAL")
+
+    def _refuse(self, sink: Responder | Collector, message: str, reason: str, code: str) -> None:
+        self.count_failure(reason)
+        sink.finish(self.error_response(message, code))
 
     def _parse(self, request: Any) -> Request:
         values = {}
@@ -109,7 +175,7 @@ class TritonPythonModel:
         return parse_request(values, max_seq_len=self.max_seq_len, max_prompt_bytes=self.max_prompt_bytes,
                              parameters=request.parameters())
 
-    def _response(self, text: str, finish_reason: str | None, extra: dict[str, tuple[Any, str]] | None = None):
+    def response(self, text: str, finish_reason: str | None, extra: dict[str, tuple[Any, str]] | None = None):
         import numpy as np
 
         pb = self.pb
@@ -120,71 +186,97 @@ class TritonPythonModel:
             tensors.append(pb.Tensor(name, np.array([value], dtype=dtype)))
         return pb.InferenceResponse(output_tensors=tensors)
 
-    def _error(self, message: str):
+    def error_response(self, message: str, code: str = "INVALID_ARG"):
         pb = self.pb
-        code = getattr(pb.TritonError, "INVALID_ARG", None)
-        error = pb.TritonError(message, code) if code is not None else pb.TritonError(message)
+        value = getattr(pb.TritonError, code, None)
+        error = pb.TritonError(message, value) if value is not None else pb.TritonError(message)
         return pb.InferenceResponse(output_tensors=[], error=error)
 
-    def _chunks(self, parsed: Request):
-        return self.engine.generate(parsed.prompt, max_new_tokens=parsed.max_tokens, temperature=parsed.temperature,
-                                    top_k=parsed.top_k, top_p=parsed.top_p, seed=parsed.seed,
-                                    speculative=parsed.speculative, stream=True, stop=parsed.stop)
-
-    def _serve(self, request: Any, sender: Any) -> None:
-        """One decoupled request, start to final flag, in a worker thread."""
-        from trtspec.errors import TrtSpecError
-
-        final = self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-        try:
-            parsed = self._parse(request)
-            chunks = self._chunks(parsed)
-            text, num_tokens = [], 0
-            for chunk in chunks:
-                # 1. the client went away: stop generating; closing the generator frees the sequence.
-                if sender.is_cancelled():
-                    chunks.close()
-                    self.cancelled.increment(1)
-                    sender.send(flags=final)  # releases the request in Triton (else it counts as in flight)
-                    return
-                num_tokens += len(chunk.token_ids)
-                # 2. a finished request: record the statistics, send the last piece with the final flag.
-                if chunk.finish_reason is not None:
-                    self._record(chunk.stats)
-                    extra = perf_outputs(chunk.stats, num_tokens) if parsed.perf_metrics else None
-                    piece = chunk.text if parsed.streaming else "".join(text) + chunk.text
-                    sender.send(self._response(piece, chunk.finish_reason, extra), flags=final)
-                    return
-                # 3. streaming: send what was committed in this step.
-                if parsed.streaming:
-                    if chunk.text:
-                        sender.send(self._response(chunk.text, None))
-                else:
-                    text.append(chunk.text)
-            sender.send(flags=final)  # the engine ended without a finish reason: close the stream anyway
-        except (InvalidRequest, TrtSpecError) as error:
-            sender.send(self._error(str(error)), flags=final)
-        except Exception as error:  # noqa: BLE001 - a request must never take the model down
-            sender.send(self._error(f"internal error: {type(error).__name__}: {error}"), flags=final)
-
-    def _respond_once(self, request: Any):
-        """One non-decoupled request: the whole answer in one response."""
-        from trtspec.errors import TrtSpecError
-
-        try:
-            parsed = self._parse(request)
-            if parsed.streaming:
-                raise InvalidRequest("streaming: this model is not decoupled; redeploy with serve.streaming: true")
-            result = self.engine.generate(parsed.prompt, max_new_tokens=parsed.max_tokens,
-                                          temperature=parsed.temperature, top_k=parsed.top_k, top_p=parsed.top_p,
-                                          seed=parsed.seed, speculative=parsed.speculative, stop=parsed.stop)
-            self._record(result.stats)
-            extra = perf_outputs(result.stats, len(result.token_ids)) if parsed.perf_metrics else None
-            return self._response(result.text, result.finish_reason, extra)
-        except (InvalidRequest, TrtSpecError) as error:
-            return self._error(str(error))
-        except Exception as error:  # noqa: BLE001
-            return self._error(f"internal error: {type(error).__name__}: {error}")
-
     def finalize(self) -> None:
-        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.engine.close()
+
+
+class Responder:
+    """The sink of one decoupled request: called from the engine loop with each step's chunk."""
+
+    def __init__(self, model: TritonPythonModel, sender: Any):
+        self.model = model
+        self.sender = sender
+        self.parsed: Request | None = None
+        self.text: list[str] = []
+        self.num_tokens = 0
+
+    def bind(self, parsed: Request) -> None:
+        self.parsed = parsed
+
+    def finish(self, response: Any = None) -> None:
+        final = self.model.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        if response is None:
+            self.sender.send(flags=final)  # releases the request in Triton (else it counts as in flight)
+        else:
+            self.sender.send(response, flags=final)
+
+    def __call__(self, item: Any) -> None:
+        from trtspec.runtime.request import RequestCancelled
+
+        model, parsed = self.model, self.parsed
+        # 1. the client went away: the engine dropped the request; close the stream.
+        if isinstance(item, RequestCancelled):
+            model.cancelled.increment(1)
+            self.finish()
+            return
+        # 2. the engine failed this request (or shut down): an error with the final flag.
+        if isinstance(item, BaseException):
+            model.count_failure("internal")
+            self.finish(model.error_response(str(item), "INTERNAL"))
+            return
+        self.num_tokens += len(item.token_ids)
+        # 3. finished: record the statistics, send the last piece with the final flag.
+        if item.finish_reason is not None:
+            model.record(item.stats)
+            extra = perf_outputs(item.stats, self.num_tokens) if parsed.perf_metrics else None
+            piece = item.text if parsed.streaming else "".join(self.text) + item.text
+            self.finish(model.response(piece, item.finish_reason, extra))
+        # 4. streaming: send what this step committed.
+        elif parsed.streaming:
+            if item.text:
+                self.sender.send(model.response(item.text, None))
+        else:
+            self.text.append(item.text)
+
+
+class Collector:
+    """The sink of one non-decoupled request: keeps the whole answer until it is done."""
+
+    def __init__(self, model: TritonPythonModel):
+        self.model = model
+        self.done = threading.Event()
+        self.result = None
+        self.parsed = None
+        self.text: list[str] = []
+
+    def bind(self, parsed: Request) -> None:
+        if parsed.streaming:
+            raise InvalidRequest("streaming: this model is not decoupled; redeploy with serve.streaming: true")
+        self.parsed = parsed
+
+    def finish(self, response: Any) -> None:
+        self.result = response
+        self.done.set()
+
+    def __call__(self, item: Any) -> None:
+        model = self.model
+        if isinstance(item, BaseException):
+            model.count_failure("internal")
+            self.finish(model.error_response(str(item), "INTERNAL"))
+            return
+        self.text.append(item.text)
+        if item.finish_reason is not None:
+            model.record(item.stats)
+            num_tokens = item.stats.num_output_tokens
+            extra = perf_outputs(item.stats, num_tokens) if self.parsed.perf_metrics else None
+            self.finish(model.response("".join(self.text), item.finish_reason, extra))
+
+    def wait(self):
+        self.done.wait()
+        return self.result

@@ -19,11 +19,12 @@ if TYPE_CHECKING:
 __all__ = ["Engine", "load_engine"]
 
 
-def load_engine(path) -> Engine:
-    """Load an engine bundle directory (engine.json) into an Engine."""
+def load_engine(path, **overrides: Any) -> Engine:
+    """Load an engine bundle directory (engine.json) into an Engine; `overrides` replace
+    EngineConfig fields (trtspec.runtime.config)."""
     from trtspec.runtime.loading import load_engine as _load
 
-    return _load(path)
+    return _load(path, **overrides)
 
 
 def __getattr__(name: str) -> Any:

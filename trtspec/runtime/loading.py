@@ -22,8 +22,9 @@ RUNTIME_KEYS = ("dtype", "ngram_min", "ngram_max", "dynamic_draft", "confidence_
 SCHEDULER_KEYS = ("max_batch_size", "max_num_tokens", "tokens_per_block")
 
 
-def load_engine(path: str | Path):
-    """Load an engine bundle directory (engine.json + checkpoints) into an Engine."""
+def load_engine(path: str | Path, **overrides: Any):
+    """Load an engine bundle directory (engine.json + checkpoints) into an Engine; `overrides`
+    replace EngineConfig fields the bundle sets (a server's max_queue_size, for instance)."""
     from trtspec.runtime.engine import Engine
 
     path = Path(path)
@@ -44,11 +45,13 @@ def load_engine(path: str | Path):
                                         fix="re-run `trtspec convert` and `trtspec build`")
     runtime = {key: value for key, value in (bundle.get("runtime") or {}).items() if key in RUNTIME_KEYS}
     runtime.update({key: int(build[key]) for key in SCHEDULER_KEYS if key in build})
+    runtime.update(overrides)
+    sizes = {"max_input_len": int(build.get("max_input_len", 1024)), "max_seq_len": int(build.get("max_seq_len", 2048)),
+             "name": bundle.get("name")}
     return engine_from_checkpoints(
         Engine, path / bundle["target"]["path"], mode=bundle.get("mode", "none"),
         draft_dir=(path / draft["path"]) if draft else None,
-        max_draft_len=int(build.get("max_draft_len", 4)), max_input_len=int(build.get("max_input_len", 1024)),
-        max_seq_len=int(build.get("max_seq_len", 2048)), name=bundle.get("name"), **runtime)
+        max_draft_len=int(runtime.pop("max_draft_len", build.get("max_draft_len", 4))), **{**sizes, **runtime})
 
 
 def engine_from_checkpoints(engine_cls, target_dir, *, mode: str = "ngram", draft_dir=None, max_draft_len: int = 4,
