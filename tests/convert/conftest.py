@@ -1,7 +1,8 @@
-"""Helpers for convert tests: a spec file around the tiny models, and the CLI runner."""
+"""Helpers for convert tests: a spec file around the tiny models, the CLI runner, one torch thread."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -37,6 +38,25 @@ def run_cli(*args: str):
     return CliRunner().invoke(main, ["convert", *args], catch_exceptions=False)
 
 
+@contextlib.contextmanager
+def one_thread():
+    """Tiny models train fastest on one torch thread (10x on a shared 2-core machine)."""
+    import torch
+
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread_per_module():
+    with one_thread():
+        yield
+
+
 def manifest(path: Path) -> dict:
     return json.loads((path / "manifest.json").read_text())
 
@@ -55,7 +75,8 @@ def eagle3_run(tmp_path_factory, tiny_llama, eval_prompts_file):
     spec = write_spec(directory, tiny_llama, speculative={
         "mode": "eagle3", "eagle3": {"num_samples": 6, "answer_tokens": 12, "max_steps": 3, "batch_size": 3,
                                       "seq_len": 64, "checkpoint_every": 2, "draft_vocab_size": 128}})
-    result = run_cli("-c", str(spec), "--eval-prompts", str(eval_prompts_file), "--eval-tokens", "8",
-                     "--acceptance-curve", "--json")
+    with one_thread():
+        result = run_cli("-c", str(spec), "--eval-prompts", str(eval_prompts_file), "--eval-tokens", "8",
+                         "--acceptance-curve", "--json")
     assert result.exit_code == 0, result.output
     return directory, spec, json.loads(result.stdout)

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.convert.conftest import manifest, run_cli, write_spec
+from tests.convert.conftest import manifest, one_thread, run_cli, write_spec
 
 pytestmark = pytest.mark.slow
 
@@ -65,16 +65,11 @@ def _assert_same_head(a: dict, b: dict, start: dict) -> None:
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory, tiny_llama, eval_prompts_file):
     """The one-process run: rows, features, STEPS steps of training, export (one torch thread)."""
-    import torch
 
     directory = tmp_path_factory.mktemp("ddp-reference")
     spec = write_spec(directory, tiny_llama, speculative={"mode": "eagle3", "eagle3": EAGLE3})
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_thread():
         result = run_cli("-c", str(spec), "--eval-prompts", str(eval_prompts_file), "--eval-tokens", "4", "--json")
-    finally:
-        torch.set_num_threads(threads)
     assert result.exit_code == 0, result.output
     return directory
 
@@ -110,9 +105,8 @@ def _descendants(pid: int) -> list[int]:
     return [grand for child in children for grand in (child, *_descendants(child))]
 
 
-def test_killed_two_process_run_resumes_in_one_process(reference, tmp_path, eval_prompts_file, monkeypatch):
+def test_killed_two_process_run_resumes_in_one_process(reference, tmp_path, eval_prompts_file):
     """SIGKILL every process of a torchrun run after its first state; resume with one process."""
-    import torch
 
     from trtspec import subproc
 
@@ -136,12 +130,8 @@ def test_killed_two_process_run_resumes_in_one_process(reference, tmp_path, eval
     killed_at = _state(tmp_path)["step"]
     assert 4 <= killed_at < STEPS and not (work / "eagle3").exists()
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_thread():
         result = run_cli("-c", str(spec), "--eval-prompts", str(eval_prompts_file), "--eval-tokens", "4")
-    finally:
-        torch.set_num_threads(threads)
     assert result.exit_code == 0, result.output
     training = manifest(work / "eagle3")["report"]["training"]
     assert (training["resumed_from"], training["steps"], training["processes"]) == (killed_at, STEPS, 1)

@@ -52,7 +52,7 @@ def tiny_eagle3_store(tiny_llama, directory, *, teacher_logits: bool = True):
     return model, eagle3_store.FeatureStore.open(directory)
 
 
-def three_step_losses(model, start, store, work, *, bf16=False, batch_size=2) -> list[float]:
+def three_step_losses(model, start, store, work, *, bf16=False, batch_size=2, micro_batch_size=None) -> list[float]:
     """Losses of three training steps from the head state `start` (same seed, same batches)."""
     import torch
 
@@ -61,7 +61,7 @@ def three_step_losses(model, start, store, work, *, bf16=False, batch_size=2) ->
 
     model.eagle_module.load_state_dict(start, strict=False)
     settings = eagle3_train.TrainSettings(max_steps=3, max_seconds=600, learning_rate=1e-3, batch_size=batch_size,
-                                          checkpoint_every=100, seed=0)
+                                          checkpoint_every=100, seed=0, micro_batch_size=micro_batch_size)
     placement = Placement(torch.device("cpu"), "bfloat16" if bf16 else "float32")
     result = eagle3_train.train_eagle3(model, lambda: store, settings, placement, work)
     return [record["loss"] for record in result.history]
@@ -116,3 +116,22 @@ def test_train_dtype_auto_picks_bfloat16_only_with_native_cpu_support():
     native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
     assert resolve_train_dtype("auto") == ("bfloat16" if native else "float32")
     assert resolve_train_dtype("auto", torch.device("cpu")) == resolve_train_dtype("auto")
+
+
+def test_gradient_accumulation_trains_like_one_forward_over_the_global_batch(tiny_llama, tmp_path):
+    """Rows of different lengths (20..23 tokens) in one forward of 4, or in four one-row
+    micro-batches: ModelOpt's per-forward token mean is rescaled to the global batch's, so the
+    losses and the weights are the same up to float32 rounding (what keeps the global batch when
+    the number of processes changes)."""
+    from trtspec.convert import eagle3_train
+
+    model, store = tiny_eagle3_store(tiny_llama, tmp_path / "store")
+    start = {name: value.clone() for name, value in eagle3_train.trainable_state(model).items()}
+    runs = {}
+    for micro in (None, 1):
+        losses = three_step_losses(model, start, store, tmp_path / str(micro), batch_size=4, micro_batch_size=micro)
+        runs[micro] = (losses, eagle3_train.trainable_state(model))
+    assert runs[1][0] == pytest.approx(runs[None][0], rel=1e-5)
+    worst = max(float((runs[1][1][n] - runs[None][1][n]).abs().max()) for n in start if start[n].is_floating_point())
+    moved = max(float((runs[None][1][n] - start[n]).abs().max()) for n in start if start[n].is_floating_point())
+    assert moved > 1e-4 and worst < 1e-3 * moved

@@ -172,9 +172,14 @@ def _launch(ctx, spec, nproc_per_node: int, nnodes: int, rdzv_endpoint: str | No
 
 class Bars:
     """Draws convert's progress events (trtspec.convert.progress): one bar per phase with
-    tokens/s and the time left."""
+    tokens/s and the time left. Where stderr is not a terminal (a batch job's log), one plain
+    line per phase every LOG_EVERY_S seconds and at its end instead."""
+
+    LOG_EVERY_S = 30.0
 
     def __init__(self, console):
+        self.console = console
+        self.logged: dict[str, float] = {}
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -205,6 +210,11 @@ class Bars:
         seconds = time.monotonic() - started
         rate = f"{event.tokens / seconds:,.0f} tok/s" if event.tokens and seconds > 0 else ""
         self.progress.update(task, completed=event.completed, total=event.total, rate=rate, info=event.info)
+        if not self.console.is_terminal and (event.completed >= event.total or
+                                             seconds - self.logged.get(event.phase, -1e9) >= self.LOG_EVERY_S):
+            self.logged[event.phase] = seconds
+            self.console.print(f"{event.phase}: {event.completed}/{event.total} {event.unit} {rate} "
+                               f"{seconds:.0f} s {event.info}".rstrip(), soft_wrap=True)
 
 
 def _print_results(results, curve) -> None:

@@ -88,7 +88,9 @@ class DataSource:
         count = 0
         for path in self.files:
             digest.update(path.name.encode() + b"\0")
-            digest.update(path.read_bytes())
+            with open(path, "rb") as handle:
+                while chunk := handle.read(1 << 20):
+                    digest.update(chunk)
             for _ in _records(path):
                 count += 1
         if count == 0:

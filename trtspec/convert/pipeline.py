@@ -71,8 +71,9 @@ def run_convert(spec, *, report: Reporter | None = None, dry_run: bool = False, 
         from trtspec.convert.eagle3_sources import DataSource
 
         settings = spec.speculative.eagle3
-        source = DataSource.from_settings(settings.data, settings.prompts)
-        source = dist.broadcast(source.scan() if dist.is_main else None)
+        # rank 0 validates and fingerprints the data once; the others stream it later
+        source = dist.broadcast(DataSource.from_settings(settings.data, settings.prompts).scan()
+                                if dist.is_main else None)
         held_out = held_out_prompts(spec, eval_prompts_path)
         placement = placement or resolve_placement(settings.device, settings.train_dtype, local_rank=dist.local_rank)
         results.append(run_eagle3(spec, layout, target_dir, target_sha, source, held_out, placement=placement,
