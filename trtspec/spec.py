@@ -383,7 +383,7 @@ def load_spec(path: str | Path | None = None, overrides: dict[str, Any] | None =
 # are anchored when given; model sources (a path, or an alias such as smollm2) only when the
 # path exists beside the spec file.
 OUTPUT_PATHS = ("workdir", "build.output_dir", "serve.repository")
-INPUT_PATHS = ("speculative.eagle3.prompts", "quantization.calibration_prompts", "bench.prompts")
+INPUT_PATHS = ("speculative.eagle3.prompts", "speculative.eagle3.data", "quantization.calibration_prompts", "bench.prompts")
 SOURCE_PATHS = ("model.source", "speculative.draft")
 
 

@@ -132,3 +132,15 @@ def test_sharegpt_fixture_trains_the_tiny_head_end_to_end(tiny_llama, tmp_path, 
             handle.write(json.dumps({"messages": [{"role": {"human": "user", "gpt": "assistant"}.get(t["from"], t["from"]),
                                                    "content": t["value"]} for t in record["conversations"]]}) + "\n")
     assert [c.messages for c in _source(openai).conversations()] == [c.messages for c in _source(SHAREGPT).conversations()]
+
+
+def test_a_relative_data_path_in_a_spec_file_is_read_beside_the_spec(tmp_path, monkeypatch):
+    from trtspec.spec import load_spec
+
+    (tmp_path / "project").mkdir()
+    (tmp_path / "project" / "trtspec.yaml").write_text("speculative:\n  mode: eagle3\n  eagle3: {data: convs.jsonl}\n")
+    monkeypatch.chdir(tmp_path)
+    spec = load_spec("project/trtspec.yaml")
+    assert Path(spec.speculative.eagle3.data).resolve() == tmp_path / "project" / "convs.jsonl"
+    # a flag stays relative to the current directory
+    assert load_spec("project/trtspec.yaml", {"speculative.eagle3.data": "x.jsonl"}).speculative.eagle3.data == "x.jsonl"
