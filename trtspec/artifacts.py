@@ -3,7 +3,9 @@
 Layout (relative to the current directory unless the spec gives absolute paths):
 
     <workdir>/checkpoints/{target, target-fp8, target-fp8-trtllm, eagle3, draft, draft-fp8}/
-    <workdir>/server/         tritonserver log, pid file, backend directory
+    <workdir>/server/         tritonserver and supervisor logs, server.json, backend directory
+    <tmp>/trtspec-ports-<uid>/<port>.lock   held by the server on that port (any workdir)
+    /dev/shm/<prefix>*        a running server's Python backend regions
     <workdir>/reports/        bench, tune and training reports
     <build.output_dir>/<engine name>/engine.json (+ backend artifacts)
     <serve.repository>/       the Triton model repository
@@ -86,6 +88,10 @@ class Layout:
         return self.server_dir / "server.json"
 
     @property
+    def supervisor_log(self) -> Path:
+        return self.server_dir / "supervisor.log"
+
+    @property
     def backend_dir(self) -> Path:
         return self.server_dir / "backends"
 
@@ -95,6 +101,21 @@ class Layout:
 
     def report_dir(self, name: str) -> Path:
         return self.reports / name
+
+
+def port_lock_path(port: int) -> Path:
+    """The lock a trtspec server holds for one TCP port while it runs, shared by every workdir:
+    $TRTSPEC_LOCK_DIR or <tmp>/trtspec-ports-<uid>/<port>.lock."""
+    base = os.environ.get("TRTSPEC_LOCK_DIR") or Path(tempfile.gettempdir()) / f"trtspec-ports-{os.getuid()}"
+    return Path(base) / f"{port}.lock"
+
+
+SHM_DIR = Path("/dev/shm")
+
+
+def shm_regions(prefix: str) -> list[Path]:
+    """The Python backend's shared-memory regions named with `prefix` (see launch.local_command)."""
+    return sorted(SHM_DIR.glob(f"{prefix}*")) if prefix else []
 
 
 def engine_name(model_name: str, mode: str, backend: str, fp8: bool) -> str:

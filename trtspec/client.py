@@ -42,6 +42,32 @@ class StreamEvent:
     stats: dict[str, Any] = field(default_factory=dict)   # perf metrics and finish_reason (final only)
 
 
+# Which served model to talk to when none is named, in order of preference: the BLS and ensemble
+# of a trtllm-engine repository wrap tensorrt_llm, which the cpu and trtllm repositories serve alone.
+MODEL_PREFERENCE = ("tensorrt_llm_bls", "ensemble", "tensorrt_llm")
+
+
+def pick_model(url: str) -> str:
+    """The preferred ready model on the server at `url` (gRPC host:port); tensorrt_llm if none answers.
+
+    Asks each name's readiness (a health call) rather than the repository index, which
+    trtspec's servers close to clients (serve.open_apis).
+    """
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(url=url)
+    try:
+        for name in MODEL_PREFERENCE:
+            try:
+                if client.is_model_ready(name):
+                    return name
+            except Exception:  # noqa: BLE001 - unknown model or no server: try the next, then default
+                continue
+        return "tensorrt_llm"
+    finally:
+        client.close()
+
+
 class TritonLLMClient:
     """One gRPC connection to a Triton server serving a trtspec LLM model."""
 
@@ -227,6 +253,30 @@ class TritonLLMClient:
 
     def close(self) -> None:
         self._client.close()
+
+
+def probe(url: str, model: str | None = None, timeout_s: float = 30.0) -> dict[str, Any]:
+    """A one-token inference: the health check that tells the truth.
+
+    Triton's /v2/health/ready and model-ready stay 200 after the model's Python stub died; only a
+    request that comes back proves the model serves. Returns {"ok", "model", "seconds"} and
+    "error" when it failed (a server error, no answer within timeout_s, nothing listening).
+    """
+    start = time.perf_counter()
+    client = None
+    try:
+        model = model or pick_model(url)
+        client = TritonLLMClient(url, model, timeout_s=timeout_s)
+        client.generate("ping", max_tokens=1, stream=False, perf_metrics=False)
+    except Exception as error:  # noqa: BLE001 - any failure is the answer
+        message = getattr(error, "message", None)
+        text = message() if callable(message) else str(error)
+        return {"ok": False, "model": model, "seconds": round(time.perf_counter() - start, 3),
+                "error": " ".join(text.split())[:500]}
+    finally:
+        if client is not None:
+            client.close()
+    return {"ok": True, "model": model, "seconds": round(time.perf_counter() - start, 3)}
 
 
 def parse_prometheus(text: str) -> dict[str, float]:

@@ -11,8 +11,14 @@ from typing import Any
 from trtspec.launch import CONTAINER_ENGINES, CONTAINER_REPOSITORY, DEFAULT_IMAGE, SHM_SIZE, container_server
 
 
+def liveness_command(serve: Any) -> list[str]:
+    """The exec liveness probe: a one-token inference against the pod's own gRPC port."""
+    return ["trtspec", "deploy", "status", "--url", f"127.0.0.1:{serve.grpc_port}", "--timeout", "30"]
+
+
 def k8s_manifests(spec: Any, engine_name: str, image: str | None = None) -> list[dict[str, Any]]:
-    """Deployment + Service: GPU limits, readiness on /v2/health/ready, Prometheus annotations.
+    """Deployment + Service: GPU limits, startup and readiness on /v2/health/ready, liveness by a
+    one-token inference, Prometheus annotations.
 
     The repository and the engine are expected on a PersistentVolumeClaim `<name>-artifacts`
     holding `model_repository/` and `engines/<engine>/` (rendered with engine_path under /engines).
@@ -22,9 +28,9 @@ def k8s_manifests(spec: Any, engine_name: str, image: str | None = None) -> list
     labels = {"app.kubernetes.io/name": "trtspec", "app.kubernetes.io/instance": name}
     gpus = spec.build.tp_size * spec.build.pp_size if backend != "cpu" else 0
     resources: dict[str, Any] = {"requests": {"cpu": "2", "memory": "8Gi"}}
-    if gpus:
-        resources["limits"] = {"nvidia.com/gpu": gpus}
-        resources["requests"]["nvidia.com/gpu"] = gpus
+    if gpus:  # a resource quantity is a string in the Kubernetes API (the client's models refuse an int)
+        resources["limits"] = {"nvidia.com/gpu": str(gpus)}
+        resources["requests"]["nvidia.com/gpu"] = str(gpus)
     container = {
         "name": "tritonserver", "image": image or DEFAULT_IMAGE[backend],
         "command": ["bash", "-c", container_server(serve, backend)],
@@ -32,8 +38,14 @@ def k8s_manifests(spec: Any, engine_name: str, image: str | None = None) -> list
                   {"name": "metrics", "containerPort": serve.metrics_port}],
         "readinessProbe": {"httpGet": {"path": "/v2/health/ready", "port": serve.http_port},
                            "initialDelaySeconds": 10, "periodSeconds": 5, "failureThreshold": 3},
-        "livenessProbe": {"httpGet": {"path": "/v2/health/live", "port": serve.http_port},
-                          "initialDelaySeconds": 60, "periodSeconds": 10},
+        # Loading a large model takes minutes: the startup probe gives it serve.startup_timeout_s
+        # (at least 5 minutes) before liveness counts.
+        "startupProbe": {"httpGet": {"path": "/v2/health/ready", "port": serve.http_port},
+                         "periodSeconds": 10, "failureThreshold": max(30, int(serve.startup_timeout_s // 10) + 1)},
+        # /v2/health/live and model-ready stay 200 after the model's Python stub died; a one-token
+        # inference does not. trtspec is in both images (Dockerfile).
+        "livenessProbe": {"exec": {"command": liveness_command(serve)},
+                          "periodSeconds": 30, "timeoutSeconds": 40, "failureThreshold": 3},
         "resources": resources,
         "volumeMounts": [{"name": "artifacts", "mountPath": CONTAINER_REPOSITORY, "subPath": "model_repository"},
                          {"name": "artifacts", "mountPath": f"{CONTAINER_ENGINES}/{engine_name}",

@@ -1,165 +1,192 @@
-"""Start, stop and check the local tritonserver process.
+"""Start, stop and check the local tritonserver, which a supervisor process owns.
 
-The command lines are pure plans in trtspec.launch (and k8s manifests in trtspec.k8s);
-`start_local`, `stop_local` and `status` are the thin layer that executes them, always through
-trtspec.subproc.
+The command lines are pure plans in trtspec.launch (and k8s manifests in trtspec.k8s); what the
+server needs before it starts is in trtspec.server_setup; the process that runs it, watches it
+and restarts it is trtspec.supervisor. This module is what `trtspec deploy` calls:
 
-Local: the binary is $TRTSPEC_TRITONSERVER, `/opt/tritonserver/bin/tritonserver` (the container)
-or the one inside the nvidia-pytriton wheel (CPU). The Python backend directory is prepared under
-<workdir>/server/backends with the stub built for the running Python, and the server gets a
-PYTHONPATH holding the project root and this venv's site-packages, so the cpu model imports
-trtspec, torch and transformers. The server binds 127.0.0.1 unless the spec says otherwise, runs
-with model control mode `none`, logs to <workdir>/server/tritonserver.log and is waited for on
-/v2/health/ready; on failure the log tail is in the error. The pid is recorded in
-<workdir>/server/server.json and `stop` ends only that process (checked by its command line).
+- `start_local` locks the port set (trtspec.ports), checks the ports are free, prepares the
+  backend directory and environment, writes <workdir>/server/server.json and starts the
+  supervisor detached (through trtspec.subproc, handing it the port locks). It returns once the
+  supervisor says the server serves (health, identity and a one-token inference) and raises
+  ServerError with the log tail when it says dead. Interrupted (Ctrl-C, SIGTERM), it stops what
+  it started before re-raising.
+- `stop_local` asks the supervisor to stop (SIGTERM) and waits; when the supervisor is gone it
+  ends the recorded server itself, checked by its command line (pids are reused), and removes
+  its /dev/shm regions.
+- `status` reports what server.json says and, with probe, whether a one-token inference comes
+  back: Triton's own ready endpoints stay 200 after the model's stub died.
 """
 
 from __future__ import annotations
 
-import socket
+import os
+import signal
+import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from trtspec import subproc
-from trtspec.artifacts import Layout, read_json, write_json
+from trtspec.artifacts import Layout
 from trtspec.errors import ServerError
-from trtspec.launch import local_command
+from trtspec.ports import PortLocks, check_ports, connect_host, is_ready, port_free
 from trtspec.server_setup import find_tritonserver, prepare_backends, server_env
+from trtspec.supervisor import read_record as _read
+from trtspec.supervisor import remove_shm, write_record
 
-__all__ = ["find_tritonserver", "prepare_backends", "server_env", "start_local", "stop_local", "status"]
-
-def port_free(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
+__all__ = ["check_ports", "find_tritonserver", "is_ready", "port_free", "prepare_backends", "server_env",
+           "start_local", "status", "stop_local"]
+SUPERVISOR_MODULE = "trtspec.supervisor"
+PRIVATE_FIELDS = ("spec", "env", "lock_fds")  # in server.json for the supervisor, not for reports
 
 
-def check_ports(serve: Any) -> None:
-    busy = [f"{name} {port}" for name, port in (("http_port", serve.http_port), ("grpc_port", serve.grpc_port),
-                                                 ("metrics_port", serve.metrics_port))
-            if not port_free(serve.host, port)]
-    if busy:
-        raise ServerError(f"port in use on {serve.host}: {', '.join(busy)}",
-                          fix="stop what holds it (`trtspec deploy status`) or choose other serve.*_port values")
+def read_record(layout: Layout) -> dict[str, Any] | None:
+    return _read(layout.server_pid)
 
 
-# -- executing -------------------------------------------------------------------------------
-
-def _get(url: str, timeout: float = 2.0) -> int | None:
-    import urllib.error
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
-            return response.status
-    except urllib.error.HTTPError as error:
-        return error.code
-    except (urllib.error.URLError, OSError):
-        return None
-
-
-def is_ready(host: str, http_port: int) -> bool:
-    return _get(f"http://{_connect_host(host)}:{http_port}/v2/health/ready") == 200
-
-
-def _connect_host(host: str) -> str:
-    return "127.0.0.1" if host in ("0.0.0.0", "") else host
-
-
-def wait_ready(pid: int, host: str, http_port: int, timeout: float, log_path: Path) -> float:
-    """Seconds until /v2/health/ready answered 200; ServerError with the log tail otherwise."""
-    start = time.monotonic()
-    while time.monotonic() - start < timeout:
-        if is_ready(host, http_port):
-            return time.monotonic() - start
-        if not subproc.is_running(pid):
-            raise ServerError(f"tritonserver exited during startup; log {log_path}:\n{_log_tail(log_path)}")
-        time.sleep(0.25)
-    subproc.stop(pid)
-    raise ServerError(f"tritonserver not ready after {timeout:.0f} s (stopped it); log {log_path}:\n"
-                      f"{_log_tail(log_path)}", fix="raise serve.startup_timeout_s or read the log")
-
-
-def _log_tail(log_path: Path, lines: int = 25) -> str:
+def _log_tail(log_path: str | Path, lines: int = 25) -> str:
     try:
         return subproc.tail(Path(log_path).read_text(errors="replace"), lines)
     except OSError:
         return "(no log)"
 
 
+def _supervisor_alive(record: dict[str, Any]) -> bool:
+    pid = record.get("supervisor_pid")
+    return bool(pid) and subproc.is_running(pid) and SUPERVISOR_MODULE in subproc.command_line(pid)
+
+
+def _server_alive(record: dict[str, Any]) -> bool:
+    """The recorded pid still runs our tritonserver (pids are reused)."""
+    pid = record.get("pid")
+    if not pid or not subproc.is_running(pid):
+        return False
+    argv = subproc.command_line(pid)
+    return bool(argv) and argv[0] in (record.get("binary"), "mpirun") and any(
+        part.startswith("--model-repository=") for part in argv)
+
+
+# -- start -------------------------------------------------------------------------------------
+
 def start_local(spec: Any, repository: Path, layout: Layout | None = None) -> dict[str, Any]:
-    """Start tritonserver on this machine and wait until ready; returns the record in server.json."""
+    """Start a supervised tritonserver here and wait until it serves; returns server.json's record."""
     layout = layout or Layout.from_spec(spec)
     current = read_record(layout)
-    if current and subproc.is_running(current["pid"]) and _is_ours(current):
-        raise ServerError(f"a trtspec tritonserver is already running (pid {current['pid']})",
+    if current and (_supervisor_alive(current) or _server_alive(current)):
+        raise ServerError(f"a trtspec tritonserver is already running (pid {current.get('pid')})",
                           fix="`trtspec deploy stop` first")
-    check_ports(spec.serve)
-    binary = find_tritonserver()
-    backends = prepare_backends(layout, binary)
-    command = local_command(spec, binary, Path(repository), backends)
-    log_path = layout.server_log.resolve()
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    log_path.write_text("")
-    pid = subproc.start(command, log_path=log_path, env=server_env(binary, spec.build.backend, backends))
-    record = {"pid": pid, "binary": str(binary), "host": spec.serve.host, "http_port": spec.serve.http_port,
-              "grpc_port": spec.serve.grpc_port, "metrics_port": spec.serve.metrics_port,
-              "repository": str(Path(repository).resolve()), "log": str(log_path),
-              "command": subproc.format_command(command), "started": time.time()}
-    write_json(layout.server_pid, record)
+    workdir = str(layout.workdir.resolve())
+    locks = PortLocks.acquire(spec.serve, {"workdir": workdir, "pid": os.getpid()})
     try:
-        record["startup_s"] = round(wait_ready(pid, spec.serve.host, spec.serve.http_port,
-                                               spec.serve.startup_timeout_s, log_path), 2)
-    except ServerError:
-        layout.server_pid.unlink(missing_ok=True)
-        raise
-    write_json(layout.server_pid, record)
-    return record
+        check_ports(spec.serve)
+        binary = find_tritonserver()
+        backends = prepare_backends(layout, binary)
+        layout.server_dir.mkdir(parents=True, exist_ok=True)
+        log = layout.server_log.resolve()
+        log.write_text("")
+        record = {"state": "starting", "workdir": workdir, "spec": spec.model_dump(mode="json"),
+                  "binary": str(binary), "backends": str(backends), "repository": str(Path(repository).resolve()),
+                  "env": server_env(binary, spec.build.backend, backends), "log": str(log),
+                  "supervisor_log": str(layout.supervisor_log.resolve()), "host": spec.serve.host,
+                  "http_port": spec.serve.http_port, "grpc_port": spec.serve.grpc_port,
+                  "metrics_port": spec.serve.metrics_port, "restart": spec.serve.restart, "started": time.time(),
+                  "lock_fds": locks.fds}
+        write_record(layout.server_pid, record)
+        with _stop_on_interrupt(layout):
+            pid = subproc.start([sys.executable, "-m", SUPERVISOR_MODULE, str(layout.server_pid.resolve())],
+                                log_path=layout.supervisor_log, pass_fds=tuple(locks.fds))
+            record["supervisor_pid"] = pid
+            return _wait_for_supervisor(layout, pid, spec.serve.startup_timeout_s + 30)
+    finally:
+        locks.release()  # the supervisor holds its own copies
 
 
-def read_record(layout: Layout) -> dict[str, Any] | None:
-    return read_json(layout.server_pid) if layout.server_pid.exists() else None
+class _stop_on_interrupt:
+    """Ctrl-C or SIGTERM while deploy waits: stop the supervisor and its server, then re-raise."""
+
+    def __init__(self, layout: Layout):
+        self.layout = layout
+
+    def __enter__(self) -> None:
+        # Only the main thread may set handlers; a caller with its own SIGTERM handler keeps it.
+        main = threading.current_thread() is threading.main_thread()
+        self.installed = main and signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None)
+        if self.installed:
+            signal.signal(signal.SIGTERM, _raise_interrupt)
+
+    def __exit__(self, kind: Any, error: Any, trace: Any) -> None:
+        if self.installed:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if kind is not None and issubclass(kind, (KeyboardInterrupt, SystemExit)):
+            stop_local(self.layout)
 
 
-def _is_ours(record: dict[str, Any]) -> bool:
-    """The pid still belongs to the tritonserver we started (pids are reused)."""
-    try:
-        cmdline = Path(f"/proc/{record['pid']}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    first = cmdline[0].decode(errors="replace") if cmdline else ""
-    return first in (record["binary"], "mpirun") and any(
-        part.decode(errors="replace").startswith("--model-repository=") for part in cmdline)
+def _raise_interrupt(*_: Any) -> None:
+    raise KeyboardInterrupt
 
+
+def _wait_for_supervisor(layout: Layout, pid: int, timeout: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        record = read_record(layout) or {}
+        if record.get("state") == "ready":
+            return {k: v for k, v in record.items() if k not in PRIVATE_FIELDS}
+        if record.get("state") == "dead" or not subproc.is_running(pid):
+            reason = record.get("reason") or f"the supervisor exited; see {layout.supervisor_log}"
+            stop_local(layout)
+            raise ServerError(f"tritonserver did not start: {reason}\nlog {record.get('log')}:\n"
+                              f"{_log_tail(record.get('log') or layout.server_log)}",
+                              fix="read the log; raise serve.startup_timeout_s if it was still loading")
+        time.sleep(0.2)
+    stop_local(layout)
+    raise ServerError(f"tritonserver not serving after {timeout:.0f} s (stopped it); log {layout.server_log}:\n"
+                      f"{_log_tail(layout.server_log)}", fix="raise serve.startup_timeout_s or read the log")
+
+
+# -- stop --------------------------------------------------------------------------------------
 
 def stop_local(layout: Layout) -> dict[str, Any]:
-    """Stop the server recorded in server.json, and nothing else."""
+    """Stop the server recorded in server.json (through its supervisor), and nothing else."""
     record = read_record(layout)
     if record is None:
         return {"stopped": False, "reason": "no server recorded"}
-    if not subproc.is_running(record["pid"]):
-        layout.server_pid.unlink(missing_ok=True)
-        return {"stopped": False, "pid": record["pid"], "reason": "not running (stale record removed)"}
-    if not _is_ours(record):
-        layout.server_pid.unlink(missing_ok=True)
-        return {"stopped": False, "pid": record["pid"],
-                "reason": "pid now belongs to another process; left it alone (stale record removed)"}
-    subproc.stop(record["pid"])
+    server_pid = record.get("pid")
+    supervised = _supervisor_alive(record)
+    alive = _server_alive(record)
+    if supervised:
+        subproc.stop(record["supervisor_pid"], timeout=40.0)  # it stops the server and removes server.json
+    if _server_alive(record):
+        subproc.stop(server_pid)
+    removed = remove_shm(record.get("shm_prefix"))
     layout.server_pid.unlink(missing_ok=True)
-    return {"stopped": True, "pid": record["pid"]}
+    if supervised or alive:
+        return {"stopped": True, "pid": server_pid, **({"shm_removed": len(removed)} if removed else {})}
+    reason = ("not running (stale record removed)" if not server_pid or not subproc.is_running(server_pid) else
+              "pid now belongs to another process; left it alone (stale record removed)")
+    return {"stopped": False, "pid": server_pid, "reason": reason,
+            **({"shm_removed": len(removed)} if removed else {})}
 
 
-def status(layout: Layout) -> dict[str, Any]:
-    """What server.json says and whether the server answers."""
+# -- status ------------------------------------------------------------------------------------
+
+def status(layout: Layout, *, probe: bool = True, probe_timeout_s: float = 30.0) -> dict[str, Any]:
+    """What server.json says, whether the processes live, and (probe) whether a token comes back."""
     record = read_record(layout)
     if record is None:
-        return {"running": False, "ready": False, "reason": "no server recorded"}
-    running = subproc.is_running(record["pid"]) and _is_ours(record)
+        return {"running": False, "ready": False, "state": "stopped", "reason": "no server recorded"}
+    public = {k: v for k, v in record.items() if k not in PRIVATE_FIELDS}
+    running = _server_alive(record)
+    result = {**public, "running": running, "supervised": _supervisor_alive(record),
+              "uptime_s": round(time.time() - record["started"], 1) if running and record.get("started") else None}
+    if record.get("state") == "ready" and not result["supervised"]:
+        result["state"] = "unsupervised" if running else "dead"
+        result["reason"] = "the supervisor is gone" + ("" if running else " and so is tritonserver")
     ready = running and is_ready(record["host"], record["http_port"])
-    return {**record, "running": running, "ready": ready,
-            "uptime_s": round(time.time() - record["started"], 1) if running else None}
+    if probe and ready:
+        from trtspec.client import probe as one_token
+
+        result["probe"] = one_token(f"{connect_host(record['host'])}:{record['grpc_port']}", timeout_s=probe_timeout_s)
+        ready = result["probe"]["ok"]
+    result["ready"] = ready
+    return result

@@ -80,8 +80,11 @@ def run_attached(command: list[str], *, env: dict[str, str] | None = None, dry_r
 
 
 def start(command: list[str], *, log_path: str | Path, cwd: str | Path | None = None,
-          env: dict[str, str] | None = None) -> int:
-    """Start `command` in the background in its own process group, logging to log_path; return its pid."""
+          env: dict[str, str] | None = None, pass_fds: tuple[int, ...] = ()) -> int:
+    """Start `command` in the background in its own process group, logging to log_path; return its pid.
+
+    `pass_fds` stay open in the child (trtspec's supervisor inherits the port locks this way).
+    """
     command = [str(part) for part in command]
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -89,7 +92,7 @@ def start(command: list[str], *, log_path: str | Path, cwd: str | Path | None = 
         try:
             process = subprocess.Popen(command, cwd=cwd, env=_merged_env(env), stdout=log,
                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                       start_new_session=True)
+                                       start_new_session=True, pass_fds=pass_fds)
         except FileNotFoundError:
             raise ToolMissingError(f"{command[0]}: not found", fix="check the installation") from None
     return process.pid
@@ -122,6 +125,47 @@ def stop(pid: int, *, timeout: float = 15.0) -> bool:
     _signal_group(pid, signal.SIGKILL)
     _reap(pid)
     return True
+
+
+def kill(pid: int, *, timeout: float = 10.0) -> bool:
+    """SIGKILL the process group led by `pid` at once and wait until it is gone. True if it was running."""
+    if not is_running(pid):
+        _reap(pid)
+        return False
+    _signal_group(pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        _reap(pid)
+        if not is_running(pid):
+            break
+        time.sleep(0.05)
+    return True
+
+
+def children(pid: int) -> list[int]:
+    """Every descendant of process `pid` (from /proc; empty where /proc is missing)."""
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, frontier = [], [pid]
+    while frontier:
+        kids = parents.get(frontier.pop(), [])
+        found += kids
+        frontier += kids
+    return found
+
+
+def command_line(pid: int) -> list[str]:
+    """The argv of process `pid`, or [] when it is gone or unreadable."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
 
 
 def _signal_group(pid: int, sig: int) -> None:

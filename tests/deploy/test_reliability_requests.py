@@ -57,9 +57,8 @@ def test_http_integer_beyond_int32_is_refused_not_wrapped(served, value):
 
 
 def test_http_integer_beyond_int64_is_refused_by_triton(served):
-    """Fault: max_tokens beyond the 64-bit range (2**64 + 16) over HTTP.
-    Behaviour: Triton's JSON parser refuses it before the model (an error status and its
-    message; Triton 2.51 answers 500), and the server keeps serving."""
+    # Beyond the 64-bit range (2**64 + 16) Triton's JSON parser refuses the request before the
+    # model sees it (Triton 2.51 answers 500 with its message); the server keeps serving.
     spec, _, _ = served
     status, answer = _generate(spec, b'{"text_input": "hello", "sampling_param_max_tokens": 18446744073709551632}')
     assert status >= 400 and "parse" in answer["error"]

@@ -1,4 +1,4 @@
-"""Server plans (pure): local command, docker run, k8s manifests; ports; stop only our process."""
+"""Server plans (pure): local command, docker run; ports; stop only our process (k8s: test_k8s_manifests.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from trtspec import k8s, launch, server, subproc
+from trtspec import launch, server, subproc
 from trtspec.artifacts import Layout, write_json
 from trtspec.errors import ServerError
 
@@ -48,38 +48,6 @@ def test_docker_command_has_gpus_shm_ports_and_mounts(gpu_spec, tmp_path):
     assert shell.startswith("cp -n /app/all_models/llmapi/tensorrt_llm/1/*.py /models/tensorrt_llm/1/")
     assert "exec /opt/tritonserver/bin/tritonserver --model-repository=/models" in shell
     assert "--grpc-address=0.0.0.0" in shell  # inside the container; the host side stays on 127.0.0.1
-
-
-def test_k8s_manifests_structure(gpu_spec):
-    deployment, service = k8s.k8s_manifests(gpu_spec, "tiny-ngram-trtllm")
-    assert deployment["kind"] == "Deployment" and deployment["apiVersion"] == "apps/v1"
-    pod = deployment["spec"]["template"]
-    assert deployment["spec"]["selector"]["matchLabels"] == pod["metadata"]["labels"] == service["spec"]["selector"]
-    (container,) = pod["spec"]["containers"]
-    assert container["resources"]["limits"]["nvidia.com/gpu"] == 2
-    probe = container["readinessProbe"]["httpGet"]
-    assert probe == {"path": "/v2/health/ready", "port": gpu_spec.serve.http_port}
-    annotations = pod["metadata"]["annotations"]
-    assert annotations["prometheus.io/scrape"] == "true"
-    assert annotations["prometheus.io/port"] == str(gpu_spec.serve.metrics_port)
-    assert {p["containerPort"] for p in container["ports"]} == {p["port"] for p in service["spec"]["ports"]}
-    mounts = {m["mountPath"] for m in container["volumeMounts"]}
-    assert {"/models", "/engines/tiny-ngram-trtllm", "/dev/shm"} <= mounts
-    volumes = {v["name"] for v in pod["spec"]["volumes"]}
-    assert {m["name"] for m in container["volumeMounts"]} <= volumes
-    text = k8s.manifests_yaml([deployment, service])
-    import yaml
-
-    assert "&id" not in text and "*id" not in text
-
-    assert [d["kind"] for d in yaml.safe_load_all(text)] == ["Deployment", "Service"]
-
-
-def test_cpu_k8s_manifest_asks_for_no_gpu(tmp_path, tiny_llama, spec_factory):
-    spec = spec_factory(tmp_path, tiny_llama)
-    deployment, _ = k8s.k8s_manifests(spec, "tiny-ngram-cpu")
-    resources = deployment["spec"]["template"]["spec"]["containers"][0]["resources"]
-    assert "limits" not in resources and "nvidia.com/gpu" not in resources["requests"]
 
 
 def test_busy_port_is_refused(tmp_path, tiny_llama, spec_factory):

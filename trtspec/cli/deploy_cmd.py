@@ -15,7 +15,7 @@ Examples:
   trtspec deploy -c trtspec.yaml --dry-run
   trtspec deploy --target docker         # print/run the docker run command for the image
   trtspec deploy --target k8s --dry-run  # Deployment + Service manifests
-  trtspec deploy status --json
+  trtspec deploy status --json          # state, restarts, and a one-token probe
   trtspec deploy stop
 """
 
@@ -44,9 +44,11 @@ def deploy(ctx: click.Context, config_path: str | None, target: str, engine: str
            dry_run: bool, as_json: bool) -> None:
     """Render the Triton model repository for the engine's backend and start the server.
 
-    The repository is rendered into a temporary directory and swapped in, so a failed deploy
-    leaves the previous one intact. Locally the server binds serve.host (127.0.0.1 by default),
-    logs to <workdir>/server/tritonserver.log and is ready when this command returns.
+    The repository is rendered into a temporary directory and swapped in with one rename, so a
+    failed or interrupted deploy leaves the previous one intact. Locally the server binds
+    serve.host (127.0.0.1 by default), logs to <workdir>/server/tritonserver.log and serves when
+    this command returns (a one-token inference answered); a supervisor process then watches it
+    and restarts it per serve.restart. Ctrl-C while waiting stops what was started.
     """
     ctx.ensure_object(dict)
     ctx.obj["config_path"] = config_path
@@ -68,10 +70,10 @@ def deploy(ctx: click.Context, config_path: str | None, target: str, engine: str
         _dry_run(spec, layout, engine_dir, engine_path, target, image, as_json)
         return
     if target == "local":
-        current = server.status(layout)
-        if current["running"]:
-            raise ServerError(f"a trtspec tritonserver is already running (pid {current['pid']})",
-                                     fix="`trtspec deploy stop` first")
+        current = server.status(layout, probe=False)
+        if current["running"] or current.get("supervised"):
+            raise ServerError(f"a trtspec tritonserver is already running (pid {current.get('pid')})",
+                              fix="`trtspec deploy stop` first")
     files = repository.render(engine_dir, spec, layout.repository, engine_path=engine_path)
     report: dict[str, Any] = {"target": target, "engine": str(engine_dir), "repository": str(layout.repository),
                               "files": [str(f) for f in files]}
@@ -82,8 +84,9 @@ def deploy(ctx: click.Context, config_path: str | None, target: str, engine: str
         report.update(record)
         report["grpc_url"] = f"{spec.serve.host}:{spec.serve.grpc_port}"
         if not as_json:
-            click.echo(f"ready in {record['startup_s']} s: grpc {spec.serve.host}:{spec.serve.grpc_port}, "
-                       f"http {spec.serve.http_port}, metrics {spec.serve.metrics_port} (pid {record['pid']})\n"
+            click.echo(f"ready in {record['startup_s']} s (a one-token probe answered): grpc {spec.serve.host}:"
+                       f"{spec.serve.grpc_port}, http {spec.serve.http_port}, metrics {spec.serve.metrics_port} "
+                       f"(pid {record['pid']}, supervisor {record['supervisor_pid']}, restart: {spec.serve.restart})\n"
                        f"log: {record['log']}\nnext: trtspec infer \"What is the capital of France?\"")
     elif target == "docker":
         from trtspec import subproc
@@ -165,23 +168,57 @@ def stop(ctx: click.Context, config_path: str | None, as_json: bool) -> None:
         click.echo(f"nothing stopped: {result['reason']}")
 
 
-@deploy.command(epilog="\b\nExamples:\n  trtspec deploy status\n  trtspec deploy status --json")
+@deploy.command(epilog="\b\nExamples:\n  trtspec deploy status\n  trtspec deploy status --json --no-probe\n"
+                      "  trtspec deploy status --url 127.0.0.1:8001     # any server, no spec (k8s liveness)")
 @config_option
+@click.option("--probe/--no-probe", default=True, show_default=True,
+              help="Send a one-token inference: the only check that sees a dead model stub.")
+@click.option("--url", default=None, help="Probe the server at this gRPC host:port instead of this workdir's.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=30.0, show_default=True,
+              help="Seconds the probe waits for its token.")
 @json_option
 @click.pass_context
-def status(ctx: click.Context, config_path: str | None, as_json: bool) -> None:
-    """Say whether the server is running and ready, with its ports, pid and log."""
+def status(ctx: click.Context, config_path: str | None, probe: bool, url: str | None, timeout_s: float,
+           as_json: bool) -> None:
+    """Say whether the server serves: state, supervisor, restarts, ports, log, and a one-token probe.
+
+    Exits 0 when the server serves (with --no-probe: when it runs and says ready), 1 otherwise.
+    """
     from trtspec import server
     from trtspec.artifacts import Layout
 
+    if url:
+        from trtspec.client import probe as one_token
+
+        result = {"url": url, **one_token(url, timeout_s=timeout_s)}
+        if as_json:
+            emit_json(result)
+        else:
+            click.echo(f"serving: {result['model']} answered in {result['seconds']} s" if result["ok"]
+                       else f"not serving: {result['error']}")
+        ctx.exit(0 if result["ok"] else 1)
     spec = resolve_spec(config_path or ctx.obj.get("config_path"))
-    result = server.status(Layout.from_spec(spec))
+    result = server.status(Layout.from_spec(spec), probe=probe, probe_timeout_s=timeout_s)
     if as_json:
         emit_json(result)
-        return
-    if not result["running"]:
-        click.echo(f"not running ({result.get('reason', 'process gone')})")
-        return
-    click.echo(f"{'ready' if result['ready'] else 'running, not ready'}: pid {result['pid']}, "
-               f"grpc {result['host']}:{result['grpc_port']}, http {result['http_port']}, "
-               f"metrics {result['metrics_port']}, up {result['uptime_s']} s\nlog: {result['log']}")
+    else:
+        click.echo(_status_line(result))
+    ctx.exit(0 if result["ready"] else 1)
+
+
+def _status_line(result: dict[str, Any]) -> str:
+    state = result.get("state")
+    if state == "stopped":
+        return f"not running ({result['reason']})"
+    if state in ("dead", "restarting", "unsupervised") or not result["running"]:
+        return f"{state or 'not running'}: {result.get('reason') or 'process gone'}\nlog: {result.get('log')}"
+    answer = result.get("probe")
+    if answer and not answer["ok"]:
+        head = f"running, not serving (one-token probe: {answer['error']})"
+    elif answer:
+        head = f"serving (one-token probe {answer['seconds']} s)"
+    else:
+        head = "ready (not probed)" if result["ready"] else "running, not ready"
+    return (f"{head}: pid {result['pid']}, supervisor {result.get('supervisor_pid')}, restarts "
+            f"{result.get('restarts', 0)}, grpc {result['host']}:{result['grpc_port']}, http {result['http_port']}, "
+            f"metrics {result['metrics_port']}, up {result['uptime_s']} s\nlog: {result['log']}")

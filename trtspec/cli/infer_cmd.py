@@ -14,23 +14,6 @@ Examples:
   trtspec infer --no-spec "..."            # the same request without speculation (cpu backend)
   trtspec infer --url 10.0.0.5:8001 --model ensemble "..."
 """
-# Which served model to talk to when --model is not given, in order of preference.
-MODEL_PREFERENCE = ("tensorrt_llm_bls", "ensemble", "tensorrt_llm")
-
-
-def _pick_model(url: str) -> str:
-    import tritonclient.grpc as grpcclient
-
-    try:
-        client = grpcclient.InferenceServerClient(url=url)
-        ready = {m["name"] for m in client.get_model_repository_index(as_json=True).get("models", [])
-                 if m.get("state") == "READY"}
-        client.close()
-    except Exception:  # noqa: BLE001 - the client below reports the connection problem
-        return "tensorrt_llm"
-    return next((name for name in MODEL_PREFERENCE if name in ready), "tensorrt_llm")
-
-
 @click.command(epilog=EXAMPLES)
 @click.argument("prompt")
 @config_option
@@ -48,12 +31,12 @@ def infer(prompt: str, config_path: str | None, url: str | None, model: str | No
     --json prints the text, token counts, time to first token, total time and the acceptance
     statistics instead.
     """
-    from trtspec.client import TritonLLMClient
+    from trtspec.client import TritonLLMClient, pick_model
 
     spec = resolve_spec(config_path)
     host = "127.0.0.1" if spec.serve.host in ("0.0.0.0", "") else spec.serve.host
     url = url or f"{host}:{spec.serve.grpc_port}"
-    client = TritonLLMClient(url, model or _pick_model(url),
+    client = TritonLLMClient(url, model or pick_model(url),
                              metrics_url=f"http://{url.rsplit(':', 1)[0]}:{spec.serve.metrics_port}/metrics")
     options = dict(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
                    speculative=not no_spec, stream=not no_stream)
