@@ -18,6 +18,7 @@ missing=()
 
 cat > "$SPEC" <<YAML
 # Written by scripts/demo.sh: the demo's spec (trtspec init writes a commented one).
+# Absolute paths: relative ones would resolve against this file's directory.
 model:
   source: smollm2
 speculative:
@@ -30,17 +31,17 @@ speculative:
 build:
   backend: cpu
   max_batch_size: 8
-  output_dir: engines
+  output_dir: $PWD/engines
 serve:
   http_port: 8100
   grpc_port: 8101
   metrics_port: 8102
-  repository: $WORK/model_repository
+  repository: $PWD/$WORK/model_repository
 bench:
   concurrency: [1, 4]
   max_tokens: 64
   num_prompts: 8
-workdir: $WORK
+workdir: $PWD/$WORK
 YAML
 
 step "1. spec: $SPEC"
