@@ -116,14 +116,9 @@ def stop(pid: int, *, timeout: float = 15.0) -> bool:
     if not is_running(pid):
         return False
     _signal_group(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        _reap(pid)
-        if not is_running(pid):
-            return True
-        time.sleep(0.1)
-    _signal_group(pid, signal.SIGKILL)
-    _reap(pid)
+    if not _wait_gone(pid, timeout):
+        _signal_group(pid, signal.SIGKILL)
+        _wait_gone(pid, 10.0)
     return True
 
 
@@ -133,13 +128,20 @@ def kill(pid: int, *, timeout: float = 10.0) -> bool:
         _reap(pid)
         return False
     _signal_group(pid, signal.SIGKILL)
+    _wait_gone(pid, timeout)
+    return True
+
+
+def _wait_gone(pid: int, timeout: float) -> bool:
+    """Reap and poll until `pid` is gone (True) or timeout passes (False)."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while True:
         _reap(pid)
         if not is_running(pid):
-            break
+            return True
+        if time.monotonic() >= deadline:
+            return False
         time.sleep(0.05)
-    return True
 
 
 def children(pid: int) -> list[int]:
