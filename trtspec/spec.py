@@ -201,7 +201,8 @@ class ServeSpec(_Section):
     streaming: bool = True
     """Serve decoupled (streaming) responses."""
     startup_timeout_s: float = Field(120.0, gt=0)
-    """How long to wait for /v2/health/ready."""
+    """How long a (re)started server may take to serve: /v2/health/ready, its own id on both
+    ports, and a one-token inference."""
     restart: Literal["on-failure", "never"] = "on-failure"
     """What the supervisor does when tritonserver or its Python stub dies: on-failure starts it
     again (up to 5 times in 10 minutes), never records it dead. In-flight requests get an error
@@ -213,7 +214,7 @@ class ServeSpec(_Section):
     http_inference: bool = True
     """Serve inference on the HTTP port (generate, generate_stream, infer). false leaves HTTP to
     health, metadata and statistics and gRPC as the only inference path: Triton 2.51 crashes on
-    a deeply nested JSON body (docs/DEPLOY.md, Reliability)."""
+    a deeply nested JSON body (docs/DEPLOY.md, Closed by default)."""
 
     @field_validator("host")
     @classmethod
