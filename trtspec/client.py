@@ -204,8 +204,7 @@ class TritonLLMClient:
         stats: dict[str, Any] = {}
         for name in STAT_OUTPUTS:
             if name in names:
-                value = result.as_numpy(name).reshape(-1)[0].item()
-                stats[name] = value
+                stats[name] = _number(result.as_numpy(name).reshape(-1)[0].item())
         if "finish_reason" in names:
             stats["finish_reason"] = _text(result.as_numpy("finish_reason").reshape(-1)[0])
         return StreamEvent(text=text, time_s=now, final=final, stats=stats)
@@ -300,6 +299,18 @@ def metric_total(samples: dict[str, float], name: str) -> float:
 
 def _text(value: Any) -> str:
     return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _number(value: Any) -> Any:
+    """A numeric output as a number: TensorRT-LLM's stock llmapi model.py sends its perf metrics as
+    BYTES strings ("0.75", "12") although its config.pbtxt types them FP32/INT32."""
+    if not isinstance(value, bytes | str):
+        return value
+    text = _text(value).strip()
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
 
 
 def _np_to_triton(array: Any) -> str:

@@ -1,8 +1,15 @@
 """Command lines that start tritonserver: here (`local_command`) and in a container (`docker_command`).
 
 Pure plans: every function returns data (an argument list or a shell string) and runs nothing;
-trtspec.server executes the local one and `trtspec deploy --dry-run` prints them. Multi-GPU
-(tp*pp > 1) goes through `mpirun`, as upstream's launch_triton_server.py does.
+trtspec.server executes the local one and `trtspec deploy --dry-run` prints them.
+
+GPU backends on several GPUs start the way TensorRT-LLM's scripts/launch_triton_server.py and
+tensorrtllm_backend docs/llama_multi_instance.md describe (`gpu_launch`):
+- one TensorRT-LLM model on tp*pp GPUs (trtllm, or trtllm-engine without a draft): leader mode,
+  `mpirun -n <world>`, one tritonserver per rank, ranks > 0 loading only `tensorrt_llm`;
+- two TensorRT-LLM models (trtllm-engine draft-target, any tp): orchestrator mode,
+  TRTLLM_ORCHESTRATOR=1 with spawned workers, one tritonserver (`mpirun -n 1`), each model on the
+  GPUs its config.pbtxt `gpu_device_ids` names, with the memory-pool flags the script adds.
 """
 
 from __future__ import annotations
@@ -57,7 +64,7 @@ def tritonserver_args(serve: Any, repository: str, *, backend_dir: str | None = 
 
 def local_command(spec: Any, binary: Path, repository: Path, backend_dir: Path | None, *,
                   server_id: str | None = None, shm_prefix: str | None = None) -> list[str]:
-    """The command that runs tritonserver here (mpirun for tp*pp > 1, as launch_triton_server.py).
+    """The command that runs tritonserver here (see the module docstring for several GPUs).
 
     `server_id` is what the server reports as its name (GET /v2), so a readiness check can tell
     this server from another on the same port; `shm_prefix` names the Python backend's shared
@@ -67,18 +74,35 @@ def local_command(spec: Any, binary: Path, repository: Path, backend_dir: Path |
                              backend_dir=str(backend_dir) if backend_dir else None)
     if server_id:
         args.append(f"--id={server_id}")
+    env, command = gpu_launch(spec, str(binary), args, shm_prefix=shm_prefix)
+    return (["env", *(f"{key}={value}" for key, value in env.items())] if env else []) + command
+
+
+def gpu_launch(spec: Any, binary: str, args: list[str], *,
+               shm_prefix: str | None = None) -> tuple[dict[str, str], list[str]]:
+    """(environment, argv): a single process, leader mode or orchestrator mode (module docstring)."""
+    from trtspec.repository.trtllm_engine import multi_gpu_mode
+
     world = spec.build.tp_size * spec.build.pp_size if spec.build.backend != "cpu" else 1
-    if world == 1:
+    mode = multi_gpu_mode(spec.build.backend == "trtllm-engine" and spec.speculative.mode == "draft-target", world)
+    if mode == "single":
         shm = [f"--backend-config=python,shm-region-prefix-name={shm_prefix}_"] if shm_prefix else []
-        return [str(binary), *args, *shm]
+        return {}, [binary, *args, *shm]
+    if mode == "orchestrator":
+        # launch_triton_server.py --multi-model (spawning on): world size 1, the backend spawns workers.
+        pools = [f"--cuda-memory-pool-byte-size={gpu}:0" for gpu in range(world)]
+        return ({"TRTLLM_ORCHESTRATOR": "1", "TRTLLM_ORCHESTRATOR_SPAWN_PROCESSES": "1"},
+                ["mpirun", "--allow-run-as-root", "-n", "1", binary, *args, "--pinned-memory-pool-byte-size=0",
+                 "--enable-peer-access=false", *pools,
+                 f"--backend-config=python,shm-region-prefix-name={shm_prefix or 'prefix'}0_"])
     command = ["mpirun", "--allow-run-as-root"]
     for rank in range(world):
         rank_args = args + [f"--backend-config=python,shm-region-prefix-name={shm_prefix or 'prefix'}{rank}_"]
         if rank:
             rank_args += ["--model-control-mode=explicit", "--load-model=tensorrt_llm"]
             rank_args = [a for a in rank_args if a != "--model-control-mode=none"]
-        command += ["-n", "1", str(binary), *rank_args, ":"]
-    return command[:-1]
+        command += ["-n", "1", binary, *rank_args, ":"]
+    return {}, command[:-1]
 
 
 # cpu image (trtspec + nvidia-pytriton, no /opt/tritonserver): the same backend directory and
@@ -93,13 +117,18 @@ CPU_CONTAINER_PRELUDE = (
 CPU_CONTAINER_SERVER = "$P/bin/tritonserver"
 
 
-def container_server(serve: Any, backend: str) -> str:
-    """The shell command a container (docker or k8s) runs: prelude, then exec tritonserver."""
+def container_server(serve: Any, backend: str, spec: Any = None) -> str:
+    """The shell command a container (docker or k8s) runs: prelude, then exec tritonserver.
+
+    With the spec, GPU backends on several GPUs start in leader or orchestrator mode (gpu_launch).
+    """
     if backend == "cpu":
         args = tritonserver_args(serve, CONTAINER_REPOSITORY, backend_dir="/tmp/trtspec-backends", bind_all=True)
         return CPU_CONTAINER_PRELUDE + "exec " + CPU_CONTAINER_SERVER + " " + subproc.format_command(args)
     args = tritonserver_args(serve, CONTAINER_REPOSITORY, bind_all=True)
-    return container_prelude(backend) + "exec " + subproc.format_command([CONTAINER_TRITONSERVER, *args])
+    env, command = gpu_launch(spec, CONTAINER_TRITONSERVER, args) if spec is not None else ({}, [CONTAINER_TRITONSERVER, *args])
+    exports = "".join(f"export {key}={value} && " for key, value in env.items())
+    return container_prelude(backend) + exports + "exec " + subproc.format_command(command)
 
 
 def container_prelude(backend: str) -> str:
@@ -125,4 +154,4 @@ def docker_command(spec: Any, repository: Path, engine_dir: Path, image: str | N
     command += ["-v", f"{repository.resolve()}:{CONTAINER_REPOSITORY}",
                 "-v", f"{engine_dir.resolve()}:{CONTAINER_ENGINES}/{engine_dir.name}:ro",
                 "--entrypoint", "bash", image, "-c"]
-    return command + [container_server(serve, backend)]
+    return command + [container_server(serve, backend, spec)]

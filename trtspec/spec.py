@@ -162,6 +162,10 @@ class BuildSpec(_Section):
     kv_cache_max_tokens: int | None = Field(None, ge=1)
     """cpu backend: token slots in the paged KV cache pool (whole tokens_per_block blocks); requests
     wait for blocks beyond it. Empty: room for max_batch_size sequences of max_seq_len."""
+    trtllm_version: Literal["1.1.0", "1.2.1"] = "1.1.0"
+    """GPU backends: the TensorRT-LLM release the artifacts are written for (its contract:
+    trtspec/builders/contract_data/). 1.1.0 is what the Dockerfile's container (25.12) carries;
+    1.2.1 is in the 26.04-26.07 containers."""
     prepack: bool = True
     """cpu backend: run the linear layers on oneDNN-prepacked weights (multi-token verify passes
     cost far less; twice the linear-weight memory). false keeps plain nn.Linear. Other backends

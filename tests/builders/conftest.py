@@ -51,12 +51,14 @@ def make_eagle3_head(path: Path, target_dir: Path, *, seed: int = 0, target_sha2
     path.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(path / "model.safetensors"))
     layers = target["num_hidden_layers"]
+    from trtspec.convert.eagle3_train import aux_layer_ids  # the target layers convert trains the head on
+
     config = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": h,
               "num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": d, "intermediate_size": inter,
               "vocab_size": vocab, "draft_vocab_size": vocab, "num_hidden_layers": 1,
               "max_position_embeddings": target.get("max_position_embeddings", 1024),
               "rms_norm_eps": target.get("rms_norm_eps", 1e-6), "rope_theta": 10000.0, "torch_dtype": "float32",
-              "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, layers // 2 - 1, layers - 1],
+              "eagle_config": {"eagle_aux_hidden_state_layer_ids": aux_layer_ids(layers),
                                "use_aux_hidden_state": True, "use_input_layernorm_in_first_layer": True,
                                "use_last_layernorm": True}}
     (path / "config.json").write_text(json.dumps(config, indent=2))
@@ -66,8 +68,27 @@ def make_eagle3_head(path: Path, target_dir: Path, *, seed: int = 0, target_sha2
 
 
 @pytest.fixture(scope="session")
+def gpu_target(tmp_path_factory) -> Path:
+    """The tiny target with 8 layers: TensorRT-LLM captures EAGLE-3 layers (1, n/2 - 1, n - 4) by
+    default only from 6 layers up, and convert's layers for 8 are the same (1, 3, 4)."""
+    from trtspec.testing.tiny import make_tiny_llama
+
+    return make_tiny_llama(tmp_path_factory.mktemp("tiny-target-8"), seed=0, num_hidden_layers=8)
+
+
+@pytest.fixture(scope="session")
 def fp8_target(tmp_path_factory, tiny_llama) -> Path:
     """The tiny target quantized for real with ModelOpt FP8 PTQ and its unified HF export."""
+    return _fp8_export(tmp_path_factory, tiny_llama)
+
+
+@pytest.fixture(scope="session")
+def gpu_fp8_target(tmp_path_factory, gpu_target) -> Path:
+    """gpu_target quantized the same way."""
+    return _fp8_export(tmp_path_factory, gpu_target)
+
+
+def _fp8_export(tmp_path_factory, tiny_llama: Path) -> Path:
     import copy
 
     import modelopt.torch.quantization as mtq

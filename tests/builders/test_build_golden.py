@@ -13,31 +13,35 @@ import yaml
 from click.testing import CliRunner
 
 from tests.builders.conftest import assert_golden, normalize, write_workspace
-from trtspec.builders import upstream
 from trtspec.cli import main
 
-# (backend, mode, fp8, fp8_kv_cache)
+# (backend, mode, fp8, fp8_kv_cache, trtllm_version or None for the default, 1.1.0)
 MATRIX = [
-    ("cpu", "eagle3", False, False), ("cpu", "draft-target", False, False), ("cpu", "ngram", False, False),
-    ("cpu", "none", False, False), ("cpu", "ngram", True, False),
-    ("trtllm", "eagle3", True, True), ("trtllm", "draft-target", False, False), ("trtllm", "ngram", True, False),
-    ("trtllm", "none", False, False),
-    ("trtllm-engine", "draft-target", True, True), ("trtllm-engine", "none", False, False),
+    ("cpu", "eagle3", False, False, None), ("cpu", "draft-target", False, False, None),
+    ("cpu", "ngram", False, False, None), ("cpu", "none", False, False, None), ("cpu", "ngram", True, False, None),
+    ("trtllm", "eagle3", True, True, None), ("trtllm", "draft-target", False, False, None),
+    ("trtllm", "ngram", True, False, None), ("trtllm", "none", False, False, None),
+    ("trtllm-engine", "draft-target", True, True, None), ("trtllm-engine", "none", False, False, None),
+    ("trtllm", "eagle3", True, True, "1.2.1"), ("trtllm", "draft-target", False, False, "1.2.1"),
+    ("trtllm", "ngram", False, False, "1.2.1"), ("trtllm-engine", "draft-target", True, False, "1.2.1"),
 ]
 
 
 def _case_id(case) -> str:
-    backend, mode, fp8, kv = case
-    return f"{backend}-{mode}" + ("-fp8" if fp8 else "") + ("-fp8kv" if kv else "")
+    backend, mode, fp8, kv, version = case
+    return (f"{backend}-{mode}" + ("-fp8" if fp8 else "") + ("-fp8kv" if kv else "")
+            + (f"-trtllm{version}" if version else ""))
 
 
 @pytest.fixture
-def workspace(in_tmp, tiny_llama, tiny_llama_draft, fp8_target):
-    def make(backend: str, mode: str, fp8: bool, fp8_kv: bool):
-        config = write_workspace(in_tmp, tiny_llama, draft=tiny_llama_draft, eagle3=(mode == "eagle3"),
-                                 fp8_target=fp8_target if fp8 else None,
-                                 quantization={"fp8_kv_cache": fp8_kv})
-        replacements = {str(in_tmp.resolve()): "<WORK>", str(in_tmp): "<WORK>", str(tiny_llama): "<TARGET>",
+def workspace(in_tmp, tiny_llama, tiny_llama_draft, fp8_target, gpu_target, gpu_fp8_target):
+    def make(backend: str, mode: str, fp8: bool, fp8_kv: bool, **build):
+        # GPU backends build the 8-layer target (TensorRT-LLM's default EAGLE-3 capture needs >= 6)
+        target, quantized = (tiny_llama, fp8_target) if backend == "cpu" else (gpu_target, gpu_fp8_target)
+        config = write_workspace(in_tmp, target, draft=tiny_llama_draft, eagle3=(mode == "eagle3"),
+                                 fp8_target=quantized if fp8 else None,
+                                 quantization={"fp8_kv_cache": fp8_kv}, **({"build": build} if build else {}))
+        replacements = {str(in_tmp.resolve()): "<WORK>", str(in_tmp): "<WORK>", str(target): "<TARGET>",
                         str(tiny_llama_draft): "<DRAFT>"}
         return config, replacements
     return make
@@ -45,9 +49,10 @@ def workspace(in_tmp, tiny_llama, tiny_llama_draft, fp8_target):
 
 @pytest.mark.parametrize("case", MATRIX, ids=[_case_id(c) for c in MATRIX])
 def test_dry_run_golden_and_written_files_match(case, workspace, in_tmp):
-    backend, mode, fp8, fp8_kv = case
-    config, replacements = workspace(*case)
+    backend, mode, fp8, fp8_kv, version = case
+    config, replacements = workspace(backend, mode, fp8, fp8_kv)
     args = ["build", "-c", str(config), "--backend", backend, "--mode", mode, "--fp8" if fp8 else "--no-fp8"]
+    args += ["--trtllm-version", version] if version else []
     runner = CliRunner()
     dry = runner.invoke(main, args + ["--dry-run"], catch_exceptions=False)
     assert dry.exit_code == 0, dry.output
@@ -65,18 +70,29 @@ def test_dry_run_golden_and_written_files_match(case, workspace, in_tmp):
     assert (engine_dir / ("hf/target" if backend == "trtllm-engine" else "target") / "config.json").exists()
 
 
-def test_trtllm_options_use_only_pinned_fields(workspace, in_tmp):
+@pytest.mark.parametrize("version", ["1.1.0", "1.2.1"])
+def test_trtllm_options_use_only_contract_fields(workspace, in_tmp, version):
+    from trtspec.builders import contracts
+
+    contract = contracts.load(version)
     config, _ = workspace("trtllm", "eagle3", True, True)
     result = CliRunner().invoke(main, ["build", "-c", str(config), "--backend", "trtllm", "--mode", "eagle3",
-                                       "--fp8", "--json"], catch_exceptions=False)
+                                       "--fp8", "--trtllm-version", version, "--json"], catch_exceptions=False)
     engine = json.loads(result.stdout)["engine"]
-    options = yaml.safe_load((in_tmp / "engines" / engine["name"] / "llm_api_options.yaml").read_text())
-    assert set(options) <= upstream.LLM_ARGS_FIELDS
-    assert set(options["kv_cache_config"]) <= upstream.KV_CACHE_CONFIG_FIELDS
+    engine_dir = in_tmp / "engines" / engine["name"]
+    text = (engine_dir / "llm_api_options.yaml").read_text()
+    assert f"TensorRT-LLM {version}, as in {contract.image}" in text
+    options = yaml.safe_load(text)
+    api = contract.llm_api
+    assert set(options) <= set(api["llm_args"])
+    assert set(options["kv_cache_config"]) <= set(api["kv_cache_config"])
     assert options["kv_cache_config"]["dtype"] == "fp8"
+    assert ("tokens_per_block" in options["kv_cache_config"]) == (version == "1.2.1")
     spec_cfg = options["speculative_config"]
-    assert spec_cfg["decoding_type"] == "Eagle3" and spec_cfg["max_draft_len"] == 4
-    assert spec_cfg["speculative_model_dir"] == str((in_tmp / "engines" / engine["name"] / "draft").resolve())
-    assert set(spec_cfg) <= upstream.DECODING_CONFIG_FIELDS["Eagle3"]
-    assert (in_tmp / "engines" / engine["name"] / "target" / "hf_quant_config.json").exists()
+    assert spec_cfg["decoding_type"] == "Eagle" and spec_cfg["decoding_type"] in api["dispatch"]["names"]
+    assert spec_cfg["max_draft_len"] == 4
+    assert spec_cfg["speculative_model_dir"] == str((engine_dir / "draft").resolve())
+    assert set(spec_cfg) <= set(api["decoding"]["eagle3"]["fields"])
+    assert (engine_dir / "target" / "hf_quant_config.json").exists()
     assert engine["draft"]["kind"] == "eagle3" and engine["build_config"]["speculative_decoding_mode"] == "eagle3"
+    assert engine["trtllm"]["tensorrt_llm_version"] == version and engine["trtllm"]["container"] == contract.image

@@ -23,12 +23,13 @@ def shape(name: str) -> ModelShape:
 
 
 LLAMA_8B, LLAMA_70B, LLAMA_1B = shape("llama-3.1-8b"), shape("llama-3.1-70b"), shape("llama-3.2-1b")
+LLAMA_405B = shape("llama-3.1-405b")
 
 
 @pytest.mark.parametrize("model, published", [
     # Hugging Face model pages (safetensors parameter counts): Llama-3.1-8B "8.03B params",
-    # Llama-3.1-70B "70.6B params", Llama-3.2-1B "1.24B params".
-    (LLAMA_8B, 8.03e9), (LLAMA_70B, 70.6e9), (LLAMA_1B, 1.24e9),
+    # Llama-3.1-70B "70.6B params", Llama-3.2-1B "1.24B params", Llama-3.1-405B "406B params".
+    (LLAMA_8B, 8.03e9), (LLAMA_70B, 70.6e9), (LLAMA_1B, 1.24e9), (LLAMA_405B, 406e9),
 ])
 def test_parameter_counts_match_the_published_ones(model, published):
     assert model.params == pytest.approx(published, rel=0.005)
@@ -110,8 +111,61 @@ def test_reported_rows_name_every_part():
     plan = plan_memory(LLAMA_8B, PlanSettings(gpu="h100"), LLAMA_1B)
     items = [item for item, _ in plan.rows()]
     for needle in ("target weights", "draft weights", "activations", "runtime reserve", "target KV cache",
-                   "draft KV cache", "KV budget", "headroom", "full-length sequences", "verdict"):
+                   "draft KV cache", "KV budget", "KV budget left after a full batch", "full-length sequences",
+                   "verdict"):
         assert any(needle in item for item in items), needle
+    # binary figures say so, and the GPU is named as nvidia-smi names it
+    values = dict(plan.rows())
+    assert values["GPU"].startswith("1 x NVIDIA H100 80GB HBM3, 79.65 GiB each")
+    assert all(v.endswith(" GiB") for k, v in values.items() if k not in ("GPU", "verdict", "full-length sequences that fit"))
+    assert dict(plan_memory(LLAMA_1B, PlanSettings(gpu="h200")).rows())["GPU"].startswith("1 x NVIDIA H200, 140.40 GiB")
+
+
+def test_headroom_is_what_the_kv_budget_leaves_after_a_full_batch():
+    # The old figure was free memory minus KV required: 82.6 "GB" of headroom on an 80 GB H100.
+    for plan in (plan_memory(LLAMA_8B, PlanSettings(gpu="h100"), LLAMA_1B),
+                 plan_memory(LLAMA_70B, PlanSettings(gpu="h100", fp8_weights=True, max_batch_size=64,
+                                                     max_seq_len=8192))):
+        assert plan.headroom_bytes == plan.kv_budget_bytes - plan.kv_required_bytes
+        assert plan.headroom_bytes < plan.kv_budget_bytes < plan.usable_bytes
+        assert (plan.headroom_bytes >= 0) == plan.fits
+
+
+def _within(value: float, published: float, rel: float = 0.10) -> bool:
+    return abs(value - published) <= rel * published
+
+
+def test_published_deployment_70b_fp8_on_one_h200():
+    # kubernetes.recipes/recipes/ai/llama-70b-model-size-gpu-requirements: "FP8 halves to ~70GB";
+    # canitrun.dev/models/llama-3.1-70b: 2.68 GB of (16-bit) KV cache for one 8k-token sequence.
+    plan = plan_memory(LLAMA_70B, PlanSettings(gpu="h200", fp8_weights=True, max_batch_size=16, max_seq_len=8192))
+    assert plan.fits, plan.problem
+    assert _within(plan.weights_bytes / 1e9, 70.0)
+    assert _within(plan.components[0].kv_bytes_per_token * 8192 / 1e9, 2.68)
+
+
+def test_published_deployment_70b_with_a_1b_draft():
+    # The draft of NVIDIA/TensorRT-LLM examples/draft_target_model/README.md (Llama 3.2 1B for a
+    # Llama 3.1 70B target, max_seq_len 4800, max_draft_len 10): "1.24B params" (Hugging Face), so
+    # 2.48 GB in BF16; the 70B target FP8 as above. Both fit one H200 at batch 16.
+    bf16_draft = plan_memory(LLAMA_70B, PlanSettings(gpu="h200", max_batch_size=1, max_seq_len=4800), LLAMA_1B)
+    assert _within(bf16_draft.components[1].weight_bytes / 1e9, 2.48)
+    plan = plan_memory(LLAMA_70B, PlanSettings(gpu="h200", fp8_weights=True, max_batch_size=16, max_seq_len=4800,
+                                               max_draft_len=10), LLAMA_1B)
+    assert plan.fits and _within(plan.components[0].weight_bytes / 1e9, 70.0)
+
+
+def test_published_deployment_405b_fp8_on_8_h100():
+    # kubernetes.recipes (as above): Llama 3.1 405B "FP8 (GB) 405", i.e. 50.6 GB on each of 8 GPUs;
+    # huggingface.co/nvidia/Llama-3.1-405B-Instruct-FP8: only the linear operators of the transformer
+    # blocks are FP8 (the planner keeps embedding and lm_head in 16 bits, as that checkpoint does).
+    plan = plan_memory(LLAMA_405B, PlanSettings(gpu="h100", tp_size=8, fp8_weights=True, fp8_kv_cache=True,
+                                                max_batch_size=16, max_seq_len=8192))
+    assert plan.fits, plan.problem
+    assert _within(plan.weights_bytes / 1e9, 405 / 8)
+    # 126 layers x 8 KV heads x 128 x (K, V) in FP8, one KV head per GPU at tp 8
+    assert plan.components[0].kv_bytes_per_token == 2 * 126 * 1 * 128 * 1
+    assert not plan_memory(LLAMA_405B, PlanSettings(gpu="h100", tp_size=4, fp8_weights=True)).fits
 
 
 def test_tp_size_must_divide_the_attention_heads():

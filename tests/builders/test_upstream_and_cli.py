@@ -1,4 +1,4 @@
-"""Pinned-list checks, trtllm-build flag rules, and the plan/build CLI on 70B-shaped configs."""
+"""Contract checks, trtllm-build flag rules, and the plan/build CLI on 70B-shaped configs."""
 
 from __future__ import annotations
 
@@ -9,34 +9,39 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from trtspec.builders import trtllm_engine, upstream
+from trtspec.builders import contracts, trtllm_engine, upstream
 from trtspec.cli import main
 from trtspec.errors import IncompatibleArtifactError
 from trtspec.spec import validate_spec
 
 CONFIGS = Path(__file__).parent / "configs"
+DEFAULT = contracts.load(contracts.default_version())
 
 
-def test_llm_api_fields_are_pinned_without_tensorrt_llm():
-    fields = upstream.llm_api_fields()
+def test_llm_api_fields_come_from_the_contract_without_tensorrt_llm():
+    fields = upstream.llm_api_fields(DEFAULT)
     if upstream.tensorrt_llm_version() is None:
-        assert fields["source"].startswith("pinned: ")
-    assert {"Eagle3", "Draft_Target", "NGram"} <= set(fields["decoding"]) or "Eagle" in fields["decoding"]
+        assert fields["source"].startswith("contract 1.1.0: NVIDIA/TensorRT-LLM/tensorrt_llm/llmapi/llm_args.py@v1.1.0")
+    assert set(fields["decoding"]) == {"Eagle", "DraftTarget", "NGram"}
 
 
 @pytest.mark.parametrize("options, message", [
     ({"max_batch_size": 8, "max_draft_tokens": 4}, "max_draft_tokens not a field"),
     ({"kv_cache_config": {"free_gpu_mem_fraction": 0.9}}, "kv_cache_config: free_gpu_mem_fraction"),
-    ({"speculative_config": {"decoding_type": "Eagle3", "num_draft_tokens": 4}}, "speculative_config: num_draft"),
+    ({"kv_cache_config": {"tokens_per_block": 32}}, "kv_cache_config: tokens_per_block"),  # not verified in 1.1.0
+    ({"speculative_config": {"decoding_type": "Eagle", "num_draft_tokens": 4}}, "speculative_config: num_draft"),
+    ({"speculative_config": {"decoding_type": "Eagle", "speculative_model": "d"}}, "speculative_config: speculative_model "),
+    ({"speculative_config": {"decoding_type": "Eagle3", "max_draft_len": 4}}, "decoding_type 'Eagle3'"),
+    ({"speculative_config": {"decoding_type": "Draft_Target", "max_draft_len": 4}}, "decoding_type 'Draft_Target'"),
     ({"speculative_config": {"decoding_type": "Medusa", "max_draft_len": 4}}, "decoding_type 'Medusa'"),
 ])
 def test_unknown_llm_api_fields_are_refused(options, message):
     with pytest.raises(IncompatibleArtifactError, match=message):
-        upstream.check_llm_api_options(options)
+        upstream.check_llm_api_options(options, DEFAULT)
 
 
 @pytest.mark.parametrize("command, message", [
-    (["trtllm-build", "--paged_kv_cache", "enable"], "flag --paged_kv_cache is not in the pinned list"),
+    (["trtllm-build", "--paged_kv_cache", "enable"], "flag --paged_kv_cache is not in the contract"),
     (["trtllm-build", "--kv_cache_type", "PAGED"], "must be one of"),
     (["trtllm-build", "--speculative_decoding_mode", "eagle3"], "must be one of"),
     (["trtllm-build", "--max_draft_len", "4", "--gather_context_logits"], "cannot be combined"),
@@ -48,7 +53,7 @@ def test_unknown_llm_api_fields_are_refused(options, message):
 ])
 def test_engine_flag_rules(command, message):
     with pytest.raises(IncompatibleArtifactError, match=message):
-        trtllm_engine.check_engine_command(command)
+        trtllm_engine.check_engine_command(command, DEFAULT)
 
 
 def _spec(**build):
@@ -58,7 +63,7 @@ def _spec(**build):
 
 
 def test_engine_commands_follow_the_rules():
-    commands = trtllm_engine.engine_commands(_spec())
+    commands = trtllm_engine.engine_commands(_spec(), DEFAULT)
     target_build = next(c for c in commands if c[0] == "trtllm-build" and "checkpoints/target" in c)
     draft_build = next(c for c in commands if c[0] == "trtllm-build" and "checkpoints/draft" in c)
     joined = " ".join(target_build)
@@ -68,7 +73,7 @@ def test_engine_commands_follow_the_rules():
     assert "--use_fp8_context_fmha disable" in joined  # no FP8 KV cache, so no FP8 context FMHA
     assert "--gather_generation_logits" not in joined and "--gather_context_logits" not in joined
     assert "--speculative_decoding_mode" not in draft_build
-    with_logits = trtllm_engine.engine_commands(_spec(), use_draft_logits=True)
+    with_logits = trtllm_engine.engine_commands(_spec(), DEFAULT, use_draft_logits=True)
     assert all("--gather_generation_logits" in c for c in with_logits if c[0] == "trtllm-build")
 
 
@@ -95,7 +100,7 @@ def test_plan_cli_reports_and_exits_3_when_it_does_not_fit(in_tmp, tiny_llama):
     runner = CliRunner()
     result = runner.invoke(main, ["plan"])
     assert result.exit_code == 3
-    assert "141.11 GB" in result.stdout and "build.tp_size: 2" in result.stdout
+    assert "131.42 GiB" in result.stdout and "build.tp_size: 2" in result.stdout  # 141.1 GB of BF16 weights
     fits = runner.invoke(main, ["plan", "--tp-size", "2", "--json"])
     assert fits.exit_code == 0 and json.loads(fits.stdout)["fits"] is True
 
@@ -161,3 +166,37 @@ def test_plan_works_before_convert_with_a_default_eagle3_head(in_tmp, tiny_llama
     plan = json.loads(result.stdout)
     assert [c["role"] for c in plan["components"]] == ["target", "EAGLE-3 head"]
     assert plan["fits"] and plan["full_length_sequences"] >= plan["settings"]["max_batch_size"]
+
+
+def test_plan_reads_config_json_only(in_tmp, monkeypatch):
+    """A 70B deployment planned from its config.json: no weights there, and none hashed or opened."""
+    from trtspec import artifacts
+
+    target = in_tmp / "llama-70b"
+    target.mkdir()
+    shutil.copy(CONFIGS / "llama-3.1-70b.json", target / "config.json")
+    draft = in_tmp / "llama-1b"
+    draft.mkdir()
+    shutil.copy(CONFIGS / "llama-3.2-1b.json", draft / "config.json")
+    monkeypatch.setattr(artifacts, "weights_sha256", lambda *a, **k: pytest.fail("plan hashed weights"))
+    (in_tmp / "trtspec.yaml").write_text(f"model: {{source: {target}}}\n"
+                                         f"speculative: {{mode: draft-target, draft: {draft}}}\n"
+                                         "quantization: {fp8: true}\nbuild: {backend: trtllm, gpu: h200}\n")
+    result = CliRunner().invoke(main, ["plan", "--json"])
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.stdout)
+    assert [c["role"] for c in plan["components"]] == ["target", "draft"] and plan["fits"]
+    (target / "config.json").unlink()
+    gone = CliRunner().invoke(main, ["plan"])
+    assert gone.exit_code != 0 and "no config.json" in gone.output
+
+
+def test_build_takes_the_same_gpu_overrides_as_plan(in_tmp, tiny_llama):
+    (in_tmp / "trtspec.yaml").write_text(f"model: {{source: {tiny_llama}, name: tiny}}\nspeculative: {{mode: none}}\n"
+                                         "build: {backend: trtllm}\n")
+    result = CliRunner().invoke(main, ["build", "--dry-run", "--json", "--gpu", "h200", "--tp-size", "2",
+                                       "--pp-size", "1"])
+    assert result.exit_code == 0, result.output
+    planned = json.loads(result.stdout)
+    assert planned["plan"]["gpu_name"] == "NVIDIA H200" and planned["plan"]["settings"]["tp_size"] == 2
+    assert planned["engine"]["trtllm"]["llm_api_options"]["tensor_parallel_size"] == 2

@@ -100,20 +100,24 @@ def test_trtllm_model_yaml_is_llm_arguments_with_triton_config(gpu_engines, tmp_
     assert any(str(v).startswith(ENGINE_PATH + "/draft") for v in speculative.values())
 
 
-def test_tp2_engine_escapes_device_and_participant_ids(gpu_engines, tmp_path):
+def test_tp2_draft_target_engines_share_the_gpus_in_orchestrator_mode(gpu_engines, tmp_path):
+    """tensorrtllm_backend docs/llama_multi_instance.md, orchestrator mode: each tensorrt_llm model names
+    its GPUs (gpu_device_ids), the backend spawns the workers, no participant_ids (those are only for
+    --disable-spawn-processes); the KV pools are planned token counts, so the load order does not matter."""
+    import json
+
     spec, engine_dir = gpu_engines["trtllm-engine-draft-target-tp2"]
     render(engine_dir, spec, tmp_path / "repo", engine_path=ENGINE_PATH)
     target = pbtxt.check((tmp_path / "repo" / "tensorrt_llm" / "config.pbtxt").read_text())
     draft = pbtxt.check((tmp_path / "repo" / "tensorrt_llm_draft" / "config.pbtxt").read_text())
-    assert target.parameters["gpu_device_ids"].string_value == "0,1"
-    assert target.parameters["participant_ids"].string_value == "1,2"
-    assert draft.parameters["participant_ids"].string_value == "3,4"
-    # The two engines share the GPU's KV budget: the draft's fraction applies to what the target left.
-    t = float(target.parameters["kv_cache_free_gpu_mem_fraction"].string_value)
-    d = float(draft.parameters["kv_cache_free_gpu_mem_fraction"].string_value)
-    assert t < spec.build.free_gpu_memory_fraction and abs(t + d * (1 - t) - spec.build.free_gpu_memory_fraction) < 0.01
+    tokens = json.loads((engine_dir / "engine.json").read_text())["trtllm_engine"]["kv_cache_tokens"]
+    for config, role in ((target, "target"), (draft, "draft")):
+        assert config.parameters["gpu_device_ids"].string_value == "0,1"
+        assert "participant_ids" not in config.parameters
+        assert config.parameters["max_tokens_in_paged_kv_cache"].string_value == str(tokens[role])
+        assert float(config.parameters["kv_cache_free_gpu_mem_fraction"].string_value) == spec.build.free_gpu_memory_fraction
     script = (tmp_path / "repo" / "fill_template.sh").read_text()
-    assert "gpu_device_ids:0\\,1" in script and "participant_ids:1\\,2" in script and "participant_ids:3\\,4" in script
+    assert "gpu_device_ids:0\\,1" in script and "participant_ids" not in script
     bls = pbtxt.check((tmp_path / "repo" / "tensorrt_llm_bls" / "config.pbtxt").read_text())
     assert not bls.model_transaction_policy.decoupled   # upstream's BLS spec loop is non-streaming
 
@@ -122,13 +126,14 @@ def test_every_upstream_placeholder_is_filled_or_explained():
     from trtspec.repository import trtllm_engine as te
 
     values = {"triton_max_batch_size": 8, "engine_dir": "/e/target", "draft_engine_dir": None, "tokenizer_dir": "/e/t",
-              "decoupled_mode": True, "kv_cache_free_gpu_mem_fraction": (0.9, None), "decoding_mode": "top_k_top_p",
-              "gpu_device_ids": [0], "participant_ids": None, "num_draft_tokens": 0, "use_draft_logits": False,
+              "decoupled_mode": True, "kv_cache_free_gpu_mem_fraction": 0.9, "decoding_mode": "top_k_top_p",
+              "max_tokens_in_paged_kv_cache": (None, None), "gpu_device_ids": [0], "multi_gpu": "single",
+              "num_draft_tokens": 0, "use_draft_logits": False,
               "max_queue_delay_microseconds": 0, "draft_target": False, "instance_count": 1}
     filled = set(te.fill_values(values))
     assert filled <= te.UPSTREAM_PLACEHOLDERS, filled - te.UPSTREAM_PLACEHOLDERS
     assert set(te.UNSET) <= te.UPSTREAM_PLACEHOLDERS
-    missing = te.UPSTREAM_PLACEHOLDERS - filled - set(te.UNSET) - {"participant_ids"}  # participant_ids: tp > 1 only
+    missing = te.UPSTREAM_PLACEHOLDERS - filled - set(te.UNSET) - te.SET_FOR_DRAFT_TARGET
     assert not missing, f"placeholders neither filled nor explained: {sorted(missing)}"
     others = te.other_fill_values({**values, "draft_target": True})
     assert set(others) == set(te.UPSTREAM_OTHER_PLACEHOLDERS)

@@ -1,7 +1,8 @@
 """`trtspec build`: turn the spec (and convert's checkpoints) into engines/<name>/.
 
 One module per backend (cpu.py, trtllm.py, trtllm_engine.py), engine.json and the target/draft
-pairing in engine_json.py, pinned upstream names in upstream.py, the memory planner in planner.py.
+pairing in engine_json.py, the GPU target as data in contracts.py (+ contract_data/*.json, checked by
+upstream.py), the EAGLE-3 head per release in eagle3_head.py, the memory planner in planner.py.
 `build()` is the thin layer that executes: resolve inputs -> plan (GPU backends; refuse what does
 not fit) -> render every file in memory -> (dry run: stop) -> write into a staging directory,
 smoke-test or run the engine builder there -> rename into place (artifacts.atomic_dir). A re-run
@@ -17,6 +18,7 @@ from typing import Any
 
 from trtspec import artifacts
 from trtspec.artifacts import Layout
+from trtspec.builders import contracts
 from trtspec.builders import engine_json as ej
 from trtspec.builders.planner import ModelShape, Plan, PlanSettings, plan_memory, require_fit
 
@@ -61,29 +63,35 @@ def plan_for(spec: Any, target_config: dict[str, Any], draft_config: dict[str, A
 
 
 def plan_inputs(spec: Any) -> Plan:
-    """Plan the spec's checkpoints (what `trtspec plan` shows).
+    """Plan the spec's models from their config.json alone (what `trtspec plan` shows).
 
-    Before `trtspec convert` has run, the plan uses the model sources' config.json instead (the
-    shapes are the same) and ModelOpt's default one-layer EAGLE-3 head.
+    No weights are read or hashed: a 70B deployment is planned before its 140 GB are downloaded.
+    The target's shape comes from work/checkpoints/target/config.json when convert has run, else
+    from the model source's config.json; an EAGLE-3 head from work/checkpoints/eagle3/config.json,
+    else ModelOpt's default one-layer head.
     """
-    from trtspec.errors import ModelSourceError
-    from trtspec.models import resolve_model
+    layout = Layout.from_spec(spec)
+    target_config = _config_only(layout.checkpoint("target"), spec.model.source, spec)
+    draft_config = None
+    if spec.speculative.mode == "eagle3" and (layout.checkpoint("eagle3") / "config.json").is_file():
+        draft_config = artifacts.read_json(layout.checkpoint("eagle3") / "config.json")
+    elif spec.speculative.mode == "draft-target":
+        draft_config = _config_only(layout.checkpoint("draft"), spec.speculative.draft, spec)
+    return plan_for(spec, target_config, draft_config)
 
-    try:
-        inputs = ej.resolve_inputs(spec)
-    except ModelSourceError:
-        target_dir = Layout.from_spec(spec).checkpoint("target")
-        if (target_dir / "config.json").exists():
-            target_config = artifacts.read_json(target_dir / "config.json")
-        else:
-            target_config = resolve_model(spec.model.source, trust_remote_code=spec.model.trust_remote_code,
-                                          quiet=True).config
-        draft_config = None
-        if spec.speculative.mode == "draft-target":
-            draft_config = resolve_model(spec.speculative.draft, trust_remote_code=spec.model.trust_remote_code,
-                                         quiet=True).config
-        return plan_for(spec, target_config, draft_config)
-    return plan_for(spec, inputs.base_target.config, inputs.draft.config if inputs.draft else None)
+
+def _config_only(checkpoint: Path, source: str, spec: Any) -> dict[str, Any]:
+    """config.json of a converted checkpoint, a source directory, or a resolved alias; nothing else read."""
+    from trtspec.errors import ModelSourceError
+    from trtspec.models import ALIASES, resolve_model
+
+    for directory in (checkpoint, Path(source).expanduser()):
+        if (directory / "config.json").is_file():
+            return artifacts.read_json(directory / "config.json")
+    if source in ALIASES or source.endswith(".gguf"):  # these become a checkpoint only by conversion
+        return resolve_model(source, trust_remote_code=spec.model.trust_remote_code, quiet=True).config
+    raise ModelSourceError(f"{source}: no config.json there", fix="give a Hugging Face model directory "
+                           "(config.json is enough for `trtspec plan`)")
 
 
 def _manifest_inputs(spec: Any, inputs: ej.BuildInputs) -> dict[str, Any]:
@@ -93,7 +101,7 @@ def _manifest_inputs(spec: Any, inputs: ej.BuildInputs) -> dict[str, Any]:
 
 def build(spec: Any, *, dry_run: bool = False, verify: bool = False, force: bool = False) -> BuildResult:
     """Build engines/<name>/ for the spec's backend; see the module docstring for the steps."""
-    from trtspec.builders import cpu, trtllm, trtllm_engine
+    from trtspec.builders import cpu, trtllm_engine
 
     backend, mode = spec.build.backend, spec.speculative.mode
     if backend == "trtllm-engine":
@@ -103,30 +111,24 @@ def build(spec: Any, *, dry_run: bool = False, verify: bool = False, force: bool
     engine_dir = layout.engine_dir(name)
     inputs = ej.resolve_inputs(spec, layout)
     result = BuildResult(name=name, engine_dir=engine_dir, engine={}, dry_run=dry_run)
+    contract = contracts.for_spec(spec) if backend in GPU_BACKENDS else None
     if backend in GPU_BACKENDS:
         result.plan = plan_for(spec, inputs.base_target.config, inputs.draft.config if inputs.draft else None)
         require_fit(result.plan)
 
-    draft_path = "draft" if inputs.draft is not None else None
     if backend == "cpu":
         result.engine = ej.engine_json(spec, name, inputs)
         result.engine["runtime"].update(cpu.runtime_options(spec))
     elif backend == "trtllm":
-        fields = trtllm.upstream.llm_api_fields()
-        relative = trtllm.checked_options(spec, target="target", draft=draft_path)
-        absolute = trtllm.checked_options(spec, target=str((engine_dir / "target").resolve()),
-                                          draft=str((engine_dir / "draft").resolve()) if draft_path else None)
-        result.files["llm_api_options.yaml"] = trtllm.render_yaml(absolute)
-        result.engine = ej.engine_json(spec, name, inputs, trtllm={
-            "tensorrt_llm_version": trtllm.upstream.PINNED_TRTLLM_VERSION, "field_source": fields["source"],
-            "llm_api_options_file": "llm_api_options.yaml", "llm_api_options": relative})
+        result.engine, result.files = _trtllm_package(spec, contract, name, inputs, engine_dir)
     else:
-        commands = trtllm_engine.engine_commands(spec)
+        commands = trtllm_engine.engine_commands(spec, contract)
         result.commands = [trtllm_engine.subproc.format_command(command) for command in commands]
-        result.files["build.sh"] = trtllm_engine.render_build_sh(commands)
+        result.files["build.sh"] = trtllm_engine.render_build_sh(commands, contract)
         built = trtllm_engine.trtllm_build_available() and not dry_run
         result.engine = ej.engine_json(spec, name, inputs, target_path="hf/target", draft_path="hf/draft",
-                                       trtllm_engine=trtllm_engine.engine_section(spec, commands, built))
+                                       trtllm_engine=trtllm_engine.engine_section(spec, contract, commands, built,
+                                                                                  plan=result.plan))
     if dry_run:
         return result
 
@@ -143,12 +145,7 @@ def build(spec: Any, *, dry_run: bool = False, verify: bool = False, force: bool
         return result
 
     with artifacts.atomic_dir(engine_dir) as staging:
-        if backend == "trtllm-engine":
-            cpu.link_tree(inputs.target.path, staging / "hf" / "target")
-            if inputs.draft is not None:
-                cpu.link_tree(inputs.draft.path, staging / "hf" / "draft")
-        else:
-            cpu.write_bundle(staging, inputs)
+        _place_checkpoints(staging, backend, mode, inputs, contract)
         for file_name, content in result.files.items():
             (staging / file_name).write_text(content)
         if "build.sh" in result.files:
@@ -159,14 +156,56 @@ def build(spec: Any, *, dry_run: bool = False, verify: bool = False, force: bool
             if result.smoke["status"] == "skipped":
                 result.messages.append(f"smoke generation skipped: {result.smoke['reason']}")
         elif backend == "trtllm" and verify:
-            result.verify = trtllm.verify(staging, result.engine["trtllm"]["llm_api_options"])
+            from trtspec.builders import trtllm
+
+            result.verify = trtllm.verify(staging, result.engine["trtllm"]["llm_api_options"], contract)
         elif backend == "trtllm-engine":
             if result.engine["trtllm_engine"]["built"]:
                 trtllm_engine.run_commands(commands, staging)
             else:
                 result.messages.append(
                     f"trtllm-build is not on PATH: wrote {engine_dir / 'build.sh'} with the exact commands; run "
-                    f"`bash {engine_dir / 'build.sh'}` inside {trtllm_engine.upstream.CONTAINER}")
+                    f"`bash {engine_dir / 'build.sh'}` inside {contract.image}")
         artifacts.write_manifest(staging, "engine", inputs=manifest_inputs, backend=backend, mode=mode,
                                  smoke=result.smoke, plan_fits=result.plan.fits if result.plan else None)
     return result
+
+
+def _trtllm_package(spec: Any, contract: Any, name: str, inputs: ej.BuildInputs,
+                    engine_dir: Path) -> tuple[dict[str, Any], dict[str, str]]:
+    """engine.json and llm_api_options.yaml of the LLM-API package, for the spec's release."""
+    from trtspec.builders import eagle3_head, trtllm, upstream
+
+    capture = None
+    if inputs.draft_kind == "eagle3":
+        capture = eagle3_head.layers_to_capture(inputs.draft.config, inputs.base_target.config, contract)
+    draft = "draft" if inputs.draft is not None else None
+    relative = trtllm.checked_options(spec, contract, target="target", draft=draft, layers_to_capture=capture)
+    absolute = trtllm.checked_options(spec, contract, target=str((engine_dir / "target").resolve()),
+                                      draft=str((engine_dir / "draft").resolve()) if draft else None,
+                                      layers_to_capture=capture)
+    section = {"tensorrt_llm_version": contract.version, "container": contract.image,
+               "field_source": upstream.llm_api_fields(contract)["source"],
+               "contract": {key: contract.source(key) for key in ("llm_api", "eagle3_head")},
+               "llm_api_options_file": "llm_api_options.yaml", "llm_api_options": relative}
+    if inputs.draft_kind == "eagle3":
+        section["eagle3_head"] = {"layer_prefix": contract.head["layer_prefix"], "layers_to_capture": capture}
+    if upstream.tensorrt_llm_version() is not None:  # inside the GPU container: ask the release itself
+        section["decoding_check"] = upstream.introspect_decoding(contract)
+    engine = ej.engine_json(spec, name, inputs, trtllm=section)
+    return engine, {"llm_api_options.yaml": trtllm.render_yaml(absolute, contract)}
+
+
+def _place_checkpoints(staging: Path, backend: str, mode: str, inputs: ej.BuildInputs, contract: Any) -> None:
+    """Link (or, for a release's EAGLE-3 head, rewrite) the input checkpoints into the staged engine."""
+    from trtspec.builders import cpu, eagle3_head
+
+    if backend == "trtllm-engine":
+        cpu.link_tree(inputs.target.path, staging / "hf" / "target")
+        if inputs.draft is not None:
+            cpu.link_tree(inputs.draft.path, staging / "hf" / "draft")
+    elif backend == "trtllm" and inputs.draft_kind == "eagle3":
+        cpu.link_tree(inputs.target.path, staging / "target")
+        eagle3_head.write_head(inputs.draft.path, staging / "draft", contract)
+    else:
+        cpu.write_bundle(staging, inputs)

@@ -1,7 +1,8 @@
 """GPUs the memory planner knows: total device memory and what the runtime reserves.
 
 Totals are what `nvidia-smi --query-gpu=memory.total` reports (MiB) for the SXM parts: 81559 MiB
-for the "80 GB" H100 and 143771 MiB for the "141 GB" H200. The reserve covers what exists before
+(79.6 GiB) for the "80 GB" H100 and 143771 MiB (140.4 GiB) for the "141 GB" H200; names are what
+`nvidia-smi --query-gpu=name` prints for them. The reserve covers what exists before
 TensorRT-LLM sizes its KV cache: the CUDA context, cuBLAS/NCCL workspaces and CUDA graphs. 2 GiB
 is a planning figure, not a measurement; the KV fraction is applied to what is left after it.
 """
@@ -28,7 +29,7 @@ class Gpu:
 
 GPUS: dict[str, Gpu] = {
     "h100": Gpu("h100", "NVIDIA H100 80GB HBM3", 81559 * MIB),
-    "h200": Gpu("h200", "NVIDIA H200 141GB HBM3e", 143771 * MIB),
+    "h200": Gpu("h200", "NVIDIA H200", 143771 * MIB),
 }
 
 

@@ -8,13 +8,15 @@ max_seq_len, max_draft_len, max_num_tokens, tokens_per_block), tp/pp and the GPU
     free     = usable - weights - activations
     kv budget= free * free_gpu_memory_fraction        (how TensorRT-LLM sizes its paged KV pool)
     needed   = max_batch_size * blocks per full-length sequence * block bytes (target + draft)
+    headroom = kv budget - needed                      (negative: the full batch does not fit)
     fits     = free > 0 and needed <= kv budget
 
 A full-length sequence is max_seq_len (+ max_draft_len for speculative engines, as
 tensorrt_llm/builder.py adds) tokens rounded up to whole KV blocks. Activations are an estimate of
 one layer's live buffers for max_num_tokens tokens plus FP32 logits for every verified position;
 TensorRT reuses activation memory across layers, so one layer's worth is the right order.
-Nothing here touches a GPU or imports torch.
+Figures are bytes; the table `trtspec plan` prints shows them in GiB (2**30 bytes), the unit
+nvidia-smi's MiB totals are in. Nothing here touches a GPU or imports torch.
 """
 
 from __future__ import annotations
@@ -23,10 +25,9 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from trtspec.builders.gpus import Gpu, get_gpu
+from trtspec.builders.gpus import GIB, Gpu, get_gpu
 from trtspec.errors import TrtSpecError
 
-GB = 1e9
 ACT_BYTES = 2          # bf16/fp16 activations on the GPU backends
 LOGITS_BYTES = 4       # TensorRT-LLM keeps generation logits in float32
 TP_CANDIDATES = (1, 2, 4, 8)
@@ -161,24 +162,26 @@ class Plan:
     def rows(self) -> list[tuple[str, str]]:
         """(item, per-GPU figure) rows for the table `trtspec plan` prints."""
         s = self.settings
-        rows = [("GPU", f"{s.tp_size * s.pp_size} x {self.gpu_name} (tp {s.tp_size}, pp {s.pp_size})")]
+        rows = [("GPU", f"{s.tp_size * s.pp_size} x {self.gpu_name}, {_gib(self.usable_bytes + self.reserved_bytes)} "
+                        f"each (tp {s.tp_size}, pp {s.pp_size})")]
         for c in self.components:
-            rows.append((f"{c.role} weights ({c.params / 1e9:.2f} B params)", _gb(c.weight_bytes)))
-        rows += [("activations + logits (estimate)", _gb(self.activation_bytes)),
-                 ("runtime reserve (CUDA context, workspaces)", _gb(self.reserved_bytes))]
+            rows.append((f"{c.role} weights ({c.params / 1e9:.2f} B params)", _gib(c.weight_bytes)))
+        rows += [("activations + logits (estimate)", _gib(self.activation_bytes)),
+                 ("runtime reserve (CUDA context, workspaces)", _gib(self.reserved_bytes))]
         for c in self.components:
             rows.append((f"{c.role} KV cache: {self.blocks_per_sequence} blocks x {s.tokens_per_block} tokens "
                          f"per sequence, x {s.max_batch_size}",
-                         _gb(c.kv_bytes_per_sequence * s.max_batch_size)))
-        rows += [(f"KV budget ({s.free_gpu_memory_fraction:.0%} of free memory)", _gb(self.kv_budget_bytes)),
-                 ("headroom after full batch", _gb(self.headroom_bytes)),
+                         _gib(c.kv_bytes_per_sequence * s.max_batch_size)))
+        rows += [(f"KV budget ({s.free_gpu_memory_fraction:.0%} of free memory)", _gib(self.kv_budget_bytes)),
+                 ("KV budget left after a full batch", _gib(self.headroom_bytes)),
                  ("full-length sequences that fit", str(self.full_length_sequences)),
                  ("verdict", "fits" if self.fits else f"does not fit: {self.problem}")]
         return rows
 
 
-def _gb(value: int) -> str:
-    return f"{value / GB:,.2f} GB"
+def _gib(value: int) -> str:
+    return f"{value / GIB:,.2f} GiB"
+
 
 
 def _component(role: str, shape: ModelShape, s: PlanSettings, blocks: int, quantized: bool) -> ComponentPlan:
@@ -224,14 +227,14 @@ def plan_memory(target: ModelShape, settings: PlanSettings, draft: ModelShape | 
     per_sequence = sum(c.kv_bytes_per_sequence for c in components)
     plan.kv_budget_bytes = int(max(free, 0) * s.free_gpu_memory_fraction)
     plan.kv_required_bytes = per_sequence * s.max_batch_size
-    plan.headroom_bytes = free - plan.kv_required_bytes
+    plan.headroom_bytes = plan.kv_budget_bytes - plan.kv_required_bytes
     plan.full_length_sequences = plan.kv_budget_bytes // per_sequence if per_sequence else 0
     if free <= 0:
-        plan.problem = (f"weights {_gb(plan.weights_bytes)} + activations {_gb(plan.activation_bytes)} exceed the "
-                        f"{_gb(gpu.usable_bytes)} usable per GPU")
+        plan.problem = (f"weights {_gib(plan.weights_bytes)} + activations {_gib(plan.activation_bytes)} exceed the "
+                        f"{_gib(gpu.usable_bytes)} usable per GPU")
     elif plan.kv_required_bytes > plan.kv_budget_bytes:
         plan.problem = (f"KV cache for {s.max_batch_size} full-length sequences of {s.max_seq_len} tokens needs "
-                        f"{_gb(plan.kv_required_bytes)}, the budget is {_gb(plan.kv_budget_bytes)} "
+                        f"{_gib(plan.kv_required_bytes)}, the budget is {_gib(plan.kv_budget_bytes)} "
                         f"({plan.full_length_sequences} fit)")
     plan.fits = plan.problem is None
     if not plan.fits:

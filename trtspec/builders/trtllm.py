@@ -1,9 +1,11 @@
 """The trtllm backend: an LLM-API package (PyTorch backend of TensorRT-LLM).
 
-Artifacts: the (FP8) HF target checkpoint under `target/`, the draft or EAGLE-3 head under
-`draft/`, and `llm_api_options.yaml`: the keyword arguments of `tensorrt_llm.LLM(...)` (what
-`trtllm-serve --extra_llm_api_options` and Triton's `all_models/llmapi` model.yaml take). Every key
-is checked against upstream.llm_api_fields() before it is written. engine.json carries the same
+Artifacts: the (FP8) HF target checkpoint under `target/`, the draft model or the EAGLE-3 head
+under `draft/` (the head under the tensor names the release binds: eagle3_head.py), and
+`llm_api_options.yaml`: the keyword arguments of `tensorrt_llm.LLM(...)` (what
+`trtllm-serve --extra_llm_api_options` and Triton's `all_models/llmapi` model.yaml take). Every
+key, and the decoding_type, comes from the contract of `build.trtllm_version` and is checked
+against it (upstream.check_llm_api_options) before it is written. engine.json carries the same
 options with paths relative to the engine directory, for the repository renderer.
 """
 
@@ -13,18 +15,29 @@ from pathlib import Path
 from typing import Any
 
 from trtspec.builders import upstream
+from trtspec.builders.contracts import Contract
 from trtspec.errors import ToolMissingError, TrtSpecError
 
+# What TensorRT-LLM uses when kv_cache_config.tokens_per_block is not written (the 1.1 contract
+# has no such field): PluginConfig.tokens_per_block defaults to 32 (reference section 1.2).
+DEFAULT_TOKENS_PER_BLOCK = 32
 
-def llm_api_options(spec: Any, *, target: str, draft: str | None) -> dict[str, Any]:
+
+def llm_api_options(spec: Any, contract: Contract, *, target: str, draft: str | None,
+                    layers_to_capture: list[int] | None = None) -> dict[str, Any]:
     """LLM() keyword arguments for the spec; `target`/`draft` are the paths to write for them."""
     b, s, q = spec.build, spec.speculative, spec.quantization
     kv_cache: dict[str, Any] = {
         "free_gpu_memory_fraction": b.free_gpu_memory_fraction,
         # ModelOpt's EAGLE-3 deployment recipe turns block reuse off; other modes keep the default (on).
         "enable_block_reuse": s.mode != "eagle3",
-        "tokens_per_block": b.tokens_per_block,
     }
+    if contract.has_field("kv_cache_config", "tokens_per_block"):
+        kv_cache["tokens_per_block"] = b.tokens_per_block
+    elif b.tokens_per_block != DEFAULT_TOKENS_PER_BLOCK:
+        raise TrtSpecError(f"build.tokens_per_block {b.tokens_per_block}: TensorRT-LLM {contract.version}'s "
+                           f"kv_cache_config has no tokens_per_block (it uses {DEFAULT_TOKENS_PER_BLOCK})",
+                           fix=f"set build.tokens_per_block: {DEFAULT_TOKENS_PER_BLOCK} or build.trtllm_version: 1.2.1")
     if q.fp8_kv_cache:
         kv_cache["dtype"] = "fp8"
     options: dict[str, Any] = {
@@ -39,59 +52,66 @@ def llm_api_options(spec: Any, *, target: str, draft: str | None) -> dict[str, A
         "kv_cache_config": kv_cache,
         "cuda_graph_config": {"max_batch_size": b.max_batch_size, "enable_padding": True},
     }
-    decoding_type = upstream.DECODING_TYPES[s.mode]
-    if decoding_type == "Eagle3" and "Eagle3" not in upstream.llm_api_fields()["decoding"]:
-        decoding_type = "Eagle"  # an installed release older than Eagle3DecodingConfig
-    if decoding_type is not None:
-        speculative: dict[str, Any] = {"decoding_type": decoding_type, "max_draft_len": s.max_draft_len}
-        if decoding_type == "NGram":
+    decoding = contract.decoding(s.mode)
+    if decoding is not None:
+        speculative: dict[str, Any] = {"decoding_type": decoding["decoding_type"], "max_draft_len": s.max_draft_len}
+        if s.mode == "ngram":
             speculative.update(max_matching_ngram_size=s.ngram_max, is_keep_all=True, is_use_oldest=True,
                                is_public_pool=False)
         else:
-            speculative["speculative_model_dir"] = draft
+            speculative[contract.llm_api["speculative_model_field"]] = draft
+        if layers_to_capture:
+            speculative[contract.head["layers_to_capture_field"]] = list(layers_to_capture)
         options["speculative_config"] = speculative
         # "Two-model based speculation implementations do not support overlap scheduler" (TRT-LLM docs).
         options["disable_overlap_scheduler"] = True
     return options
 
 
-def checked_options(spec: Any, *, target: str, draft: str | None) -> dict[str, Any]:
-    """llm_api_options() with every key checked against the pinned (or introspected) field lists."""
-    options = llm_api_options(spec, target=target, draft=draft)
-    upstream.check_llm_api_options(options)
+def checked_options(spec: Any, contract: Contract, **paths: Any) -> dict[str, Any]:
+    """llm_api_options() with every key checked against the contract (or the installed release)."""
+    options = llm_api_options(spec, contract, **paths)
+    upstream.check_llm_api_options(options, contract)
     return options
 
 
-def render_yaml(options: dict[str, Any]) -> str:
+def header(contract: Contract) -> str:
+    """The comment block every file written for a release starts with: release, container, source."""
+    return (f"# TensorRT-LLM {contract.version}, as in {contract.image}\n"
+            f"# (names checked against {contract.llm_api['source']}).\n")
+
+
+def render_yaml(options: dict[str, Any], contract: Contract) -> str:
     import yaml
 
-    header = (f"# LLM-API options written by trtspec for TensorRT-LLM {upstream.PINNED_TRTLLM_VERSION}\n"
-              f"# (field names: {upstream.LLM_API_SOURCE}).\n"
-              "# Use: trtllm-serve <model> --backend pytorch --extra_llm_api_options llm_api_options.yaml\n")
-    return header + yaml.safe_dump(options, sort_keys=False)
+    return (f"# LLM-API options written by trtspec for\n{header(contract)}"
+            "# Use: trtllm-serve <model> --backend pytorch --extra_llm_api_options llm_api_options.yaml\n"
+            + yaml.safe_dump(options, sort_keys=False))
 
 
-def verify(engine_dir: Path, options: dict[str, Any]) -> dict[str, Any]:
-    """Load the LLM with these options and generate once (needs tensorrt_llm and a GPU)."""
+def verify(engine_dir: Path, options: dict[str, Any], contract: Contract) -> dict[str, Any]:
+    """Load the LLM with these options and generate once (needs tensorrt_llm and a GPU).
+
+    The options go through TensorRT-LLM's own YAML path (update_llm_args_with_extra_dict), as
+    Triton's llmapi model.py sends model.yaml, so --verify fails where the server would.
+    """
     try:
         from tensorrt_llm import LLM, SamplingParams
+        from tensorrt_llm.llmapi.llm_utils import update_llm_args_with_extra_dict
     except Exception:
         raise ToolMissingError("--verify needs tensorrt_llm, which is not importable here",
-                               fix=f"run it inside {upstream.CONTAINER}") from None
+                               fix=f"run it inside {contract.image}") from None
+    decoding = upstream.introspect_decoding(contract)
     kwargs = {k: v for k, v in options.items() if k != "model"}
-    if kwargs.get("speculative_config", {}).get("speculative_model_dir"):
+    field = contract.llm_api["speculative_model_field"]
+    if kwargs.get("speculative_config", {}).get(field):
         # engine.json paths are relative to the engine directory, not to the current directory
-        draft = str(engine_dir / kwargs["speculative_config"]["speculative_model_dir"])
-        kwargs["speculative_config"] = {**kwargs["speculative_config"], "speculative_model_dir": draft}
+        kwargs["speculative_config"] = {**kwargs["speculative_config"],
+                                        field: str(engine_dir / kwargs["speculative_config"][field])}
     try:
-        from tensorrt_llm.llmapi.llm_args import DecodingBaseConfig
-
-        if kwargs.get("speculative_config") and hasattr(DecodingBaseConfig, "from_dict"):
-            # releases whose LLM() does not coerce a dict into the right *DecodingConfig class
-            kwargs["speculative_config"] = DecodingBaseConfig.from_dict(kwargs["speculative_config"])
-        llm = LLM(model=str(engine_dir / options["model"]), **kwargs)
+        llm = LLM(model=str(engine_dir / options["model"]), **update_llm_args_with_extra_dict({}, kwargs))
         output = llm.generate(["The capital of France is"], SamplingParams(max_tokens=8))[0]
     except Exception as error:
         raise TrtSpecError(f"--verify: TensorRT-LLM could not load or run the package ({error})",
                            fix="check llm_api_options.yaml against the installed TensorRT-LLM") from None
-    return {"status": "ok", "text": output.outputs[0].text}
+    return {"status": "ok", "text": output.outputs[0].text, "decoding": decoding}

@@ -1,8 +1,9 @@
-"""The trtllm-engine backend: legacy TensorRT engines (TensorRT-LLM <= 1.3.0rc20).
+"""The trtllm-engine backend: legacy TensorRT engines (trtllm-build exists up to TensorRT-LLM
+1.3.0rc20; trtspec writes for the release of `build.trtllm_version`, 1.1.0 by default).
 
 `engine_commands()` is pure: it returns the exact `quantize.py` and `trtllm-build` command lines
-for the target (and the draft) as lists, each checked flag by flag against upstream's pinned
-tables. `build.sh` holds the same lines; they run here only when `trtllm-build` is on PATH,
+for the target (and the draft) as lists, each checked flag by flag against the release's
+contract (contract_data/trtllm-<version>.json). `build.sh` holds the same lines; they run here only when `trtllm-build` is on PATH,
 otherwise the user gets the script and the container to run it in. Rules (reference §1, §6):
 the target gets `--speculative_decoding_mode draft_tokens_external --max_draft_len K`; both engines
 get `--kv_cache_type paged --use_paged_context_fmha enable` explicitly (defaults changed across
@@ -19,6 +20,7 @@ from typing import Any
 
 from trtspec import subproc
 from trtspec.builders import upstream
+from trtspec.builders.contracts import Contract
 from trtspec.errors import IncompatibleArtifactError
 from trtspec.spec import BACKEND_REFUSALS
 
@@ -61,7 +63,7 @@ def _trtllm_build(checkpoint_dir: str, output_dir: str, spec: Any, *, speculativ
     return command
 
 
-def engine_commands(spec: Any, *, use_draft_logits: bool = False) -> list[list[str]]:
+def engine_commands(spec: Any, contract: Contract, *, use_draft_logits: bool = False) -> list[list[str]]:
     """The command lines, in order, relative to the engine directory (build.sh cds there)."""
     refuse_unsupported(spec.speculative.mode)
     draft_target = spec.speculative.mode == "draft-target"
@@ -74,28 +76,29 @@ def engine_commands(spec: Any, *, use_draft_logits: bool = False) -> list[list[s
         commands.append(_trtllm_build("checkpoints/draft", "draft", spec, speculative=False,
                                       use_draft_logits=use_draft_logits))
     for command in commands:
-        check_engine_command(command)
+        check_engine_command(command, contract)
     return commands
 
 
-def check_engine_command(command: list[str]) -> None:
-    """Every flag is in the pinned list with an allowed value, and the cross-flag rules hold."""
+def check_engine_command(command: list[str], contract: Contract) -> None:
+    """Every flag is in the contract with an allowed value, and the cross-flag rules hold."""
     if command[0] == "trtllm-build":
-        upstream.check_command(command, upstream.TRTLLM_BUILD_FLAGS, upstream.TRTLLM_BUILD_BOOLEAN_FLAGS)
+        table = contract.trtllm_build
+        upstream.check_command(command, table["flags"], table["booleans"], where=table["source"])
         flags = _flag_values(command)
         draft_len = int(flags.get("--max_draft_len", "0"))
         if "--gather_context_logits" in command and draft_len > 0:
             raise IncompatibleArtifactError("--gather_context_logits cannot be combined with --max_draft_len > 0",
                                             fix="drop --gather_context_logits (trtllm-build refuses it)")
         if flags.get("--speculative_decoding_mode") == "eagle":
-            if int(flags["--max_batch_size"]) > upstream.EAGLE_MAX_BATCH_SIZE:
-                raise IncompatibleArtifactError(f"EAGLE engines allow max_batch_size <= {upstream.EAGLE_MAX_BATCH_SIZE}")
-            if draft_len > upstream.EAGLE_MAX_DRAFT_LEN:
-                raise IncompatibleArtifactError(f"EAGLE engines allow max_draft_len <= {upstream.EAGLE_MAX_DRAFT_LEN}")
+            if int(flags["--max_batch_size"]) > table["eagle_max_batch_size"]:
+                raise IncompatibleArtifactError(f"EAGLE engines allow max_batch_size <= {table['eagle_max_batch_size']}")
+            if draft_len > table["eagle_max_draft_len"]:
+                raise IncompatibleArtifactError(f"EAGLE engines allow max_draft_len <= {table['eagle_max_draft_len']}")
         if flags.get("--use_fp8_context_fmha") == "enable" and flags.get("--gemm_plugin") != "fp8":
             raise IncompatibleArtifactError("--use_fp8_context_fmha enable needs an FP8 checkpoint")
     else:
-        upstream.check_command(command, upstream.QUANTIZE_FLAGS)
+        upstream.check_command(command, contract.quantize["flags"], where=contract.quantize["source"])
 
 
 def _flag_values(command: list[str]) -> dict[str, str]:
@@ -106,12 +109,12 @@ def _flag_values(command: list[str]) -> dict[str, str]:
     return values
 
 
-def render_build_sh(commands: list[list[str]]) -> str:
+def render_build_sh(commands: list[list[str]], contract: Contract) -> str:
     lines = ["#!/usr/bin/env bash",
-             f"# TensorRT engines for TensorRT-LLM {upstream.PINNED_TRTLLM_VERSION} (the last release with the",
-             "# TensorRT backend). Run inside the matching Triton container:",
-             f"#   {upstream.CONTAINER}",
-             f"# Flags checked against {upstream.TRTLLM_BUILD_SOURCE} and {upstream.QUANTIZE_SOURCE}.",
+             f"# TensorRT engines for TensorRT-LLM {contract.version}. Run inside the container that carries it:",
+             f"#   {contract.image}",
+             f"# Flags checked against {contract.trtllm_build['source']}",
+             f"# and {contract.quantize['source']}.",
              "set -euo pipefail", 'cd "$(dirname "$0")"', ""]
     lines += [subproc.format_command(command) for command in commands]
     return "\n".join(lines) + "\n"
@@ -127,11 +130,18 @@ def run_commands(commands: list[list[str]], engine_dir: Path) -> None:
         subproc.run(command, cwd=engine_dir, timeout=BUILD_TIMEOUT_S)
 
 
-def engine_section(spec: Any, commands: list[list[str]], built: bool, use_draft_logits: bool = False) -> dict:
-    """The `trtllm_engine` block of engine.json: what deploy needs for inflight_batcher_llm."""
+def engine_section(spec: Any, contract: Contract, commands: list[list[str]], built: bool,
+                   use_draft_logits: bool = False, plan: Any = None) -> dict:
+    """The `trtllm_engine` block of engine.json: what deploy needs for inflight_batcher_llm.
+
+    `kv_cache_tokens` sizes each engine's paged KV pool in tokens from the memory plan, so two
+    engines sharing GPUs get their planned share whichever loads first (a free-memory fraction
+    alone depends on the load order: tensorrtllm_backend docs/llama_multi_instance.md).
+    """
     draft_target = spec.speculative.mode == "draft-target"
     return {
-        "tensorrt_llm_version": upstream.PINNED_TRTLLM_VERSION,
+        "tensorrt_llm_version": contract.version,
+        "container": contract.image,
         "engines": {"target": "target", "draft": "draft" if draft_target else None},
         "tokenizer_dir": "hf/target",
         "decoding_mode": "top_k_top_p",
@@ -139,7 +149,18 @@ def engine_section(spec: Any, commands: list[list[str]], built: bool, use_draft_
         "num_draft_tokens": spec.speculative.max_draft_len if draft_target else 0,
         "use_draft_logits": use_draft_logits,
         "gather_generation_logits": use_draft_logits,
+        "kv_cache_tokens": kv_cache_tokens(plan) if plan is not None else None,
         "build_sh": "build.sh",
         "commands": [subproc.format_command(c) for c in commands],
         "built": built,
     }
+
+
+def kv_cache_tokens(plan: Any) -> dict[str, int]:
+    """Per-GPU KV tokens for each engine: the plan's KV budget split in proportion to each engine's
+    bytes per full-length sequence (both hold the same number of sequences)."""
+    per_sequence = sum(c.kv_bytes_per_sequence for c in plan.components)
+    sequences = plan.kv_budget_bytes // per_sequence if per_sequence else 0
+    tokens_per_sequence = plan.blocks_per_sequence * plan.settings.tokens_per_block
+    return {c.role if c.role == "target" else "draft": int(sequences * tokens_per_sequence)
+            for c in plan.components}

@@ -22,6 +22,7 @@ Examples:
   trtspec build                                   # backend, mode and limits from trtspec.yaml
   trtspec build --backend cpu --mode eagle3
   trtspec build --backend trtllm --mode eagle3 --fp8 --dry-run
+  trtspec build --backend trtllm --trtllm-version 1.2.1 --gpu h200 --tp-size 2
   trtspec build --backend trtllm-engine --mode draft-target --max-draft-len 8
   trtspec build --json > build.json
 """
@@ -31,6 +32,7 @@ Examples:
   trtspec plan                                    # the spec's GPU, tp/pp, limits
   trtspec plan --gpu h200 --fp8 --max-batch-size 64
   trtspec plan --tp-size 2 --json
+  trtspec plan -c llama-70b.yaml                  # model.source may hold only config.json
 """
 
 
@@ -48,17 +50,29 @@ def _print_plan(plan, console) -> None:
         console.print(f"suggestion: {plan.suggestion}")
 
 
+def _gpu_layout_options(function):
+    """--gpu/--tp-size/--pp-size, shared by build and plan (one definition, same help)."""
+    function = click.option("--pp-size", type=int, default=None, help="Override build.pp_size.")(function)
+    function = click.option("--tp-size", type=int, default=None, help="Override build.tp_size.")(function)
+    return click.option("--gpu", type=click.Choice(["h100", "h200"]), default=None,
+                        help="Override build.gpu (what the memory plan is made for).")(function)
+
+
 @click.command(epilog=BUILD_EPILOG)
 @config_option
 @backend_option
 @mode_option
 @fp8_option
+@_gpu_layout_options
+@click.option("--trtllm-version", type=click.Choice(["1.1.0", "1.2.1"]), default=None,
+              help="Override build.trtllm_version: the TensorRT-LLM release GPU artifacts are written for.")
 @click.option("--max-draft-len", type=int, default=None, help="Override speculative.max_draft_len.")
 @click.option("--verify", is_flag=True, help="trtllm: load the LLM with tensorrt_llm and generate once (GPU).")
 @click.option("--force", is_flag=True, help="Rebuild even when the engine is up to date.")
 @dry_run_option
 @json_option
-def build(config_path, backend, mode, fp8, max_draft_len, verify, force, dry_run, as_json) -> None:
+def build(config_path, backend, mode, fp8, gpu, tp_size, pp_size, trtllm_version, max_draft_len, verify, force,
+          dry_run, as_json) -> None:
     """Build engines/<name>/ (engine.json + backend artifacts) for the cpu, trtllm or trtllm-engine backend.
 
     GPU backends are planned first and refused when the plan does not fit. --dry-run prints the
@@ -69,7 +83,8 @@ def build(config_path, backend, mode, fp8, max_draft_len, verify, force, dry_run
     from trtspec.builders import build as run_build
 
     spec = resolve_spec(config_path, build__backend=backend, speculative__mode=mode, quantization__fp8=fp8,
-                        speculative__max_draft_len=max_draft_len)
+                        build__gpu=gpu, build__tp_size=tp_size, build__pp_size=pp_size,
+                        build__trtllm_version=trtllm_version, speculative__max_draft_len=max_draft_len)
     console = Console(stderr=True)
     if as_json:
         result = run_build(spec, dry_run=dry_run, verify=verify, force=force)
@@ -104,9 +119,7 @@ def build(config_path, backend, mode, fp8, max_draft_len, verify, force, dry_run
 @backend_option
 @mode_option
 @fp8_option
-@click.option("--gpu", type=click.Choice(["h100", "h200"]), default=None, help="Override build.gpu.")
-@click.option("--tp-size", type=int, default=None, help="Override build.tp_size.")
-@click.option("--pp-size", type=int, default=None, help="Override build.pp_size.")
+@_gpu_layout_options
 @click.option("--max-batch-size", type=int, default=None, help="Override build.max_batch_size.")
 @click.option("--max-seq-len", type=int, default=None, help="Override build.max_seq_len.")
 @click.option("--max-draft-len", type=int, default=None, help="Override speculative.max_draft_len.")
@@ -116,6 +129,7 @@ def plan(config_path, backend, mode, fp8, gpu, tp_size, pp_size, max_batch_size,
          fp8_kv_cache, as_json) -> None:
     """Print the GPU memory plan: weights, paged KV cache (target + draft), activations, headroom.
 
+    Reads only the models' config.json (no weights): plan a 70B deployment before downloading it.
     Exits with status 3 when the plan does not fit (after printing it and a suggestion).
     """
     from rich.console import Console

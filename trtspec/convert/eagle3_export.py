@@ -1,11 +1,16 @@
-"""Export the trained head with ModelOpt's `export_speculative_decoding`, and check the result.
+"""Export the trained head with ModelOpt, in one layout whatever the ModelOpt version, and check it.
 
-The directory is exactly what TensorRT-LLM's PyTorch backend (Eagle3 draft loader), vLLM
-(`LlamaForCausalLMEagle3`, vllm/model_executor/models/llama_eagle3.py) and SGLang read:
-config.json with architectures ["LlamaForCausalLMEagle3"] and model.safetensors holding
-`fc.weight`, `layers.0.*` (with `hidden_norm`), `norm.weight`, `lm_head.weight` and, with a
-reduced vocabulary, `d2t`. `check_eagle3_export` verifies those names and shapes so a format
-drift in a future ModelOpt fails here, not on a GPU server.
+The directory is exactly what vLLM (`LlamaForCausalLMEagle3`, vllm/model_executor/models/
+llama_eagle3.py), SGLang and trtspec's own engine read: config.json with architectures
+["LlamaForCausalLMEagle3"] and model.safetensors holding `fc.weight`, `layers.0.*` (with
+`hidden_norm`), `norm.weight`, `lm_head.weight` and, with a reduced vocabulary, `d2t`.
+ModelOpt >= 0.40 writes that layout (`export_speculative_decoding`); ModelOpt 0.37, the version
+TensorRT-LLM 1.1 and 1.2 depend on and so the one inside their Triton containers, has no
+`export_speculative_decoding` and writes the EAGLE reference names (`midlayer.*`) through
+`export_hf_checkpoint`; `export_eagle3` renames those to `layers.<i>.*`, so convert's output is
+the same in either environment. TensorRT-LLM's own names are written by `trtspec build`
+(trtspec/builders/eagle3_head.py), per release. `check_eagle3_export` verifies names and shapes
+so a format drift in a future ModelOpt fails here, not on a GPU server.
 """
 
 from __future__ import annotations
@@ -35,11 +40,41 @@ REQUIRED_CONFIG = ("architectures", "hidden_size", "num_attention_heads", "num_k
                    "intermediate_size", "vocab_size", "draft_vocab_size", "num_hidden_layers")
 
 
-def export_eagle3(model, export_dir: Path) -> None:
-    """Write ModelOpt's EAGLE-3 export of `model` into `export_dir`."""
-    from modelopt.torch.export import export_speculative_decoding
+# The EAGLE reference layout (ModelOpt 0.37's export, TensorRT-LLM 1.1/1.2's Eagle3DraftModel)
+# calls the decoder layer `midlayer` (a ModuleList `midlayer.<i>` with several layers).
+REFERENCE_LAYER_PREFIX = "midlayer."
 
-    export_speculative_decoding(model, export_dir=export_dir)
+
+def canonical_tensor_name(name: str) -> str:
+    """`midlayer.<rest>` -> `layers.0.<rest>` and `midlayer.<i>.<rest>` -> `layers.<i>.<rest>`; others unchanged."""
+    if not name.startswith(REFERENCE_LAYER_PREFIX):
+        return name
+    rest = name.removeprefix(REFERENCE_LAYER_PREFIX)
+    head, _, tail = rest.partition(".")
+    return f"layers.{rest}" if head.isdigit() and tail else f"layers.0.{rest}"
+
+
+def export_eagle3(model, export_dir: Path) -> None:
+    """Write ModelOpt's EAGLE-3 export of `model` into `export_dir`, in the `layers.<i>.*` layout."""
+    import modelopt.torch.export as mte
+
+    if hasattr(mte, "export_speculative_decoding"):  # ModelOpt >= 0.40
+        mte.export_speculative_decoding(model, export_dir=export_dir)
+        return
+    # ModelOpt 0.37 (inside the TensorRT-LLM 1.1 / 1.2 Triton containers): its HF exporter writes
+    # only the EAGLE module, under the reference names, when EAGLE is the model's only mode.
+    mte.export_hf_checkpoint(model, export_dir=export_dir)
+    _rename_tensors(Path(export_dir) / "model.safetensors", canonical_tensor_name)
+    quant = Path(export_dir) / "hf_quant_config.json"
+    if quant.is_file() and not (json.loads(quant.read_text()).get("quantization") or {}).get("quant_algo"):
+        quant.unlink()  # 0.37 writes it with quant_algo null for an unquantized head; it would read as FP8
+
+
+def _rename_tensors(path: Path, rename) -> None:
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(str(path))
+    save_file({rename(name): tensor for name, tensor in tensors.items()}, str(path), metadata={"format": "pt"})
 
 
 def check_eagle3_export(export_dir: Path, target_config: dict[str, Any]) -> dict[str, Any]:

@@ -4,9 +4,14 @@ Files: `tensorrt_llm/config.pbtxt` (LLM-API I/O, python backend) and `tensorrt_l
 (every key an `LLM()` argument, plus `triton_config`). The stock `model.py` (and its helpers) is
 not shipped by trtspec: the container carries the version that matches its TensorRT-LLM, and the
 server command copies `/app/all_models/llmapi/tensorrt_llm/1/*.py` into the repository at deploy
-time (trtspec.server). Facts: reference/trtllm-triton-modelopt.md §2.6: the stock model reads
-`triton_config.max_batch_size` and `.decoupled` from model.yaml in auto_complete_config, so the
-config.pbtxt written here must agree with them (checked below).
+time (trtspec.launch). Facts, from the contract of the engine's release
+(contract_data/trtllm-<version>.json, `triton.llmapi`): the stock model reads
+`triton_config.max_batch_size`, `.decoupled` (and `.cancellation_check_period_ms`) from
+model.yaml in auto_complete_config/initialize, so the config.pbtxt written here must agree with
+them (checked below); it reads a `stop` input (cancel the requests of a request id); and it sends
+every perf-metric output with text_output's dtype, so `acceptance_rate`,
+`total_draft_tokens`, ... arrive as BYTES holding the number even though the stock config.pbtxt
+(and this one, which keeps its declarations) types them INT32/FP32/INT64. Clients parse both.
 """
 
 from __future__ import annotations
@@ -33,13 +38,16 @@ def inputs() -> list[dict[str, Any]]:
                 ("sampling_param_stop", "BYTES", [-1]), ("sampling_param_seed", "UINT64", [1]),
                 ("sampling_param_exclude_input_from_output", "BOOL", [1]),
                 ("sampling_param_return_perf_metrics", "BOOL", [1]), ("return_finish_reason", "BOOL", [1]),
-                ("return_stop_reason", "BOOL", [1]), ("return_cumulative_logprob", "BOOL", [1])]
+                ("return_stop_reason", "BOOL", [1]), ("return_cumulative_logprob", "BOOL", [1]),
+                ("stop", "BOOL", [1])]
     return [tensor("text_input", "BYTES", [-1])] + [tensor(n, t, d, optional=True) for n, t, d in optional]
 
 
 def outputs() -> list[dict[str, Any]]:
-    """Every output the stock model may send (with perf metrics: KV-cache stats, timestamps and
-    the speculative counters, INT32 as it creates them); an undeclared one would fail the request."""
+    """Every output the stock model may send (with perf metrics: KV-cache stats, timestamps and the
+    speculative counters), declared as the stock config.pbtxt declares them; the stock model.py
+    sends the perf metrics as BYTES strings (module docstring). An undeclared one would fail the
+    request."""
     return [tensor("text_output", "BYTES", [-1]), tensor("finish_reason", "BYTES", [-1]),
             tensor("stop_reason", "BYTES", [-1]), tensor("cumulative_logprob", "FP32", [-1]),
             *[tensor(n, "INT32", [-1]) for n in ("kv_cache_reused_block", "kv_cache_missed_block",
@@ -78,6 +86,25 @@ def model_yaml(engine: dict[str, Any], spec: Any, engine_path: str) -> dict[str,
     return {**options, "triton_config": {"max_batch_size": 0, "decoupled": spec.serve.streaming}}
 
 
+def check_contract(config: dict[str, Any], yaml_data: dict[str, Any], engine: dict[str, Any]) -> None:
+    """Every input, output and triton_config key is one the release's stock model knows."""
+    from trtspec.builders import contracts
+
+    version = (engine.get("trtllm") or {}).get("tensorrt_llm_version") or contracts.default_version()
+    llmapi = contracts.load(version).triton["llmapi"]
+    for kind, known in (("input", llmapi["inputs"]), ("output", llmapi["outputs"])):
+        for entry in config[kind]:
+            name, dtype = entry["name"], entry["data_type"].removeprefix("TYPE_").replace("STRING", "BYTES")
+            if known.get(name) != dtype:
+                raise IncompatibleArtifactError(f"{kind} {name} {dtype}: not what the stock llmapi model of "
+                                                f"TensorRT-LLM {version} declares ({llmapi['source']})",
+                                                fix="this is a trtspec bug; report it")
+    unknown = sorted(set(yaml_data["triton_config"]) - set(llmapi["triton_config"]))
+    if unknown:
+        raise IncompatibleArtifactError(f"model.yaml triton_config: {unknown} not read by the stock model",
+                                        fix="this is a trtspec bug; report it")
+
+
 def model_config(spec: Any) -> dict[str, Any]:
     return {
         "name": MODEL_NAME,
@@ -113,12 +140,18 @@ def render(engine: dict[str, Any], spec: Any, engine_path: str, dest: Path) -> l
     config = model_config(spec)
     data = model_yaml(engine, spec, engine_path)
     check_agreement(config, data, engine)
+    check_contract(config, data, engine)
     model_dir = dest / MODEL_NAME
     (model_dir / "1").mkdir(parents=True)
     config_path = model_dir / "config.pbtxt"
     config_path.write_text(pbtxt.render(config))
     yaml_path = model_dir / "1" / "model.yaml"
-    yaml_path.write_text("# LLM() arguments for Triton's stock llmapi model (written by trtspec deploy).\n"
-                         f"# model.py is copied from {CONTAINER_MODEL_DIR} inside the container at start.\n"
+    from trtspec.builders import contracts
+    from trtspec.builders.trtllm import header
+
+    contract = contracts.load((engine.get("trtllm") or {}).get("tensorrt_llm_version") or contracts.default_version())
+    yaml_path.write_text("# LLM() arguments for Triton's stock llmapi model (written by trtspec deploy) for\n"
+                         + header(contract)
+                         + f"# model.py is copied from {CONTAINER_MODEL_DIR} inside the container at start.\n"
                          + yaml.safe_dump(data, sort_keys=False))
     return [config_path, yaml_path]

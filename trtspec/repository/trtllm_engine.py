@@ -7,11 +7,18 @@ upstream). The configs are rendered as data here; the Python models' model.py fi
 (preprocessing, postprocessing, tensorrt_llm_bls) come from the container's
 `/app/all_models/inflight_batcher_llm/` at start, so they match its TensorRT-LLM.
 
-Every `${...}` placeholder of upstream's templates [tensorrtllm_backend v0.19.0, reference
-§2.1-2.2] has an entry in PLACEHOLDERS: a value, or None with the reason it stays unset (upstream
-reads an unset parameter as "use the default"). `fill_values()` also gives the
-`tools/fill_template.py` argument for re-filling the container's own templates, with the commas
-of gpu_device_ids / participant_ids escaped as upstream requires.
+Every `${...}` placeholder of upstream's templates (the contract of the engine's TensorRT-LLM
+release: contract_data/trtllm-<version>.json, `triton.inflight_batcher_llm`) is either filled or in
+UNSET with the reason it stays unset (upstream reads an unset parameter as "use the default").
+`fill_values()` also gives the `tools/fill_template.py` argument for re-filling the container's
+own templates, with the commas of gpu_device_ids escaped as upstream requires.
+
+Multi-GPU, as tensorrtllm_backend docs/llama_multi_instance.md describes it: draft-target (two
+TensorRT-LLM models) runs in orchestrator mode, one server whose backend spawns each engine's
+workers on the GPUs its `gpu_device_ids` names (trtspec.launch sets TRTLLM_ORCHESTRATOR); a
+single engine with tp*pp > 1 runs in leader mode (mpirun, one server per rank). Two engines on
+the same GPUs get their KV pools as `max_tokens_in_paged_kv_cache` from the memory plan, so the
+split holds whichever engine loads first; a free-memory fraction alone would depend on the order.
 """
 
 from __future__ import annotations
@@ -19,34 +26,28 @@ from __future__ import annotations
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from trtspec.builders import contracts
 from trtspec.errors import IncompatibleArtifactError
 from trtspec.repository import pbtxt
 from trtspec.repository.pbtxt import tensor
 
 CONTAINER_MODELS = "/app/all_models/inflight_batcher_llm"
 PYTHON_MODELS = ("preprocessing", "postprocessing", "tensorrt_llm_bls")
-DRAFT_SHARE = 0.2  # of the KV-cache budget, for the draft engine when its size is unknown
 
-# Every ${...} of upstream's tensorrt_llm/config.pbtxt [BK@v0.19.0], reference §2.1.
-UPSTREAM_PLACEHOLDERS = frozenset("""
-batch_scheduler_policy batching_strategy cancellation_check_period_ms cross_kv_cache_fraction
-cuda_graph_cache_size cuda_graph_mode decoding_mode decoupled_mode eagle_choices enable_chunked_context
-enable_context_fmha_fp32_acc enable_kv_cache_reuse enable_trt_overlap encoder_engine_dir
-encoder_input_features_data_type engine_dir exclude_input_in_output gpu_device_ids gpu_weights_percent
-guided_decoding_backend iter_stats_max_iterations kv_cache_free_gpu_mem_fraction kv_cache_host_memory_bytes
-kv_cache_onboard_blocks logits_datatype lookahead_ngram_size lookahead_verification_set_size
-lookahead_window_size lora_cache_gpu_memory_fraction lora_cache_host_memory_bytes lora_cache_max_adapter_size
-lora_cache_optimal_adapter_size lora_prefetch_dir max_attention_window_size max_beam_width
-max_queue_delay_microseconds max_queue_size max_tokens_in_paged_kv_cache medusa_choices multi_block_mode
-normalize_log_probs num_nodes participant_ids request_stats_max_iterations sink_token_length
-speculative_decoding_fast_logits stats_check_period_ms tokenizer_dir triton_backend triton_max_batch_size
-xgrammar_tokenizer_info_path""".split())
 
-# Upstream placeholders [BK@v0.19.0] not set by trtspec, each with why it stays unset.
+def _placeholders(version: str | None = None) -> dict[str, Any]:
+    return contracts.load(version or contracts.default_version()).triton["inflight_batcher_llm"]
+
+
+# Every ${...} of the default release's tensorrt_llm/config.pbtxt, and of the other models'.
+UPSTREAM_PLACEHOLDERS = frozenset(_placeholders()["tensorrt_llm_placeholders"])
+UPSTREAM_OTHER_PLACEHOLDERS = {model: frozenset(keys) for model, keys in _placeholders()["other_placeholders"].items()}
+
+# Upstream placeholders not set by trtspec, each with why it stays unset.
 UNSET = {
     "cross_kv_cache_fraction": "encoder-decoder models only",
     "encoder_engine_dir": "encoder-decoder models only",
-    "enable_trt_overlap": "commented out in the v0.19.0 template",
+    "enable_trt_overlap": "an experimental CUDA-graph feature, off by default",
     "guided_decoding_backend": "no guided decoding",
     "xgrammar_tokenizer_info_path": "no guided decoding",
     "kv_cache_host_memory_bytes": "no host KV offload",
@@ -58,54 +59,22 @@ UNSET = {
     "lora_cache_max_adapter_size": "no LoRA", "lora_cache_optimal_adapter_size": "no LoRA",
     "lora_prefetch_dir": "no LoRA",
     "max_attention_window_size": "full attention (engine default)",
-    "max_tokens_in_paged_kv_cache": "sized by kv_cache_free_gpu_mem_fraction",
     "medusa_choices": "Medusa is not a trtspec mode",
     "eagle_choices": "EAGLE is refused on trtllm-engine (EAGLE-3 needs the LLM API)",
     "gpu_weights_percent": "weights stay on the GPU",
     "sink_token_length": "no attention sinks",
+    "participant_ids": "orchestrator mode spawns each engine's workers; participant_ids are only for "
+                       "--disable-spawn-processes (rank 0 the orchestrator)",
+    "prompt_embedding_table_data_type": "no prompt tuning",
 }
-# The other models' placeholders [BK@v0.19.0, reference §2.2], and those left unset there.
-UPSTREAM_OTHER_PLACEHOLDERS = {
-    "preprocessing": frozenset({"add_special_tokens", "engine_dir", "max_num_images", "max_queue_delay_microseconds",
-                                "max_queue_size", "multimodal_model_path", "preprocessing_instance_count",
-                                "tokenizer_dir", "triton_max_batch_size"}),
-    "postprocessing": frozenset({"postprocessing_instance_count", "skip_special_tokens", "tokenizer_dir",
-                                 "triton_max_batch_size"}),
-    "ensemble": frozenset({"triton_max_batch_size", "logits_datatype"}),
-    "tensorrt_llm_bls": frozenset({"accumulate_tokens", "bls_instance_count", "decoupled_mode", "logits_datatype",
-                                   "multimodal_encoders_name", "tensorrt_llm_draft_model_name",
-                                   "tensorrt_llm_model_name", "triton_max_batch_size"}),
-}
+# Set only for draft-target (two engines sharing GPUs); a single engine is sized by the fraction.
+SET_FOR_DRAFT_TARGET = {"max_tokens_in_paged_kv_cache"}
 UNSET_OTHER = {"max_num_images": "text-only models", "multimodal_model_path": "text-only models",
-               "multimodal_encoders_name": "text-only models"}
-
-
-def _fraction_split(total: float, target_kv: int | None, draft_kv: int | None) -> tuple[float, float]:
-    """kv_cache_free_gpu_mem_fraction for (target, draft) sharing one GPU.
-
-    The fraction is of the memory free after that engine loaded; the target loads first, so the
-    draft's fraction applies to what the target left: target a = total * (1 - s),
-    draft b = total * s / (1 - a), where s is the draft's share of KV bytes per token.
-    """
-    share = draft_kv / (target_kv + draft_kv) if target_kv and draft_kv else DRAFT_SHARE
-    target = round(total * (1 - share), 3)
-    draft = round(min(0.95, total * share / (1 - target)), 3)
-    return target, draft
-
-
-def _kv_bytes_per_token(config: dict[str, Any]) -> int | None:
-    try:
-        heads = config.get("num_key_value_heads") or config["num_attention_heads"]
-        head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
-        return 2 * config["num_hidden_layers"] * heads * head_dim
-    except (KeyError, TypeError, ZeroDivisionError):
-        return None
+               "multimodal_encoders_name": "text-only models", "prompt_embedding_table_data_type": "no prompt tuning"}
 
 
 def plan(engine: dict[str, Any], spec: Any, engine_path: str, engine_dir: Path) -> dict[str, Any]:
     """Every value the configs need, derived from engine.json and the spec."""
-    import json
-
     section = engine.get("trtllm_engine") or {}
     build = engine["build_config"]
     root = PurePosixPath(engine_path)
@@ -114,14 +83,11 @@ def plan(engine: dict[str, Any], spec: Any, engine_path: str, engine_dir: Path) 
         raise IncompatibleArtifactError(f"mode {engine['mode']} has no TensorRT-engine repository",
                                         fix="use build.backend: trtllm")
     engines = section.get("engines") or {"target": "target", "draft": "draft" if draft_target else None}
-    fractions = (spec.build.free_gpu_memory_fraction, None)
-    if draft_target:
-        configs = []
-        for key in ("target", "draft"):
-            path = engine_dir / (engine.get(key) or {}).get("path", key) / "config.json"
-            configs.append(_kv_bytes_per_token(json.loads(path.read_text())) if path.exists() else None)
-        fractions = _fraction_split(spec.build.free_gpu_memory_fraction, *configs)
-    world = spec.build.tp_size * spec.build.pp_size
+    kv_tokens = section.get("kv_cache_tokens") or {}
+    if draft_target and not kv_tokens.get("draft"):
+        raise IncompatibleArtifactError(f"engine {engine.get('name')}: engine.json has no kv_cache_tokens for the "
+                                        "two engines", fix="rebuild it with this trtspec (`trtspec build --force`)")
+    world = build.get("tp_size", spec.build.tp_size) * build.get("pp_size", spec.build.pp_size)
     num_draft_tokens = int(section.get("num_draft_tokens", build["max_draft_len"] if draft_target else 0))
     if num_draft_tokens > build["max_draft_len"]:
         raise IncompatibleArtifactError(f"num_draft_tokens {num_draft_tokens} exceeds the engine's max_draft_len "
@@ -133,10 +99,13 @@ def plan(engine: dict[str, Any], spec: Any, engine_path: str, engine_dir: Path) 
         "tokenizer_dir": str(root / section.get("tokenizer_dir", engine["target"]["path"])),
         # The BLS loop is non-streaming (upstream); a plain ensemble streams when the spec says so.
         "decoupled_mode": spec.serve.streaming and not draft_target,
-        "kv_cache_free_gpu_mem_fraction": fractions,
+        "kv_cache_free_gpu_mem_fraction": spec.build.free_gpu_memory_fraction,
+        "max_tokens_in_paged_kv_cache": (kv_tokens.get("target"), kv_tokens.get("draft")) if draft_target
+        else (None, None),
         "decoding_mode": section.get("decoding_mode", "top_k_top_p"),
+        # Both engines on the same GPUs (co-located, as the draft-target README's single-GPU example).
         "gpu_device_ids": list(range(world)),
-        "participant_ids": list(range(1, world + 1)) if world > 1 else None,
+        "multi_gpu": multi_gpu_mode(draft_target, world),
         "num_draft_tokens": num_draft_tokens,
         "use_draft_logits": bool(section.get("use_draft_logits", False)),
         "max_queue_delay_microseconds": spec.serve.max_queue_delay_us,
@@ -145,16 +114,22 @@ def plan(engine: dict[str, Any], spec: Any, engine_path: str, engine_dir: Path) 
     }
 
 
+def multi_gpu_mode(draft_target: bool, world: int) -> str:
+    """orchestrator (several TensorRT-LLM models), leader (one model on several GPUs) or single."""
+    if draft_target:
+        return "orchestrator"
+    return "leader" if world > 1 else "single"
+
+
 def llm_parameters(values: dict[str, Any], *, draft: bool) -> dict[str, Any]:
     """The tensorrt_llm (or tensorrt_llm_draft) model's parameters: upstream's placeholders, filled."""
-    fraction = values["kv_cache_free_gpu_mem_fraction"][1 if draft else 0]
     params = {
         "max_beam_width": 1, "FORCE_CPU_ONLY_INPUT_TENSORS": "no",
         "gpt_model_type": "inflight_fused_batching",           # ${batching_strategy}
         "gpt_model_path": values["draft_engine_dir" if draft else "engine_dir"],  # ${engine_dir}
         "encoder_input_features_data_type": "TYPE_FP16",
         "batch_scheduler_policy": "guaranteed_no_evict",
-        "kv_cache_free_gpu_mem_fraction": fraction,
+        "kv_cache_free_gpu_mem_fraction": values["kv_cache_free_gpu_mem_fraction"],
         "enable_kv_cache_reuse": True,
         "enable_chunked_context": False,
         "normalize_log_probs": True,
@@ -172,10 +147,11 @@ def llm_parameters(values: dict[str, Any], *, draft: bool) -> dict[str, Any]:
         "gpu_device_ids": ",".join(str(i) for i in values["gpu_device_ids"]),
         "num_nodes": 1,
     }
-    if values["participant_ids"]:
-        # Each engine's ranks are distinct MPI participants: the draft's follow the target's.
-        offset = len(values["participant_ids"]) if draft else 0
-        params["participant_ids"] = ",".join(str(i + offset) for i in values["participant_ids"])
+    max_tokens = values["max_tokens_in_paged_kv_cache"][1 if draft else 0]
+    if max_tokens:
+        # "If both max_tokens and free_gpu_memory_fraction are set, the minimum is used": the planned
+        # token count wins when the plan holds, whichever engine loads first.
+        params["max_tokens_in_paged_kv_cache"] = max_tokens
     return params
 
 
@@ -300,8 +276,6 @@ def fill_values(values: dict[str, Any], *, draft: bool = False) -> dict[str, Any
         if key not in ("gpt_model_type", "gpt_model_path", "FORCE_CPU_ONLY_INPUT_TENSORS"):
             filled[key] = value
     filled["gpu_device_ids"] = values["gpu_device_ids"]
-    if values["participant_ids"]:
-        filled["participant_ids"] = [int(i) for i in params["participant_ids"].split(",")]
     return filled
 
 

@@ -1,0 +1,73 @@
+"""The EAGLE-3 head as a given TensorRT-LLM release loads it: weight names and captured layers.
+
+`trtspec convert` writes the head in ModelOpt's current layout (`layers.0.*`, eagle_config with
+the target layers it was trained on). TensorRT-LLM 1.1 and 1.2 bind the decoder layer by the name
+`midlayer.*` (contract `eagle3_head.layer_prefix`) and capture target layers (1, n/2 - 1, n - 4)
+unless told otherwise. `write_head()` writes the head into the engine directory under the names
+the release binds, checked against the contract, and `layers_to_capture()` says when the
+speculative config must name the head's layers (`eagle3_layers_to_capture`), refusing with the
+reason where the release has no such field.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from trtspec.builders import upstream
+from trtspec.builders.contracts import Contract
+from trtspec.convert.eagle3_export import canonical_tensor_name
+from trtspec.errors import IncompatibleArtifactError
+
+CANONICAL_LAYER = "layers.{index}."
+
+
+def release_tensor_name(name: str, contract: Contract, num_layers: int) -> str:
+    """A canonical head tensor name (`layers.<i>.*`) as the release's loader binds it."""
+    if not name.startswith("layers."):
+        return name
+    index, rest = name.removeprefix("layers.").split(".", 1)
+    prefix = contract.head["layer_prefix"]  # "midlayer."; a ModuleList midlayer.<i>. with several layers
+    return f"{prefix}{rest}" if num_layers == 1 else f"{prefix}{index}.{rest}"
+
+
+def layers_to_capture(head_config: dict[str, Any], target_config: dict[str, Any], contract: Contract) -> list[int] | None:
+    """The `eagle3_layers_to_capture` value to write, or None when the release's default is the same.
+
+    Raises IncompatibleArtifactError when the head needs other layers than the default and the
+    release has no field to say so (1.1.0: not verified in its llm_args.py).
+    """
+    trained = sorted((head_config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids") or [])
+    default = contract.default_capture(target_config["num_hidden_layers"])
+    if not trained or trained == default:
+        return None
+    field = contract.head["layers_to_capture_field"]
+    if field is None or not contract.has_field("eagle3", field):
+        wanted = "no default (fewer than 6 layers)" if default is None else f"layers {default}"
+        raise IncompatibleArtifactError(
+            f"the EAGLE-3 head reads target layers {trained}, TensorRT-LLM {contract.version} captures "
+            f"{wanted} and has no verified eagle3_layers_to_capture field",
+            fix="use build.trtllm_version 1.2.1 (it writes eagle3_layers_to_capture)")
+    return trained
+
+
+def write_head(source: Path, destination: Path, contract: Contract) -> dict[str, Any]:
+    """Write the head in `source` into `destination` under the release's tensor names; return a summary."""
+    from safetensors.torch import load_file, save_file
+
+    config = json.loads((source / "config.json").read_text())
+    num_layers = int(config.get("num_hidden_layers", 1))
+    tensors = load_file(str(source / "model.safetensors"))
+    renamed = {release_tensor_name(canonical_tensor_name(name), contract, num_layers): tensor
+               for name, tensor in tensors.items()}
+    if num_layers == 1:
+        upstream.check_head_tensors(set(renamed), contract)
+    destination.mkdir(parents=True, exist_ok=True)
+    save_file(renamed, str(destination / "model.safetensors"), metadata={"format": "pt"})
+    for path in sorted(source.iterdir()):
+        if path.is_file() and path.name != "model.safetensors":
+            shutil.copy2(path, destination / path.name)
+    return {"tensors": len(renamed), "layer_prefix": contract.head["layer_prefix"],
+            "source": contract.head["source"]}
