@@ -22,6 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from trtspec.convert import modelopt_compat
 from trtspec.convert.eagle3_device import host_buffer, to_device
 from trtspec.convert.eagle3_store import FeatureStore
 
@@ -76,17 +77,16 @@ class GlobalMeanLoss:
         self.accuracy: list[Any] = [0.0] * len(counts)
 
     def __enter__(self) -> GlobalMeanLoss:
-        original = self.model._eagle_loss
-
-        def share_of_global(base_softmax, base_tokens, eagle_logits, loss_mask):
-            loss, accuracy = original(base_softmax, base_tokens, eagle_logits, loss_mask)
-            step = self.length - 1 - eagle_logits.shape[1]  # ModelOpt passes logits[:, k:-1] at step k
-            weight = (self.local[step] + EPS) / (self.counts[step] + EPS)
-            self.accuracy[step] = self.accuracy[step] + accuracy.detach() * (self.local[step] / max(1.0, self.counts[step]))
-            return loss * weight, accuracy
-
-        self.model._eagle_loss = share_of_global
+        # ModelOpt's _eagle_loss signature and return differ between 0.37 and 0.47: the wrapper
+        # in modelopt_compat calls `share` with the step, the loss terms and the accuracy.
+        self.model._eagle_loss = modelopt_compat.wrap_eagle_loss(self.model, self.length, self._share)
         return self
+
+    def _share(self, step: int, accuracy):
+        """The weight of step `step`'s loss for this micro-batch; records its accuracy."""
+        weight = (self.local[step] + EPS) / (self.counts[step] + EPS)
+        self.accuracy[step] = self.accuracy[step] + accuracy * (self.local[step] / max(1.0, self.counts[step]))
+        return weight
 
     def __exit__(self, *exc: Any) -> None:
         self.model.__dict__.pop("_eagle_loss", None)

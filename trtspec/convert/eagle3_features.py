@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from trtspec.convert import modelopt_compat
 from trtspec.convert.eagle3_store import ArraySpec, FeatureStore
 from trtspec.convert.progress import Phase
 
@@ -58,7 +59,7 @@ def forward_features(eagle_model, input_ids, attention_mask) -> dict[str, Any]:
     import torch
 
     with torch.no_grad():
-        outputs, _ = eagle_model._eagle_base_model_forward(input_ids, attention_mask, None, None, True, None)
+        outputs = modelopt_compat.base_model_forward(eagle_model, input_ids, attention_mask)
         features = {"aux": outputs.aux_hiddens, "hidden": outputs.out_hiddens, "embeds": outputs.input_embeds}
         if teacher_vocab_reduced(eagle_model):
             features["logits"] = eagle_model._map_logits_to_draft_vocab(outputs.logits)

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trtspec.convert import modelopt_compat
 from trtspec.convert.distributed import Dist
 from trtspec.convert.eagle3_batches import BatchReader, GlobalMeanLoss, global_batch, loss_counts, micro_batches, share
 from trtspec.convert.eagle3_device import Placement
@@ -67,12 +68,10 @@ def aux_layer_ids(num_layers: int) -> list[int]:
     ModelOpt's default ({1, n/2 - 1, n - 4}) collapses to fewer than three on shallow models, and
     vLLM sizes the head's fc for exactly three, so fall back to {0, n/2, n - 1} there.
     """
-    from modelopt.torch.speculative.plugins.hf_eagle import default_eagle_aux_layer_ids
-
     if num_layers < 3:
         raise ModelSourceError(f"the target has {num_layers} layers; EAGLE-3 needs at least 3",
                                fix="use speculative.mode draft-target or ngram for this model")
-    ids = default_eagle_aux_layer_ids(num_layers)
+    ids = modelopt_compat.default_aux_layer_ids(num_layers)
     return ids if len(ids) == 3 else sorted({0, num_layers // 2, num_layers - 1})
 
 
@@ -95,20 +94,19 @@ def convert_eagle3(model, target_config: dict[str, Any], *, draft_vocab_size: in
         # so every reader applies the rope the head was trained with.
         "eagle_export_rope_scaling": {},
     }
-    mtsp.convert(model, [("eagle", config)])
-    head = model.eagle_module
-    base = model.get_submodule(model.base_model_path)
+    mtsp.convert(model, [("eagle", modelopt_compat.eagle_config(config, target_config))])
+    parts = modelopt_compat.head_parts(model)  # where this ModelOpt keeps each piece (0.37 or 0.47)
     with torch.no_grad():
-        head.norm.weight.copy_(base.norm.weight)
-        init_from_last_layer(head, base.layers[-1], target_config["hidden_size"])
-        if hasattr(head, "d2t") and d2t is not None:
-            head.d2t.copy_(d2t)
-        if hasattr(head, "d2t") and kept_ids is not None:
-            head.lm_head.weight.copy_(model._base_model_lm_head.weight[kept_ids])
+        parts.head.norm.weight.copy_(parts.target_norm.weight)
+        init_from_last_layer(parts, parts.target_layers[-1], target_config["hidden_size"])
+        if hasattr(parts.head, "d2t") and d2t is not None:
+            parts.head.d2t.copy_(d2t)
+        if hasattr(parts.head, "d2t") and kept_ids is not None:
+            parts.head_lm_head.weight.copy_(parts.target_lm_head.weight[kept_ids])
     return model
 
 
-def init_from_last_layer(head, last_layer, hidden_size: int) -> None:
+def init_from_last_layer(parts, last_layer, hidden_size: int) -> None:
     """Start the head's decoder layer as a copy of the target's last layer (a prior, not a fit).
 
     The first layer's q/k/v read cat(embeddings, hidden): the hidden half gets the target's
@@ -118,7 +116,7 @@ def init_from_last_layer(head, last_layer, hidden_size: int) -> None:
     """
     import torch
 
-    layer = head.layers[0]
+    layer = parts.layer
     for name in ("q_proj", "k_proj", "v_proj"):
         weight = getattr(layer.self_attn, name).weight
         source = getattr(last_layer.self_attn, name).weight
@@ -129,10 +127,10 @@ def init_from_last_layer(head, last_layer, hidden_size: int) -> None:
     layer.self_attn.o_proj.weight.copy_(last_layer.self_attn.o_proj.weight)
     for name in ("gate_proj", "up_proj", "down_proj"):
         getattr(layer.mlp, name).weight.copy_(getattr(last_layer.mlp, name).weight)
-    layer.input_layernorm.weight.copy_(last_layer.input_layernorm.weight)
+    parts.embeds_norm.weight.copy_(last_layer.input_layernorm.weight)
     layer.post_attention_layernorm.weight.copy_(last_layer.post_attention_layernorm.weight)
-    head.fc.weight.zero_()
-    head.fc.weight[:, -hidden_size:] = torch.eye(hidden_size)  # fc input: the aux layers, deepest last
+    parts.head.fc.weight.zero_()
+    parts.head.fc.weight[:, -hidden_size:] = torch.eye(hidden_size)  # fc input: the aux layers, deepest last
 
 
 
@@ -243,7 +241,7 @@ def train_eagle3(model, features: Callable[[], FeatureStore], settings: TrainSet
         return _result(step, elapsed, settings, resumed_from, history)
     store = features()
     lengths = store.read_all("lengths").long()
-    length, ttt = store.arrays["input_ids"].shape[0], model.eagle_ttt_steps
+    length, ttt = store.arrays["input_ids"].shape[0], modelopt_compat.ttt_steps(model)
     micro = settings.micro_batch_size or -(-settings.batch_size // dist.world_size)
     reader = BatchReader(store, placement.device)
 

@@ -55,7 +55,8 @@ class Engine:
         # output instead), kept per thread: engines sharing a target (bench variants) each run
         # their own loop thread. The handles are kept, and close() detaches them.
         self._layer_outputs = threading.local()
-        layers = target.get_decoder().layers
+        # transformers < 4.57 returns None from get_decoder() on Llama; .model is the same decoder
+        layers = (target.get_decoder() or target.model).layers
         self._hooks = [layers[index - 1].register_forward_hook(functools.partial(self._keep_layer_output, index))
                        for index in (drafter.aux_layer_ids if drafter is not None else ())]
 
