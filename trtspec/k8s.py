@@ -33,7 +33,7 @@ def k8s_manifests(spec: Any, engine_name: str, image: str | None = None) -> list
         resources["requests"]["nvidia.com/gpu"] = str(gpus)
     container = {
         "name": "tritonserver", "image": image or DEFAULT_IMAGE[backend],
-        "command": ["bash", "-c", container_server(serve, backend)],
+        "command": ["bash", "-c", container_server(serve, backend, spec)],
         "ports": [{"name": "http", "containerPort": serve.http_port}, {"name": "grpc", "containerPort": serve.grpc_port},
                   {"name": "metrics", "containerPort": serve.metrics_port}],
         "readinessProbe": {"httpGet": {"path": "/v2/health/ready", "port": serve.http_port},
