@@ -260,3 +260,10 @@ def test_client_reads_perf_metrics_sent_as_strings():
 
     assert contracts.load("1.1.0").triton["llmapi"]["perf_outputs_sent_as"] == "BYTES"
     assert _number(b"0.75") == 0.75 and _number(b"12") == 12 and _number("3") == 3 and _number(7) == 7
+
+
+def test_build_refuses_a_contract_for_another_installed_release(in_tmp, gpu_target, monkeypatch):
+    monkeypatch.setattr(upstream, "tensorrt_llm_version", lambda: "1.2.1")
+    config = _trtllm_workspace(in_tmp, gpu_target)
+    result = CliRunner().invoke(main, ["build", "-c", str(config), "--dry-run"])
+    assert result.exit_code == 1 and "has tensorrt_llm 1.2.1; build.trtllm_version is 1.1.0" in result.output

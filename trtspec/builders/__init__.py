@@ -113,6 +113,9 @@ def build(spec: Any, *, dry_run: bool = False, verify: bool = False, force: bool
     result = BuildResult(name=name, engine_dir=engine_dir, engine={}, dry_run=dry_run)
     contract = contracts.for_spec(spec) if backend in GPU_BACKENDS else None
     if backend in GPU_BACKENDS:
+        from trtspec.builders import upstream
+
+        upstream.check_installed(contract)
         result.plan = plan_for(spec, inputs.base_target.config, inputs.draft.config if inputs.draft else None)
         require_fit(result.plan)
 

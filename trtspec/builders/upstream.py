@@ -32,6 +32,15 @@ def tensorrt_llm_version() -> str | None:
         return None
 
 
+def check_installed(contract: Contract) -> None:
+    """Inside a container, the installed TensorRT-LLM must be the release the contract is for."""
+    installed = tensorrt_llm_version()
+    if installed is not None and installed.split("+")[0] != contract.version:
+        raise IncompatibleArtifactError(
+            f"this environment has tensorrt_llm {installed}; build.trtllm_version is {contract.version}",
+            fix=f"set build.trtllm_version to the installed release (or build inside {contract.image})")
+
+
 def pinned_fields(contract: Contract) -> dict[str, Any]:
     """The contract's field lists in the shape check_llm_api_options takes."""
     api = contract.llm_api
