@@ -71,6 +71,32 @@ def test_tune_records_the_fastest_draft_len_with_backup(tiny_engine, tmp_path):
     assert "# my spec" in spec.read_text() and "mode: ngram  # keep" in spec.read_text()
 
 
+def test_tune_over_concurrencies_writes_a_draft_len_schedule(tiny_engine, tmp_path):
+    """--concurrency 1,2: every draft length and the baseline at both; the schedule holds the
+    fastest per concurrency (0 where the baseline won) and the built engine follows it."""
+    engine, original = tiny_engine
+    spec = tmp_path / "trtspec.yaml"
+    spec.write_text(original.read_text())
+    out = tmp_path / "tune"
+    result = CliRunner().invoke(main, ["tune", "-c", str(spec), "--engine", str(engine), "--draft-lens", "1,3",
+                                       "--concurrency", "1,2", "--num-prompts", "4", "--max-tokens", "8",
+                                       "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "tune.json").read_text())
+    assert {(r["concurrency"], r["max_draft_len"]) for r in summary["rows"]} == {(1, 1), (1, 3), (2, 1), (2, 3)}
+    schedule = summary["draft_len_schedule"]
+    assert [c for c, _ in schedule] == [1, 2]
+    for concurrency, draft_len in schedule:
+        rows = [r for r in summary["rows"] if r["concurrency"] == concurrency]
+        best = max(rows, key=lambda r: (r["output_throughput"], -r["max_draft_len"]))
+        plain_won = best["speedup"] < 1.0
+        assert draft_len == (0 if plain_won else best["max_draft_len"])
+    written = yaml.safe_load(spec.read_text())["speculative"]
+    assert written["draft_len_schedule"] == schedule
+    assert written["max_draft_len"] == max([k for _, k in schedule if k] or [written["max_draft_len"]])
+    assert "draft_len_schedule" in result.output
+
+
 def test_dry_runs_write_nothing_and_bad_input_is_one_line(tiny_engine, tmp_path):
     engine, spec = tiny_engine
     runner = CliRunner()

@@ -10,6 +10,7 @@ import yaml
 from trtspec.bench.tune import (
     Candidate,
     choose,
+    choose_schedule,
     set_draft_len_text,
     set_field_text,
     tune_rows,
@@ -44,10 +45,30 @@ def test_tune_rows_speedup_over_baseline():
                 "mean_tpot_ms": 33.0, "spec_decode_acceptance_length": 2.0},
                {"variant": "baseline", "output_throughput": 20.0, "output_throughput_by_repeat": [20.0],
                 "mean_tpot_ms": 50.0}]
-    rows, baseline = tune_rows(results, [Candidate(2), Candidate(3)])   # 3 was not measured: no row
-    assert baseline["output_throughput"] == 20.0
+    rows, baselines = tune_rows(results, [Candidate(2), Candidate(3)])   # 3 was not measured: no row
+    assert baselines[1]["output_throughput"] == 20.0
     assert len(rows) == 1 and rows[0]["max_draft_len"] == 2 and rows[0]["speedup"] == pytest.approx(1.5)
-    assert rows[0]["eagle_choices"] is None
+    assert rows[0]["eagle_choices"] is None and rows[0]["concurrency"] == 1
+
+
+def test_schedule_takes_the_fastest_per_concurrency_and_zero_where_plain_wins():
+    def row(c, k, tps):
+        return {"concurrency": c, "max_draft_len": k, "output_throughput": tps, "eagle_choices": None}
+
+    rows = [row(1, 2, 30.0), row(1, 4, 34.0), row(4, 2, 70.0), row(4, 4, 66.0), row(8, 2, 90.0), row(8, 4, 85.0)]
+    baselines = {1: {"output_throughput": 25.0}, 4: {"output_throughput": 60.0}, 8: {"output_throughput": 95.0}}
+    choice, schedule = choose_schedule(rows, baselines)
+    assert choice["max_draft_len"] == 4 and schedule == [[1, 4], [4, 2], [8, 0]]
+
+
+def test_schedule_is_written_and_validated(in_tmp):
+    spec = in_tmp / "trtspec.yaml"
+    spec.write_text("speculative:\n  mode: ngram\n  max_draft_len: 4\n")
+    write_choice(spec, 4, schedule=[[1, 4], [4, 2], [8, 0]])
+    assert load_spec(spec).speculative.draft_len_schedule == [[1, 4], [4, 2], [8, 0]]
+    with pytest.raises(SpecError, match="draft_len_schedule"):
+        write_choice(spec, 4, schedule=[[0, 4]])  # batch size 0 is refused before writing
+    assert load_spec(spec).speculative.draft_len_schedule == [[1, 4], [4, 2], [8, 0]]
 
 
 def test_tree_candidates_count_nodes_and_label_uniquely():

@@ -147,9 +147,12 @@ def test_load_engine_bundle(tmp_path, tiny_llama):
         "mode": "ngram", "build_config": {"max_input_len": 64, "max_seq_len": 128, "max_draft_len": 3},
         "target": {"path": "target", "sha256": "x", "source": "tiny"}, "draft": None,
         "runtime": {"dtype": "float32", "ngram_min": 2, "ngram_max": 2, "dynamic_draft": False,
-                    "confidence_threshold": 0.0, "acceptance_floor": 0.0, "eagle_choices": None}}))
-    engine = load_engine(tmp_path)
+                    "confidence_threshold": 0.0, "acceptance_floor": 0.0, "eagle_choices": None,
+                    "draft_len_schedule": [[4, 0], [1, 3]], "kv_cache_max_tokens": 1024}}))
+    engine = load_engine(tmp_path, max_queue_size=5)
     assert (engine.mode, engine.max_draft_len, engine.max_input_len) == ("ngram", 3, 64)
+    assert engine.config.draft_len_schedule == ((1, 3), (4, 0)) and engine.config.kv_cache_max_tokens == 1024
+    assert engine.config.max_queue_size == 5
     assert engine.drafter.ngram_min == 2
     result = engine.generate(TINY_PROMPTS[0], max_new_tokens=200)
     assert result.finish_reason == "length" and len(TINY_PROMPTS[0]) + len(result.token_ids) == 128

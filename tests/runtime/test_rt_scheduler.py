@@ -61,8 +61,9 @@ def test_sampling_with_a_full_batch_follows_the_target_distribution(tiny_llama, 
     from trtspec.runtime.sampling import SamplingParams, logits_to_probs
 
     params = {"temperature": 1.0, "top_k": 4}
+    # a schedule that always drafts 3: the cost model might turn drafting off for this cheap target
     engine = Engine.from_checkpoints(tiny_llama, mode="draft-target", draft_dir=tiny_llama_draft, max_draft_len=3,
-                                     max_batch_size=8, max_queue_size=2000)
+                                     max_batch_size=8, max_queue_size=2000, draft_len_schedule=[[1, 3]])
     prompt = [5, 6, 7, 8, 5, 6]
     steps = []
     engine.scheduler.on_step = steps.append

@@ -107,13 +107,15 @@ class EngineTarget:
 
 
 def engine_variant(engine: Any, max_draft_len: int, eagle_choices: Any = None) -> Any:
-    """A second Engine sharing `engine`'s weights, tokenizer and drafter, proposing at most
-    `max_draft_len` tokens per step; with `eagle_choices` (EAGLE-3 only) it drafts that static
-    tree, without them chains. Close it when done (it hooks the shared target)."""
+    """A second Engine sharing `engine`'s weights, tokenizer and drafter, proposing `max_draft_len`
+    tokens per step at any load; with `eagle_choices` (EAGLE-3 only) it drafts that static tree,
+    without them chains. Close it when done (it hooks the shared target)."""
     if eagle_choices is not None and engine.mode != "eagle3":
         from trtspec.errors import TrtSpecError
 
         raise TrtSpecError(f"draft trees need an EAGLE-3 engine (this one is {engine.mode})",
                            fix="tune trees only with speculative.mode eagle3")
     choices = tuple(tuple(int(i) for i in path) for path in eagle_choices) if eagle_choices else None
-    return engine.variant(max_draft_len=max_draft_len, eagle_choices=choices, name=f"{engine.name}-k{max_draft_len}")
+    # the draft length fixed at every batch size: tune measures exactly one choice per variant
+    return engine.variant(max_draft_len=max_draft_len, eagle_choices=choices, draft_len_schedule=((1, max_draft_len),),
+                          name=f"{engine.name}-k{max_draft_len}")

@@ -8,9 +8,16 @@ the cost of each verification pass, so the best shape is where the two meet on t
 candidate shares the engine's weights, runs the same prompts in interleaved blocks
 (load.run_variants), and the plain-decoding baseline runs beside them.
 
+With several concurrencies (`--concurrency 1,2,4,8`) every shape runs at each of them and the
+result is a table: per concurrency the fastest draft length, 0 where plain decoding (the
+baseline, measured in the same run) was faster. It goes into `speculative.draft_len_schedule`,
+from which the engine picks each step's draft length by its batch size
+(trtspec.runtime.load_policy). Every candidate runs with its draft length fixed at every batch
+size, so the table measures exactly the choice the engine will make.
+
 The spec is rewritten line by line, so comments and layout survive; the old file is kept as
-`<name>.bak`. Only `speculative.max_draft_len` (and, for EAGLE-3, `speculative.eagle_choices`)
-change.
+`<name>.bak`. Only `speculative.max_draft_len` (and, for EAGLE-3, `speculative.eagle_choices`;
+with several concurrencies `speculative.draft_len_schedule`) change.
 """
 
 from __future__ import annotations
@@ -119,12 +126,13 @@ def set_draft_len_text(text: str, draft_len: int) -> str:
 
 
 def write_choice(spec_path: str | Path, draft_len: int, eagle_choices: Sequence[Sequence[int]] | None = None,
-                 set_choices: bool = False) -> Path:
+                 set_choices: bool = False, schedule: Sequence[Sequence[int]] | None = None) -> Path:
     """Record the choice in the spec file, keeping the old file as <name>.bak. Returns the backup.
 
-    With `set_choices`, speculative.eagle_choices is written too (null for a chain). The new text
-    is validated (it must load as a valid Spec with the new values) before anything is written;
-    the write is a rename, so an interrupted tune never leaves half a spec.
+    With `set_choices`, speculative.eagle_choices is written too (null for a chain); with
+    `schedule`, speculative.draft_len_schedule. The new text is validated (it must load as a
+    valid Spec with the new values) before anything is written; the write is a rename, so an
+    interrupted tune never leaves half a spec.
     """
     import yaml
 
@@ -136,9 +144,13 @@ def write_choice(spec_path: str | Path, draft_len: int, eagle_choices: Sequence[
     choices = [list(p) for p in eagle_choices] if eagle_choices is not None else None
     if set_choices:
         new_text = set_field_text(new_text, "eagle_choices", json.dumps(choices) if choices else "null")
+    table = [[int(b), int(k)] for b, k in schedule] if schedule is not None else None
+    if table is not None:
+        new_text = set_field_text(new_text, "draft_len_schedule", json.dumps(table))
     resolved = validate_spec(yaml.safe_load(new_text) or {})
     took = resolved.speculative.max_draft_len == draft_len and (
-        not set_choices or (resolved.speculative.eagle_choices or None) == choices)
+        not set_choices or (resolved.speculative.eagle_choices or None) == choices) and (
+        table is None or resolved.speculative.draft_len_schedule == table)
     if not took:
         raise SpecError([f"speculative.max_draft_len: rewriting {path} did not take effect; edit it by hand "
                          f"(got {resolved.speculative.max_draft_len})"])
@@ -156,43 +168,67 @@ def write_draft_len(spec_path: str | Path, draft_len: int) -> Path:
 
 
 def tune_rows(report_results: Sequence[dict[str, Any]], shapes: Sequence[Candidate]
-              ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    """One row per candidate (tokens/s, TPOT, AL, speedup over baseline) from summarize_cell results."""
-    by_label = {r["variant"]: r for r in report_results}
-    baseline = by_label.get(BASELINE_LABEL)
-    base = baseline["output_throughput"] if baseline else math.nan
+              ) -> tuple[list[dict[str, Any]], dict[int, dict[str, Any]]]:
+    """One row per candidate and concurrency (tokens/s, TPOT, AL, speedup over the baseline at that
+    concurrency) from summarize_cell results; and the baselines by concurrency."""
+    by_key = {(r["variant"], r.get("max_concurrency", 1)): r for r in report_results}
+    baselines = {c: r for (label, c), r in by_key.items() if label == BASELINE_LABEL}
     rows = []
-    for shape in shapes:
-        result = by_label.get(shape.label)
-        if result is None:
-            continue
-        rows.append({"max_draft_len": shape.max_draft_len,
-                     "eagle_choices": [list(p) for p in shape.eagle_choices] if shape.eagle_choices else None,
-                     "output_throughput": result["output_throughput"],
-                     "output_throughput_by_repeat": result["output_throughput_by_repeat"],
-                     "mean_tpot_ms": result["mean_tpot_ms"],
-                     "spec_decode_acceptance_length": result.get("spec_decode_acceptance_length", math.nan),
-                     "spec_decode_acceptance_rate": result.get("spec_decode_acceptance_rate", math.nan),
-                     "speedup": result["output_throughput"] / base if base and not math.isnan(base) else math.nan})
-    return rows, baseline
+    for concurrency in sorted({c for _, c in by_key}):
+        base = baselines.get(concurrency, {}).get("output_throughput", math.nan)
+        for shape in shapes:
+            result = by_key.get((shape.label, concurrency))
+            if result is None:
+                continue
+            rows.append({"concurrency": concurrency, "max_draft_len": shape.max_draft_len,
+                         "eagle_choices": [list(p) for p in shape.eagle_choices] if shape.eagle_choices else None,
+                         "output_throughput": result["output_throughput"],
+                         "output_throughput_by_repeat": result["output_throughput_by_repeat"],
+                         "mean_tpot_ms": result["mean_tpot_ms"],
+                         "spec_decode_acceptance_length": result.get("spec_decode_acceptance_length", math.nan),
+                         "spec_decode_acceptance_rate": result.get("spec_decode_acceptance_rate", math.nan),
+                         "speedup": result["output_throughput"] / base if base and not math.isnan(base) else math.nan})
+    return rows, baselines
 
 
-def measure(engine: Any, prompts: Sequence[Any], shapes: Sequence[Candidate], *, max_tokens: int, concurrency: int,
-            repeats: int, on_request=None) -> dict[str, Any]:
-    """Run every candidate (sharing the engine's weights) and the baseline, interleaved."""
+def choose_schedule(rows: Sequence[dict[str, Any]], baselines: dict[int, dict[str, Any]]
+                    ) -> tuple[dict[str, Any], list[list[int]]]:
+    """(the shape chosen at the lowest concurrency, [[concurrency, draft_len], ...]).
+
+    The lowest concurrency decides chain or tree; at every concurrency the fastest draft length of
+    that kind is taken, or 0 where the baseline measured beside it was faster."""
+    concurrencies = sorted({r["concurrency"] for r in rows})
+    first = choose([r for r in rows if r["concurrency"] == concurrencies[0]])
+    schedule = []
+    for concurrency in concurrencies:
+        same_kind = [r for r in rows if r["concurrency"] == concurrency and r["eagle_choices"] == first["eagle_choices"]]
+        best = choose(same_kind)
+        base = baselines.get(concurrency, {}).get("output_throughput", math.nan)
+        faster_plain = not math.isnan(base) and base > best["output_throughput"]
+        schedule.append([concurrency, 0 if faster_plain else best["max_draft_len"]])
+    return first, schedule
+
+
+def measure(engine: Any, prompts: Sequence[Any], shapes: Sequence[Candidate], *, max_tokens: int,
+            concurrency: int | Sequence[int], repeats: int, on_request=None) -> dict[str, Any]:
+    """Run every candidate (sharing the engine's weights, its draft length fixed at every batch
+    size) and the baseline, interleaved, at each concurrency."""
     from trtspec.bench.load import run_variants
     from trtspec.bench.metrics import group_cells, summarize_cell
     from trtspec.bench.targets import EngineTarget, engine_variant
 
+    concurrencies = [concurrency] if isinstance(concurrency, int) else list(concurrency)
     engines = {shape.label: engine_variant(engine, shape.max_draft_len, shape.eagle_choices) for shape in shapes}
     variants = {label: (EngineTarget(variant), True) for label, variant in engines.items()}
     variants[BASELINE_LABEL] = (EngineTarget(engine), False)
     try:
-        run = run_variants(variants, prompts, [concurrency], max_tokens=max_tokens, repeats=repeats,
+        run = run_variants(variants, prompts, concurrencies, max_tokens=max_tokens, repeats=repeats,
                            on_request=on_request)
     finally:
         for variant in engines.values():
             variant.close()
     results = [summarize_cell(cell) for cell in group_cells(run.records, run.durations, order=list(variants))]
-    rows, baseline = tune_rows(results, shapes)
-    return {"rows": rows, "baseline": baseline, "choice": choose(rows), "records": run.records}
+    rows, baselines = tune_rows(results, shapes)
+    choice, schedule = choose_schedule(rows, baselines)
+    return {"rows": rows, "baseline": baselines.get(concurrencies[0]), "baselines": baselines, "choice": choice,
+            "schedule": schedule if len(concurrencies) > 1 else None, "records": run.records}

@@ -26,12 +26,14 @@ Examples:
   trtspec tune --draft-lens 2,4,8 --num-prompts 8 --max-tokens 64 --repeats 2
   trtspec tune --engine engines/smollm2-ngram-cpu --dry-run
   trtspec tune --mode eagle3 --trees '[[[0],[1],[0,0]], [[0],[0,0],[0,0,0]]]'   # EAGLE-3 tree shapes
+  trtspec tune --concurrency 1,2,4,8 --draft-lens 1,2,4   # draft length by load: draft_len_schedule
 \b
 Runs in-process on the cpu engine (a served engine's draft length is fixed at build time).
 For EAGLE-3, static draft trees are measured beside the chains (three small ones unless
 --trees says otherwise). The choice goes into speculative.max_draft_len (and eagle_choices for
-EAGLE-3) of the spec, the old file kept as <spec>.bak; rebuild with `trtspec build` and
-redeploy to serve it.
+EAGLE-3) of the spec, the old file kept as <spec>.bak; with several concurrencies the fastest
+draft length at each (0 where plain decoding was faster) goes into
+speculative.draft_len_schedule. Rebuild with `trtspec build` and redeploy to serve it.
 """
 
 
@@ -159,7 +161,8 @@ def bench(config_path, url, engine_dir, prompts, concurrency, max_tokens, num_pr
 @mode_option
 @click.option("--max-tokens", type=int, default=None, help="New tokens per request (bench.max_tokens).")
 @click.option("--num-prompts", type=int, default=None, help="Use only the first N prompts.")
-@click.option("--concurrency", type=click.IntRange(1, 256), default=1, show_default=True)
+@click.option("--concurrency", callback=_int_list, default="1", show_default=True,
+              help="Comma-separated; with several, a draft length per concurrency (draft_len_schedule).")
 @click.option("--repeats", type=click.IntRange(1, 100), default=1, show_default=True)
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="Report directory.")
 @dry_run_option
@@ -199,7 +202,7 @@ def tune(config_path, engine_dir, prompts, draft_lens, trees, mode, max_tokens, 
     engine_path = Path(engine_dir) if engine_dir else runner.default_engine_dir(spec)
     spec_path = Path(config_path or DEFAULT_CONFIG)
     out = Path(out_dir) if out_dir else runner.default_out_dir(spec, "tune")
-    total = len(prompt_set) * repeats * (len(shapes) + 1)
+    total = len(prompt_set) * repeats * (len(shapes) + 1) * len(concurrency)
     if dry_run:
         plan = {"engine": str(engine_path), "draft_lens": draft_lens, "trees": tree_list,
                 "num_prompts": len(prompt_set),
@@ -216,12 +219,13 @@ def tune(config_path, engine_dir, prompts, draft_lens, trees, mode, max_tokens, 
         task = progress.add_task(f"tune {engine_path.name}", total=total)
         result = tuning.measure(engine, prompt_set, shapes, max_tokens=spec.bench.max_tokens,
                                 concurrency=concurrency, repeats=repeats, on_request=lambda r: progress.advance(task))
-    choice = result["choice"]
-    backup = tuning.write_choice(spec_path, choice["max_draft_len"], choice["eagle_choices"], set_choices=eagle3)
+    choice, schedule = result["choice"], result["schedule"]
+    draft_len = max([k for _, k in schedule if k] or [choice["max_draft_len"]]) if schedule else choice["max_draft_len"]
+    backup = tuning.write_choice(spec_path, draft_len, choice["eagle_choices"], set_choices=eagle3, schedule=schedule)
     from trtspec.bench.report import clean_json, machine_metadata
 
-    summary = clean_json({"choice": choice["max_draft_len"], "eagle_choices": choice["eagle_choices"],
-                          "rows": result["rows"],
+    summary = clean_json({"choice": draft_len, "eagle_choices": choice["eagle_choices"],
+                          "draft_len_schedule": schedule, "rows": result["rows"],
                       "baseline_output_throughput": (result["baseline"] or {}).get("output_throughput"),
                       "engine": str(engine_path), "num_prompts": len(prompt_set), "repeats": repeats,
                       "max_tokens": spec.bench.max_tokens, "concurrency": concurrency,
@@ -234,19 +238,21 @@ def tune(config_path, engine_dir, prompts, draft_lens, trees, mode, max_tokens, 
     from rich.table import Table
 
     table = Table(title=f"tune {engine_path.name}: output tokens/s per max_draft_len "
-                        f"({len(prompt_set)} prompts x {repeats}, concurrency {concurrency})")
-    for name in ("draft shape", "tokens/s", "speedup", "TPOT ms", "AL", "accept %"):
+                        f"({len(prompt_set)} prompts x {repeats}, concurrency {','.join(map(str, concurrency))})")
+    for name in ("conc", "draft shape", "tokens/s", "speedup", "TPOT ms", "AL", "accept %"):
         table.add_column(name, justify="right")
+    chosen = {(c, k) for c, k in schedule} if schedule else {(choice["concurrency"], choice["max_draft_len"])}
     for row in result["rows"]:
-        mark = " *" if row is choice else ""
+        mark = " *" if (row["concurrency"], row["max_draft_len"]) in chosen else ""
         shape = f"tree {json.dumps(row['eagle_choices'])}" if row["eagle_choices"] else f"chain {row['max_draft_len']}"
-        table.add_row(f"{shape}{mark}", f"{row['output_throughput']:.1f}", f"{row['speedup']:.2f}x",
+        table.add_row(str(row["concurrency"]), f"{shape}{mark}", f"{row['output_throughput']:.1f}", f"{row['speedup']:.2f}x",
                       f"{row['mean_tpot_ms']:.1f}", f"{row['spec_decode_acceptance_length']:.2f}",
                       f"{row['spec_decode_acceptance_rate']:.0f}")
     console = Console() if Console().is_terminal else Console(width=150)
     console.print(table)
     what = f" with eagle_choices {json.dumps(choice['eagle_choices'])}" if choice["eagle_choices"] else ""
-    click.echo(f"Chose max_draft_len {choice['max_draft_len']}{what} (by tokens/s); wrote {spec_path} "
+    what += f", draft_len_schedule {json.dumps(schedule)}" if schedule else ""
+    click.echo(f"Chose max_draft_len {draft_len}{what} (by tokens/s); wrote {spec_path} "
                f"(old file: {backup}); report {out / 'tune.json'}. Rebuild with `trtspec build` to serve it.")
 
 

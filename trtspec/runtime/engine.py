@@ -24,7 +24,6 @@ from typing import Any
 from trtspec.chat import prompt_ids
 from trtspec.runtime import sampling
 from trtspec.runtime.config import EngineConfig
-from trtspec.runtime.policy import draft_length_for
 from trtspec.runtime.request import GenerationResult, StreamChunk, validate
 from trtspec.runtime.sequence import Request, Sequence
 from trtspec.runtime.stats import GenerationStats
@@ -156,10 +155,6 @@ class Engine:
         return self.scheduler.submit(request)
 
     # -- called by the scheduler's steps ------------------------------------------------------
-
-    def draft_length(self, batch_size: int) -> int:
-        """Draft tokens per sequence for a step with `batch_size` decoding sequences (0: off)."""
-        return draft_length_for(self.config, batch_size)
 
     def layer_outputs(self) -> dict[int, Any]:
         """This thread's latest auxiliary layer outputs (hidden_states index -> [1, T, hidden])."""

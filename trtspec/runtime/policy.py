@@ -57,16 +57,3 @@ class DraftPolicy:
         self.in_fallback = rate < self.floor
         return entered
 
-
-def draft_length_for(config, batch_size: int) -> int:
-    """Draft tokens per sequence in a step with `batch_size` decoding sequences: the last entry of
-    config.draft_len_schedule whose batch size is <= batch_size (0 turns speculation off), capped
-    by max_draft_len; without a schedule, max_draft_len."""
-    schedule = config.draft_len_schedule
-    if not schedule:
-        return config.max_draft_len
-    length = schedule[0][1]
-    for size, draft_len in schedule:
-        if size <= batch_size:
-            length = draft_len
-    return min(length, config.max_draft_len)

@@ -36,8 +36,9 @@ class SchedulerStats:
     waiting: int = 0
     kv_blocks_used: int = 0
     kv_blocks_total: int = 0
-    last_batch_size: int = 0
-    last_draft_len: int = 0
+    last_batch_size: int = 0     # sequences in the last step (decoding and prefilling)
+    last_num_decoding: int = 0   # of which decoding
+    last_draft_len: int = 0      # the longest draft the last step asked for
     num_steps: int = 0
     num_refused: int = 0
     num_failed: int = 0
@@ -63,6 +64,9 @@ class Scheduler:
         self.pool = KVPool.for_model(engine.target.config, slots)
         drafter_kv = getattr(engine.drafter, "kv_config", None)
         self.draft_pool = KVPool.for_model(drafter_kv, slots) if drafter_kv is not None else None
+        from trtspec.runtime.load_policy import CostModel
+
+        self.cost_model = CostModel(config.max_draft_len, drafts_cost=drafter_kv is not None)
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.stats = SchedulerStats(kv_blocks_total=self.allocator.num_blocks)
@@ -70,6 +74,17 @@ class Scheduler:
         self._thread: threading.Thread | None = None
         self._closed = False
         self.on_step = None  # callback(SchedulerStats) after every step, for gauges
+
+    def draft_length(self, batch_size: int) -> int:
+        """Draft tokens per sequence in a step with `batch_size` decoding sequences (0: plain):
+        the measured table when the spec has one, else the cost model (trtspec.runtime.load_policy)."""
+        from trtspec.runtime.load_policy import schedule_length
+
+        if self.config.draft_len_schedule:
+            return schedule_length(self.config.draft_len_schedule, batch_size, self.config.max_draft_len)
+        if batch_size <= 1:  # alone: a verify pass costs about one step, and seeded runs stay reproducible
+            return self.config.max_draft_len
+        return self.cost_model.best_length(batch_size, self.engine.tree)
 
     def widest_draft(self) -> int:
         """Most tokens a step may write past the committed ones (pending + drafts, or tree nodes)."""

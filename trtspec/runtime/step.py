@@ -39,13 +39,20 @@ def run_step(scheduler: Any, batch: list[Any]) -> None:
     # 1. Plan the step under the token budget.
     decoding = [s for s in live if s.decoding]
     prefilling = [s for s in live if not s.decoding]
-    lengths = plan_draft_lengths(engine, decoding, config.max_num_tokens)
+    speculating = [s for s in decoding if s.session is not None]
+    lengths = plan_draft_lengths(scheduler.draft_length(len(speculating)) if speculating else 0, decoding,
+                                 config.max_num_tokens)
     scheduler.stats.last_batch_size = len(live)
+    scheduler.stats.last_num_decoding = len(decoding)
     scheduler.stats.last_draft_len = max(lengths, default=0)
     # 2. Draft for every decoding sequence that speculates.
     started = time.perf_counter()
     drafts = _draft(engine, decoding, lengths)
     draft_time = time.perf_counter() - started
+    model = scheduler.cost_model
+    asked = [d for d, k in zip(drafts, lengths, strict=True) if k > 0]
+    model.observe_proposals(len(asked), sum(d is not None for d in asked))
+    model.observe_draft(len(asked), max(lengths, default=0), draft_time)
     # 3. One target forward: [pending] + draft per decoding sequence, then prompt chunks.
     feeds = [_verify_feed(s, d) for s, d in zip(decoding, drafts, strict=True)]
     budget = max(1, config.max_num_tokens - sum(len(f.token_ids) for f in feeds))
@@ -64,6 +71,7 @@ def run_step(scheduler: Any, batch: list[Any]) -> None:
     if not any(s.session is not None for s in decoding + chunked):
         aux_ids = ()
     logits, aux = forward(engine.target, feeds, engine.layer_outputs(), aux_ids)
+    model.observe_forward(sum(len(f.token_ids) for f in feeds), time.perf_counter() - started)
     # 4. + 5. Accept, roll back and commit, sequence by sequence.
     for index, (sequence, draft) in enumerate(zip(decoding, drafts, strict=True)):
         committed = _accept(scheduler, sequence, draft, logits[index], aux[index])
@@ -78,11 +86,10 @@ def run_step(scheduler: Any, batch: list[Any]) -> None:
             _commit(scheduler, sequence, [choose(logits[index][-1:], sequence.params, sequence.generator)])
 
 
-def plan_draft_lengths(engine: Any, decoding: list[Any], max_num_tokens: int) -> list[int]:
-    """Draft tokens per decoding sequence this step: the load policy's length for this batch size,
-    shortened by each sequence's own policy, then cut so that every sequence's [pending] + draft
-    fits the token budget together (one token each at least, whatever the budget)."""
-    step_len = engine.draft_length(len(decoding))
+def plan_draft_lengths(step_len: int, decoding: list[Any], max_num_tokens: int) -> list[int]:
+    """Draft tokens per decoding sequence this step: the load policy's `step_len`, shortened by
+    each sequence's own policy, then cut so that every sequence's [pending] + draft fits the
+    token budget together (one token each at least, whatever the budget)."""
     lengths = [min(step_len, s.policy.next_length()) if s.session is not None and step_len > 0 else 0
                for s in decoding]
     room = max_num_tokens - len(decoding)
@@ -146,6 +153,7 @@ def _accept(scheduler: Any, sequence: Any, draft: Any, logits: Any, aux: Any) ->
     if k:
         offered = tree.max_depth if tree is not None else k
         sequence.stats.record_draft(offered, len(path))
+        scheduler.cost_model.observe_verify(offered, len(path))
         if sequence.policy.update(offered, len(path)):
             sequence.stats.fallback = True
     return [draft_ids[i] for i in path] + [next_token]
