@@ -56,6 +56,7 @@ def machine_metadata() -> dict[str, Any]:
     torch = sys.modules.get("torch")  # only if this run loaded it (in-process engine): no import cost
     return {"hostname": platform.node(), "cpu": cpu, "cpu_count": os.cpu_count(),
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
             "torch_threads": torch.get_num_threads() if torch is not None else None,
             "memory_gib": round(memory_gib, 1) if memory_gib else None, "load_average": load,
             "python": platform.python_version(), "platform": platform.platform(),
