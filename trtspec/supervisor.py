@@ -182,7 +182,7 @@ class Supervisor:
                 if grpc_name != server_id:
                     return f"another server answers on grpc_port {serve.grpc_port} (it calls itself {grpc_name!r})"
                 answer = probe(url, timeout_s=max(10.0, serve.startup_timeout_s - (time.monotonic() - start)))
-                self.record["probe"] = answer
+                self.record["startup_probe"] = answer
                 if answer["ok"]:
                     self.record["startup_s"] = round(time.monotonic() - start, 2)
                     return None

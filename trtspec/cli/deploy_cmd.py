@@ -212,6 +212,10 @@ def _status_line(result: dict[str, Any]) -> str:
         return f"not running ({result['reason']})"
     if state in ("dead", "restarting", "unsupervised") or not result["running"]:
         return f"{state or 'not running'}: {result.get('reason') or 'process gone'}\nlog: {result.get('log')}"
+    if state == "starting":
+        last = (result.get("failures") or [{}])[-1].get("reason")
+        return (f"starting (restarts {result.get('restarts', 0)}{'; last failure: ' + last if last else ''}): "
+                f"pid {result['pid']}\nlog: {result['log']}")
     answer = result.get("probe")
     if answer and not answer["ok"]:
         head = f"running, not serving (one-token probe: {answer['error']})"
