@@ -172,10 +172,11 @@ def server_env(binary: Path | None = None, backend: str = "cpu", backend_dir: Pa
     ordered = list(dict.fromkeys(paths + ([existing] if existing else [])))
     env = {"PYTHONPATH": os.pathsep.join(ordered), "TRTSPEC_PYTHONPATH": os.pathsep.join(ordered)}
     if backend == "cpu":
-        # Each in-flight request runs torch in its own thread; OpenMP teams per request thread
-        # oversubscribe the cores (measured: 10x slower on a loaded 2-core machine). One OpenMP
-        # thread per request unless the caller set OMP_NUM_THREADS.
-        env["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS") or "1"
+        # One engine loop per model instance runs every request's steps (in-flight batching) and
+        # its torch ops use every core; its OpenMP threads must sleep, not spin, while they wait
+        # (spinning teams collapse on shared cores: trtspec/runtime/threads.py). A caller's
+        # OMP_NUM_THREADS and OMP_WAIT_POLICY are kept.
+        env["OMP_WAIT_POLICY"] = os.environ.get("OMP_WAIT_POLICY") or "PASSIVE"
     root = pytriton_root()
     libs = root.parent.parent / "nvidia_pytriton.libs" if root else None
     if libs and libs.is_dir() and (binary is None or root in binary.parents):

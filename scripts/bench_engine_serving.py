@@ -1,0 +1,81 @@
+#!/usr/bin/env python
+"""Two Triton servers of the cpu backend, measured in one run: before/after a change, same prompts.
+
+Each named server gets every prompt at each concurrency, speculative and (with --baseline) not,
+in ABBA-interleaved blocks (trtspec.bench.load), so machine noise hits all of them alike. Prints
+output tokens/s (median over repeats) per server, variant and concurrency, TPOT and TTFT, and
+each server's tokens/s over the first one's (median of per-repeat ratios).
+
+    .venv/bin/python scripts/bench_engine_serving.py --server before=127.0.0.1:18611 \\
+        --server after=127.0.0.1:18711 --concurrency 1 --baseline --repeats 3 --out reports/before-after.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--server", action="append", required=True, help="NAME=HOST:GRPC_PORT (two or more)")
+    parser.add_argument("--concurrency", default="1")
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--num-prompts", type=int, default=0)
+    parser.add_argument("--baseline", action="store_true", help="also each server with speculation off")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+
+    from trtspec.bench.load import run_variants
+    from trtspec.bench.metrics import group_cells, summarize_cell
+    from trtspec.bench.targets import TritonTarget
+    from trtspec.prompts import load_prompts
+
+    servers = dict(entry.split("=", 1) for entry in args.server)
+    variants = {}
+    for name, url in servers.items():
+        target = TritonTarget(url)
+        variants[f"{name} speculative"] = (target, True)
+        if args.baseline:
+            variants[f"{name} baseline"] = (target, False)
+    prompts = load_prompts(None, "bench", args.num_prompts or None)
+    concurrencies = [int(c) for c in args.concurrency.split(",")]
+    load_before = os.getloadavg()
+    run = run_variants(variants, prompts, concurrencies, max_tokens=args.max_tokens, repeats=args.repeats)
+    load_after = os.getloadavg()
+    cells = [summarize_cell(cell) for cell in group_cells(run.records, run.durations, order=list(variants))]
+    by = {(c["variant"], c["max_concurrency"]): c for c in cells}
+    first = next(iter(servers))
+    lines = ["| server / variant | conc | out tok/s | TPOT p50 ms | TTFT p50 ms | TTFT p99 ms | over " + first + " |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    rows = []
+    for concurrency in concurrencies:
+        for label in variants:
+            cell = by[(label, concurrency)]
+            kind = label.split(" ", 1)[1]
+            reference = by[(f"{first} {kind}", concurrency)]
+            ratio = statistics.median(a / b for a, b in zip(cell["output_throughput_by_repeat"],
+                                                             reference["output_throughput_by_repeat"], strict=True))
+            rows.append({"variant": label, "concurrency": concurrency, "output_throughput": cell["output_throughput"],
+                         "by_repeat": cell["output_throughput_by_repeat"], "median_tpot_ms": cell["median_tpot_ms"],
+                         "median_ttft_ms": cell["median_ttft_ms"], "p99_ttft_ms": cell["p99_ttft_ms"],
+                         f"over_{first}": ratio, "failed": cell["failed"]})
+            lines.append(f"| {label} | {concurrency} | {cell['output_throughput']:.1f} | {cell['median_tpot_ms']:.0f} | "
+                         f"{cell['median_ttft_ms']:.0f} | {cell['p99_ttft_ms']:.0f} | {ratio:.2f}x |")
+    lines.append(f"\nload average before {load_before[0]:.1f}, after {load_after[0]:.1f}; {len(prompts)} prompts, "
+                 f"{args.max_tokens} tokens, {args.repeats} repeats")
+    print("\n".join(lines))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"rows": rows, "servers": servers, "load_average": [load_before, load_after],
+                                        "settings": vars(args) | {"out": str(args.out)}}, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
