@@ -120,8 +120,10 @@ class Supervisor:
             outcome = self.wait_serving(pid)
             if outcome is None:
                 ever_served = True
-                self.update(state="ready", ready_at=time.time())
-                outcome = self.watch(pid)
+                # The stub pids go out with "ready": a reader of a ready record can rely on them.
+                stubs = stub_pids(pid)
+                self.update(state="ready", ready_at=time.time(), stub_pids=stubs)
+                outcome = self.watch(pid, stubs)
             # 4. end it
             if outcome == "stop":
                 self.end_server(pid, prefix, graceful=True)
@@ -190,12 +192,10 @@ class Supervisor:
             time.sleep(0.25)
         return f"not ready after {serve.startup_timeout_s:.0f} s (serve.startup_timeout_s)"
 
-    def watch(self, pid: int) -> str:
+    def watch(self, pid: int, stubs: list[int]) -> str:
         """Block until a stop is requested ("stop") or the server breaks (why)."""
         from trtspec import subproc
 
-        stubs = stub_pids(pid)
-        self.update(stub_pids=stubs)
         while True:
             if self.stop_requested:
                 return "stop"

@@ -129,7 +129,9 @@ def test_stop_removes_shared_memory_after_everything_was_killed(tiny_cpu_engine,
         prefix = record["shm_prefix"]
         os.kill(record["supervisor_pid"], signal.SIGKILL)
         os.killpg(record["pid"], signal.SIGKILL)
+        # SIGKILL is delivered at once but a process tears down its memory before it is gone.
         _wait_for(lambda: not subproc.is_running(record["pid"]), 30, "tritonserver gone")
+        _wait_for(lambda: not subproc.is_running(record["supervisor_pid"]), 30, "the supervisor gone")
         assert shm_regions(prefix), "nothing was left to clean (the test proves nothing)"
         assert server.status(layout)["state"] == "dead"
         stopped = server.stop_local(layout)
