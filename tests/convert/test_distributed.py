@@ -4,8 +4,9 @@ One process trains the tiny head as the reference. From the same rows and featur
 two torchrun processes must reach the same weights within float32 rounding (the global batch is
 the same; each process trains half of it); a two-process run killed mid-training (every process
 SIGKILLed, as when a node dies) must resume in ONE process and end at the reference weights; and
-a time budget must stop both processes at the same step (otherwise one waits in DDP's all-reduce
-forever and the run times out).
+two processes starting from the target alone share out the answers and the features, and a time
+budget stops both at the same step (otherwise one waits in DDP's all-reduce forever and the run
+times out).
 """
 
 from __future__ import annotations
@@ -138,13 +139,31 @@ def test_killed_two_process_run_resumes_in_one_process(reference, tmp_path, eval
     _assert_same_head(_state(reference)["head"], _state(tmp_path)["head"], _snapshot(reference, 4))
 
 
-def test_time_budget_stops_every_process_at_the_same_step(reference, tmp_path, eval_prompts_file):
+def test_two_processes_make_their_own_rows_and_features_and_stop_together_on_time(reference, tmp_path,
+                                                                                  eval_prompts_file, tiny_llama):
+    """From the target alone: each process answers its share of the samples and computes the
+    features of its block of rows, rank 0 merges the shards in sample order; then a time budget
+    stops both processes at the same step (else one would wait in DDP's all-reduce for ever)."""
+    from transformers import AutoTokenizer
+
     from trtspec import subproc
+    from trtspec.chat import prompt_ids
+    from trtspec.prompts import prompt_texts
 
     spec = _fork(reference, tmp_path, max_steps=100_000, checkpoint_every=100_000)
+    shutil.rmtree(tmp_path / "work" / "checkpoints" / ".eagle3-work")
     subproc.run(_torchrun_cli("-c", str(spec), "--eval-prompts", str(eval_prompts_file), "--eval-tokens", "4",
                               "--max-minutes", "0.05"), timeout=600)
-    training = manifest(tmp_path / "work" / "checkpoints" / "eagle3")["report"]["training"]
+    work = tmp_path / "work" / "checkpoints"
+    rows = [json.loads(line) for line in (work / ".eagle3-work" / "sequences.jsonl").read_text().splitlines()]
+    tokenizer = AutoTokenizer.from_pretrained(tiny_llama)
+    prompts = prompt_texts(None, "train")
+    assert [row["i"] for row in rows] == list(range(EAGLE3["num_samples"]))
+    for row in rows:  # sample i answers prompt i: its row starts with the ids the engine serves
+        context = prompt_ids(tokenizer, prompts[row["i"]])
+        assert row["ids"][:len(context)] == context and len(row["ids"]) > len(context)
+    assert json.loads((work / ".eagle3-work" / "features" / "meta.json").read_text())["complete"] is True
+    training = manifest(work / "eagle3")["report"]["training"]
     assert training["stopped_by"] == "time_budget" and 0 < training["steps"] < 100_000
     assert 3.0 <= training["seconds"] < 3.0 + 60
     assert training["processes"] == 2
