@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,8 +74,8 @@ def make_rows(settings, model, tokenizer, source: DataSource, files: WorkFiles, 
             shards = [files.shard(rank) for rank in range(dist.world_size)]
             eagle3_store.merge_shards(shards, files.rows)
             artifacts.write_json(files.rows_key, data_key)
-            for shard in shards:
-                shard.unlink()
+            # The whole folder: a killed run with more processes may have left shards of its own.
+            shutil.rmtree(shards[0].parent)
         dist.barrier()
     return dist.broadcast(eagle3_store.scan_rows(files.rows) if dist.is_main else None)
 
