@@ -95,6 +95,16 @@ def test_output_under_a_file_is_one_line(in_tmp, tiny_llama, command, key, value
     assert line.startswith("error: afile/") and "not a directory" in line and "TRTSPEC_DEBUG=1" in line
 
 
+@pytest.mark.parametrize("command", [
+    ["bench", "--url", "127.0.0.1:9", "--num-prompts", "1"],  # nothing listens: the out check comes first
+    ["tune", "--engine", "no-such-engine", "--num-prompts", "1"],
+])
+def test_report_directory_is_checked_before_measuring(in_tmp, command):
+    (in_tmp / "afile").write_text("")
+    line = one_line(run(*command, "--out", "afile/report"), 1)
+    assert line.startswith("error: afile/report: not a directory"), line
+
+
 def test_debug_shows_the_traceback_of_a_mapped_os_error(in_tmp, tiny_llama, monkeypatch):
     (in_tmp / "afile").write_text("")
     (in_tmp / "trtspec.yaml").write_text(yaml.safe_dump({"model": {"source": str(tiny_llama)},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 
@@ -100,8 +101,6 @@ def bench(config_path, url, engine_dir, prompts, concurrency, max_tokens, num_pr
     interleaved block by block so machine noise hits both, and the speedup is reported. With
     both --url and --engine it measures the serving overhead instead: Triton / in-process.
     """
-    from pathlib import Path
-
     from rich.console import Console
 
     from trtspec.bench import runner
@@ -126,6 +125,7 @@ def bench(config_path, url, engine_dir, prompts, concurrency, max_tokens, num_pr
     if dry_run:
         _print_dry_run(plan, as_json)
         return
+    _writable_dir(out)
     console = Console(stderr=True)
     with console.status(f"Connecting to {where} ..."):
         variant_targets, ratio, description = runner.plan_variants(spec, url, engine_dir, baseline)
@@ -176,7 +176,6 @@ def tune(config_path, engine_dir, prompts, draft_lens, trees, mode, max_tokens, 
     Chooses by tokens/s, not by acceptance length: longer drafts accept more tokens per step
     but make every verification pass dearer. The baseline (no speculation) runs beside them.
     """
-    from pathlib import Path
 
     from rich.console import Console
 
@@ -214,6 +213,7 @@ def tune(config_path, engine_dir, prompts, draft_lens, trees, mode, max_tokens, 
                 "requests": total, "spec": str(spec_path), "out": str(out)}
         _print_dry_run(plan, as_json)
         return
+    _writable_dir(out)
     from trtspec.runtime import load_engine
 
     console = Console(stderr=True)
@@ -266,3 +266,12 @@ def _print_dry_run(plan: dict, as_json: bool) -> None:
         emit_json({"dry_run": True, **plan})
     else:
         click.echo("Would run: " + ", ".join(f"{k} {v}" for k, v in plan.items()) + "; nothing written.")
+
+
+def _writable_dir(out: Path) -> None:
+    """Create the report directory and prove it takes a file before minutes of measuring."""
+    import tempfile
+
+    out.mkdir(parents=True, exist_ok=True)  # OSError: one line from cli/_errors.py
+    with tempfile.NamedTemporaryFile(dir=out, prefix=".write-check-"):
+        pass

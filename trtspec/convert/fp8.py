@@ -10,9 +10,11 @@ config.json with `architectures`. `export_trtllm` writes the TensorRT-LLM checkp
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from trtspec.chat import prompt_ids
@@ -40,11 +42,32 @@ def quantize_fp8(model, tokenizer, prompts: list[str], *, fp8_kv_cache: bool = F
     return mtq.quantize(model, config, forward_loop=forward_loop)
 
 
+# ModelOpt's export warnings that say nothing true about trtspec's checkpoints (read in
+# modelopt/torch/export at 0.47): a torch.tensor(tensor) copy inside its own code; "Enable lm_head
+# quantization", printed whenever lm_head has quantizer modules although FP8_DEFAULT_CFG leaves
+# them disabled; and the fallback it takes when tensorrt_llm is not importable (the manual config
+# it writes instead is the one trtspec checks, docs/BUILD.md).
+_EXPORT_NOISE = (
+    r"To copy construct from a tensor",
+    r"Enable lm_head quantization",
+    r"(?s)Cannot export tensorrt_llm checkpoint config.*No module named 'tensorrt_llm'",
+)
+
+
+@contextlib.contextmanager
+def _quiet_export() -> Iterator[None]:
+    with warnings.catch_warnings():
+        for message in _EXPORT_NOISE:
+            warnings.filterwarnings("ignore", message=message, category=UserWarning)
+        yield
+
+
 def export_hf(model, tokenizer, export_dir: Path) -> None:
     """ModelOpt's unified HF export (+ the tokenizer so the directory is self-contained)."""
     from modelopt.torch.export import export_hf_checkpoint
 
-    export_hf_checkpoint(model, export_dir=export_dir)
+    with _quiet_export():
+        export_hf_checkpoint(model, export_dir=export_dir)
     tokenizer.save_pretrained(export_dir)
     config_path = Path(export_dir) / "config.json"
     config = json.loads(config_path.read_text())
@@ -60,5 +83,6 @@ def export_trtllm(model, export_dir: Path, *, tp_size: int = 1, pp_size: int = 1
 
     decoder = {"llama": "llama", "mistral": "llama", "qwen2": "qwen", "gemma": "gemma"}.get(model.config.model_type,
                                                                                            model.config.model_type)
-    export_tensorrt_llm_checkpoint(model, decoder_type=decoder, dtype=torch.float16, export_dir=export_dir,
-                                   inference_tensor_parallel=tp_size, inference_pipeline_parallel=pp_size)
+    with _quiet_export():
+        export_tensorrt_llm_checkpoint(model, decoder_type=decoder, dtype=torch.float16, export_dir=export_dir,
+                                       inference_tensor_parallel=tp_size, inference_pipeline_parallel=pp_size)

@@ -71,12 +71,13 @@ def run_step(scheduler: Any, batch: list[Any]) -> None:
     if not any(s.session is not None for s in decoding + chunked):
         aux_ids = ()
     logits, aux = forward(engine.target, feeds, engine.layer_outputs(), aux_ids)
-    model.observe_forward(sum(len(f.token_ids) for f in feeds), time.perf_counter() - started)
-    # 4. + 5. Accept, roll back and commit, sequence by sequence.
+    verify_time = time.perf_counter() - started
+    model.observe_forward(sum(len(f.token_ids) for f in feeds), verify_time)
+    # 4. + 5. Accept, roll back and commit, sequence by sequence (each saw the whole step's times).
     for index, (sequence, draft) in enumerate(zip(decoding, drafts, strict=True)):
         committed = _accept(scheduler, sequence, draft, logits[index], aux[index])
         sequence.stats.draft_time_s += draft_time
-        sequence.stats.verify_time_s += time.perf_counter() - started
+        sequence.stats.verify_time_s += verify_time
         _commit(scheduler, sequence, committed)
     for offset, sequence in enumerate(chunked):
         index = len(decoding) + offset
