@@ -8,7 +8,8 @@ import pytest
 import yaml
 
 from trtspec.errors import SpecError
-from trtspec.spec import Spec, load_spec, validate_spec
+from trtspec.spec import Spec, validate_spec
+from trtspec.spec_loading import load_spec
 from trtspec.spec_template import render_template
 
 # (yaml text, the field path the error must name, a fragment of the message)

@@ -18,7 +18,7 @@ from trtspec.bench.tune import (
     write_draft_len,
 )
 from trtspec.errors import SpecError, TrtSpecError
-from trtspec.spec import load_spec
+from trtspec.spec_loading import load_spec
 from trtspec.spec_template import render_template
 
 

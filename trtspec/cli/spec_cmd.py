@@ -21,7 +21,7 @@ def check(config_path: str | None) -> None:
     """Validate the spec and what it points at (model sources, prompt files); print one line per
     problem and exit non-zero if any."""
     from trtspec.errors import SpecError
-    from trtspec.spec import spec_file
+    from trtspec.spec_loading import spec_file
 
     resolved = resolve_spec(config_path)
     problems = missing_references(resolved)
@@ -60,7 +60,7 @@ def missing_references(resolved: Any) -> list[str]:
 @json_option
 def show(config_path: str | None, as_json: bool) -> None:
     """Print the resolved spec with every default filled in."""
-    from trtspec.spec import spec_to_yaml
+    from trtspec.spec_loading import spec_to_yaml
 
     resolved = resolve_spec(config_path)
     if as_json:
