@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.deploy.conftest import make_spec
+from tests.deploy.conftest import serving_tiny
 from trtspec.client import metric_total
 from trtspec.errors import ServerError
 
@@ -27,26 +27,9 @@ MAX_TOKENS = 400
 
 @pytest.fixture(scope="module")
 def busy_server(tmp_path_factory, tiny_llama):
-    from trtspec import repository, server
-    from trtspec.artifacts import Layout
-    from trtspec.builders import build
-    from trtspec.client import TritonLLMClient
-
-    root = tmp_path_factory.mktemp("busy")
-    spec = make_spec(root, tiny_llama, serve={"max_queue_size": 16})
-    engine_dir = build(spec).engine_dir
-    layout = Layout.from_spec(spec)
-    repository.render(engine_dir, spec, layout.repository)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("OMP_NUM_THREADS", "1")
-        server.start_local(spec, layout.repository, layout)
-    client = TritonLLMClient(f"127.0.0.1:{spec.serve.grpc_port}",
-                             metrics_url=f"http://127.0.0.1:{spec.serve.metrics_port}/metrics")
-    try:
+    with serving_tiny(tmp_path_factory.mktemp("busy"), tiny_llama, env={"OMP_NUM_THREADS": "1"},
+                      max_queue_size=16) as (_, client, engine_dir):
         yield client, engine_dir
-    finally:
-        client.close()
-        server.stop_local(layout)
 
 
 def test_32_streams_with_queue_16_refuse_the_excess_at_once_and_serve_the_rest(busy_server):

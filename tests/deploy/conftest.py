@@ -58,20 +58,23 @@ def tiny_cpu_engine(tmp_path_factory, tiny_llama):
     return spec, build(spec).engine_dir
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory, tiny_llama):
-    """A running tritonserver serving the tiny cpu engine: (spec, client, engine_dir)."""
+@contextlib.contextmanager
+def serving_tiny(root: Path, tiny_llama: Path, *, env: dict[str, str] | None = None, **serve):
+    """Build the tiny cpu engine under `root`, serve it (extra `serve` fields, extra server `env`)
+    and yield (spec, client, engine_dir); stop the server at the end."""
     from trtspec import repository, server
     from trtspec.artifacts import Layout
     from trtspec.builders import build
     from trtspec.client import TritonLLMClient
 
-    root = tmp_path_factory.mktemp("served")
-    spec = make_spec(root, tiny_llama, serve={"instance_count": 1})
+    spec = make_spec(root, tiny_llama, serve=serve)
     engine_dir = build(spec).engine_dir
     layout = Layout.from_spec(spec)
     repository.render(engine_dir, spec, layout.repository)
-    server.start_local(spec, layout.repository, layout)
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in (env or {}).items():
+            patch.setenv(name, value)
+        server.start_local(spec, layout.repository, layout)
     client = TritonLLMClient(f"127.0.0.1:{spec.serve.grpc_port}",
                              metrics_url=f"http://127.0.0.1:{spec.serve.metrics_port}/metrics")
     try:
@@ -79,6 +82,13 @@ def served(tmp_path_factory, tiny_llama):
     finally:
         client.close()
         server.stop_local(layout)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, tiny_llama):
+    """A running tritonserver serving the tiny cpu engine: (spec, client, engine_dir)."""
+    with serving_tiny(tmp_path_factory.mktemp("served"), tiny_llama, instance_count=1) as running:
+        yield running
 
 
 def _respec(spec, root: Path, **serve):
