@@ -4,7 +4,7 @@ Why (measured on the shared 2-core machine, load average 4-5, SmolLM2 one engine
 threads; docs/BENCHMARKS.md "Threads"): with OpenMP's default wait policy the threads spin
 against each other and against the other processes on the cores, and a step of 8 sequences took
 3.9 s instead of 0.18 s with OMP_WAIT_POLICY=PASSIVE (1.7 s instead of 0.17 s for one sequence).
-The engine runs one loop whose torch ops use every core, so a server or benchmark process sets
+The engine runs one loop whose torch ops use several threads, so a server or benchmark process sets
 the passive policy for itself before importing torch. A user's own OMP_WAIT_POLICY is kept.
 """
 
