@@ -93,10 +93,10 @@ def start_local(spec: Any, repository: Path, layout: Layout | None = None) -> di
                   "metrics_port": spec.serve.metrics_port, "restart": spec.serve.restart, "started": time.time(),
                   "lock_fds": locks.fds}
         write_record(layout.server_pid, record)
-        with _stop_on_interrupt(layout):
+        with _stop_on_interrupt(layout) as interrupt:
             pid = subproc.start([sys.executable, "-m", SUPERVISOR_MODULE, str(layout.server_pid.resolve())],
                                 log_path=layout.supervisor_log, pass_fds=tuple(locks.fds))
-            record["supervisor_pid"] = pid
+            record["supervisor_pid"] = interrupt.supervisor_pid = pid
             return _wait_for_supervisor(layout, pid, spec.serve.startup_timeout_s + 30)
     finally:
         locks.release()  # the supervisor holds its own copies
@@ -107,18 +107,24 @@ class _stop_on_interrupt:
 
     def __init__(self, layout: Layout):
         self.layout = layout
+        self.supervisor_pid: int | None = None
 
-    def __enter__(self) -> None:
+    def __enter__(self) -> _stop_on_interrupt:
         # Only the main thread may set handlers; a caller with its own SIGTERM handler keeps it.
         main = threading.current_thread() is threading.main_thread()
         self.installed = main and signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None)
         if self.installed:
             signal.signal(signal.SIGTERM, _raise_interrupt)
+        return self
 
     def __exit__(self, kind: Any, error: Any, trace: Any) -> None:
         if self.installed:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
         if kind is not None and issubclass(kind, (KeyboardInterrupt, SystemExit)):
+            # The supervisor may not have recorded itself yet: stop it by the pid deploy knows
+            # (it ends any tritonserver it started), then whatever server.json still names.
+            if self.supervisor_pid is not None:
+                subproc.stop(self.supervisor_pid, timeout=40.0)
             stop_local(self.layout)
 
 
