@@ -201,6 +201,13 @@ def test_sigint_during_deploy_stops_what_it_started(tiny_cpu_engine, tmp_path, r
     layout = Layout.from_spec(_load(config))
     run = _trtspec("deploy", "-c", str(config), cwd=tmp_path)
     try:
+        _interrupt_deploy_and_check(run, layout, config)
+    finally:
+        server.stop_local(layout)  # a failed check must not leave a server behind
+
+
+def _interrupt_deploy_and_check(run, layout, config) -> None:
+    try:
         # As soon as the supervisor has recorded itself (it then starts tritonserver): a later
         # signal can lose the race against a tiny model that is ready within a second.
         record = _wait_for(lambda: (r := server.read_record(layout)) and r.get("supervisor_pid") and r, 120,
