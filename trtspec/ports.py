@@ -55,7 +55,9 @@ class PortLocks:
         except BlockingIOError:
             held_by = _read_holder(fd)
             os.close(fd)
-            who = f" by the trtspec server of {held_by['workdir']} (supervisor pid {held_by['pid']})" if held_by else ""
+            # An empty holder: the other deploy has the lock and has not written its name yet.
+            who = (f" by the trtspec server of {held_by['workdir']} (supervisor pid {held_by['pid']})" if held_by
+                   else " by another trtspec deploy that is starting now")
             raise ServerError(f"{name} {port} is held{who}",
                               fix="`trtspec deploy stop` that one, or choose other serve.*_port values") from None
         os.ftruncate(fd, 0)
