@@ -4,6 +4,7 @@ precomputed teacher logits, bfloat16 autocast, device resolution."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -135,3 +136,19 @@ def test_gradient_accumulation_trains_like_one_forward_over_the_global_batch(tin
     worst = max(float((runs[1][1][n] - runs[None][1][n]).abs().max()) for n in start if start[n].is_floating_point())
     moved = max(float((runs[None][1][n] - start[n]).abs().max()) for n in start if start[n].is_floating_point())
     assert moved > 1e-4 and worst < 1e-3 * moved
+
+
+def test_eagle3_export_prints_no_transformers_deprecation(tiny_llama, tmp_path):
+    """ModelOpt's export reads config.torch_dtype, which transformers 5 logs as deprecated; the
+    line reached every `trtspec convert --mode eagle3` run. A fresh process: the log is once."""
+    import subprocess
+    import sys
+
+    script = ("import sys; from pathlib import Path; from trtspec.testing.tiny import make_tiny_eagle3; "
+              "from trtspec.convert.eagle3_export import export_eagle3; "
+              "export_eagle3(make_tiny_eagle3(sys.argv[1]), Path(sys.argv[2]))")
+    done = subprocess.run([sys.executable, "-c", script, str(tiny_llama), str(tmp_path / "head")],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr
+    assert "torch_dtype" not in done.stderr + done.stdout, done.stderr
+    assert (tmp_path / "head" / "model.safetensors").is_file()

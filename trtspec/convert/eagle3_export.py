@@ -15,7 +15,9 @@ so a format drift in a future ModelOpt fails here, not on a GPU server.
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +61,8 @@ def export_eagle3(model, export_dir: Path) -> None:
     import modelopt.torch.export as mte
 
     if hasattr(mte, "export_speculative_decoding"):  # ModelOpt >= 0.40
-        mte.export_speculative_decoding(model, export_dir=export_dir)
+        with _quiet_config_deprecation():
+            mte.export_speculative_decoding(model, export_dir=export_dir)
         return
     # ModelOpt 0.37 (inside the TensorRT-LLM 1.1 / 1.2 Triton containers): its HF exporter writes
     # only the EAGLE module, under the reference names, when EAGLE is the model's only mode.
@@ -68,6 +71,22 @@ def export_eagle3(model, export_dir: Path) -> None:
     quant = Path(export_dir) / "hf_quant_config.json"
     if quant.is_file() and not (json.loads(quant.read_text()).get("quantization") or {}).get("quant_algo"):
         quant.unlink()  # 0.37 writes it with quant_algo null for an unquantized head; it would read as FP8
+
+
+@contextlib.contextmanager
+def _quiet_config_deprecation() -> Iterator[None]:
+    """ModelOpt's export reads `config.torch_dtype` (plugins/hf_spec_export.py at 0.47), and
+    transformers 5 logs "`torch_dtype` is deprecated! Use `dtype` instead!" for it: a line about
+    ModelOpt's code that every convert printed. Errors still show."""
+    from transformers.utils import logging as hf_logging
+
+    logger = hf_logging.get_logger("transformers.configuration_utils")
+    level = logger.level
+    logger.setLevel(hf_logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def _rename_tensors(path: Path, rename) -> None:
