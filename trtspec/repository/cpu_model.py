@@ -159,13 +159,14 @@ class TritonPythonModel:
                                speculative=parsed.speculative, stop=parsed.stop, sink=sink,
                                is_cancelled=is_cancelled)
         except ServerBusyError as error:
-            self._refuse(sink, str(error), "busy", "UNAVAILABLE")
+            self.refuse(sink, str(error), "busy", "UNAVAILABLE")
         except (InvalidRequest, TrtSpecError) as error:
-            self._refuse(sink, str(error), "invalid", "INVALID_ARG")
+            self.refuse(sink, str(error), "invalid", "INVALID_ARG")
         except Exception as error:  # noqa: BLE001 - a request must never take the model down
-            self._refuse(sink, f"internal error: {type(error).__name__}: {error}", "internal", "INTERNAL")
+            self.refuse(sink, f"internal error: {type(error).__name__}: {error}", "internal", "INTERNAL")
 
-    def _refuse(self, sink: Responder | Collector, message: str, reason: str, code: str) -> None:
+    def refuse(self, sink: Responder | Collector, message: str, reason: str, code: str) -> None:
+        """Count a request that failed (by reason) and end it with the error."""
         self.count_failure(reason)
         sink.finish(self.error_response(message, code))
 
@@ -230,8 +231,7 @@ class Responder:
             return
         # 2. the engine failed this request (or shut down): an error with the final flag.
         if isinstance(item, BaseException):
-            model.count_failure("internal")
-            self.finish(model.error_response(str(item), "INTERNAL"))
+            model.refuse(self, str(item), "internal", "INTERNAL")
             return
         self.num_tokens += len(item.token_ids)
         # 3. finished: record the statistics, send the last piece with the final flag.
@@ -270,8 +270,7 @@ class Collector:
     def __call__(self, item: Any) -> None:
         model = self.model
         if isinstance(item, BaseException):
-            model.count_failure("internal")
-            self.finish(model.error_response(str(item), "INTERNAL"))
+            model.refuse(self, str(item), "internal", "INTERNAL")
             return
         self.text.append(item.text)
         if item.finish_reason is not None:

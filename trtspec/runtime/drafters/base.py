@@ -43,6 +43,34 @@ class Draft:
         return int(self.token_ids.shape[0])
 
 
+class ChainDrafts:
+    """Chains that model drafters grow one position at a time, one list per session.
+
+    `take` asks the session to choose a token from its logits row and keeps it, except that
+    after the first position a token the session is not confident about ends that chain."""
+
+    def __init__(self, count: int):
+        self.ids: list[list[int]] = [[] for _ in range(count)]
+        self.rows: list[list] = [[] for _ in range(count)]
+
+    def take(self, index: int, session: Any, logits: Any, position: int) -> int | None:
+        """The token kept for session `index` at `position`, or None when its chain ends here."""
+        token, probs, confident = session.choose(logits)
+        if position > 0 and not confident:
+            return None
+        self.ids[index].append(token)
+        if probs is not None:
+            self.rows[index].append(probs)
+        return token
+
+    def drafts(self) -> list[Draft | None]:
+        """A Draft per session, None where nothing was drafted."""
+        import torch
+
+        return [Draft(torch.tensor(ids, dtype=torch.long), torch.stack(rows) if rows else None) if ids else None
+                for ids, rows in zip(self.ids, self.rows, strict=True)]
+
+
 class DraftSession:
     """Per-request drafting state. Subclasses override `propose` (and `on_verified` if needed)."""
 

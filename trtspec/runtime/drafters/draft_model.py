@@ -15,7 +15,7 @@ proposal), through trtspec.runtime.batch like the target.
 from __future__ import annotations
 
 from trtspec.runtime import sampling
-from trtspec.runtime.drafters.base import Draft, Drafter, DraftSession
+from trtspec.runtime.drafters.base import ChainDrafts, Drafter, DraftSession
 
 
 class DraftModelDrafter(Drafter):
@@ -35,12 +35,9 @@ class DraftModelDrafter(Drafter):
         return DraftModelSession(kv, params, generator, confidence_threshold)
 
     def propose_batch(self, sessions, tokens, max_lens):
-        import torch
-
         from trtspec.runtime.batch import Feed, forward
 
-        ids: list[list[int]] = [[] for _ in sessions]
-        rows: list[list] = [[] for _ in sessions]
+        chains = ChainDrafts(len(sessions))
         active = list(range(len(sessions)))
         feeds = {i: sessions[i].catch_up(tokens[i]) for i in active}
         for position in range(max(max_lens)):
@@ -51,18 +48,14 @@ class DraftModelDrafter(Drafter):
             for i, row in zip(active, logits, strict=True):
                 session = sessions[i]
                 session.cached.extend(feeds[i])
-                token, probs, confident = session.choose(row)
-                if not confident and position > 0:
+                token = chains.take(i, session, row, position)
+                if token is None:
                     continue
-                ids[i].append(token)
-                if probs is not None:
-                    rows[i].append(probs)
                 feeds[i] = [token]
-                if len(ids[i]) < max_lens[i]:
+                if len(chains.ids[i]) < max_lens[i]:
                     still.append(i)
             active = still
-        return [Draft(torch.tensor(ids[i], dtype=torch.long), torch.stack(rows[i]) if rows[i] else None)
-                if ids[i] else None for i in range(len(sessions))]
+        return chains.drafts()
 
 
 class DraftModelSession(DraftSession):

@@ -34,7 +34,7 @@ from typing import Any
 
 from trtspec.errors import ModelSourceError
 from trtspec.runtime import sampling
-from trtspec.runtime.drafters.base import Draft, Drafter, DraftSession
+from trtspec.runtime.drafters.base import ChainDrafts, Draft, Drafter, DraftSession
 
 CONFIG_DROP = ("architectures", "eagle_config", "draft_vocab_size", "torch_dtype", "transformers_version")
 
@@ -143,10 +143,7 @@ class Eagle3Drafter(Drafter):
 
     def _propose_chains(self, sessions, max_lens, last):
         """2. Chains: each draft position is one head forward over the sessions still drafting."""
-        import torch
-
-        ids: list[list[int]] = [[] for _ in sessions]
-        rows: list[list] = [[] for _ in sessions]
+        chains = ChainDrafts(len(sessions))
         state = list(last)
         active = list(range(len(sessions)))
         for step in range(max(max_lens)):
@@ -154,13 +151,10 @@ class Eagle3Drafter(Drafter):
             for i in active:
                 session = sessions[i]
                 logits, h = state[i]
-                token, probs, confident = session.choose(logits)
-                if step > 0 and not confident:
+                token = chains.take(i, session, logits, step)
+                if token is None:
                     continue
-                ids[i].append(token)
-                if probs is not None:
-                    rows[i].append(probs)
-                if len(ids[i]) < max_lens[i]:
+                if len(chains.ids[i]) < max_lens[i]:
                     feeds.append(HeadFeed(session.kv, [token], h.unsqueeze(0), num_logits=1))
                     fed.append(i)
             active = fed
@@ -168,8 +162,7 @@ class Eagle3Drafter(Drafter):
                 break
             for i, (logits, h) in zip(fed, self.forward(feeds), strict=True):
                 state[i] = (logits[-1], h[-1])
-        return [Draft(torch.tensor(ids[i], dtype=torch.long), torch.stack(rows[i]) if rows[i] else None)
-                for i in range(len(sessions))]
+        return chains.drafts()
 
     def forward(self, feeds: list[HeadFeed]):
         """The EAGLE layers over a packed batch; per feed (logits of its last num_logits rows,
