@@ -230,3 +230,23 @@ def _wait_until(condition, timeout=30.0):
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.01)
+
+
+def test_the_interpreter_exits_cleanly_while_the_loop_still_runs(tiny_llama):
+    """A process that leaves with a request mid-generation (the loop thread inside torch) must
+    end with its own exit status, not abort in finalization ('terminate called without an active
+    exception' hit 2 of 6 `trtspec generate` runs before the loops were ended at exit)."""
+    import os
+    import subprocess
+    import sys
+
+    script = ("import sys\n"
+              "from trtspec.runtime import Engine\n"
+              "engine = Engine.from_checkpoints(sys.argv[1], mode='ngram', max_draft_len=4)\n"
+              "stream = engine.generate('1 2 3 4 5 6 7 8', max_new_tokens=900, stream=True, chat=False)\n"
+              "next(stream)\n"
+              "sys.exit(3)\n")
+    for _ in range(3):
+        done = subprocess.run([sys.executable, "-c", script, str(tiny_llama)], capture_output=True, text=True,
+                              timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        assert done.returncode == 3, done.stderr[-2000:]

@@ -19,7 +19,9 @@ accepts, rolls back and streams per sequence. This module owns what lies around 
 
 from __future__ import annotations
 
+import atexit
 import threading
+import weakref
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +46,19 @@ class SchedulerStats:
     num_failed: int = 0
     num_cancelled: int = 0
     num_finished: int = 0
+
+
+# Every scheduler whose loop may run. The loop is a daemon thread (a forgotten engine must not
+# keep the interpreter alive), but one still inside torch when the interpreter finalizes aborts
+# the process ("terminate called without an active exception": 2 of 6 `trtspec generate` runs,
+# after the answer was printed). So before finalization every loop is ended and joined.
+_LIVE: weakref.WeakSet = weakref.WeakSet()
+
+
+@atexit.register
+def _end_loops_at_exit() -> None:
+    for scheduler in list(_LIVE):
+        scheduler.close()
 
 
 class Scheduler:
@@ -126,6 +141,7 @@ class Scheduler:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="trtspec-engine", daemon=True)
                 self._thread.start()
+                _LIVE.add(self)
         return sequence
 
     def _try_admit(self, sequence: Sequence) -> bool:
