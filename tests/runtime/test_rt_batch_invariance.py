@@ -144,3 +144,15 @@ def test_a_sequence_is_bitwise_the_same_alone_and_batched(tiny_llama):
             feeds = [Feed(kvs[i], greedy[i][4 * step:4 * step + 4], num_logits=4) for i in range(3)]
             for i, logits in enumerate(forward(model, feeds)[0]):
                 assert torch.equal(logits, reference[i][4 * step + 1:4 * step + 5]), (i, step)
+
+
+def test_the_probed_row_minimum_is_the_smallest_that_holds_here():
+    """gemm_rows.min_rows(): products of that many rows or more round each row as one large
+    product does, and (when above 2) one candidate fewer does not: the padding attention pays
+    for a lone decode row is what this machine's kernels need, not a guess."""
+    from trtspec.runtime.gemm_rows import CANDIDATES, _invariant_from, min_rows
+
+    rows = min_rows()
+    assert rows in CANDIDATES and _invariant_from(rows)
+    if rows > CANDIDATES[0]:
+        assert not _invariant_from(CANDIDATES[CANDIDATES.index(rows) - 1])

@@ -13,11 +13,13 @@ and shape, so the shapes are made a function of p alone:
 - keys are read in windows of KEY_WINDOW positions: a row at p attends over the first
   ceil((p + 1) / KEY_WINDOW) * KEY_WINDOW keys, those past p masked to -inf (exactly zero weight);
   the rows of one pass are split where they cross a window edge;
-- the matmuls take untransposed operands (the pool stores keys transposed), at least two rows
-  (a lone row is computed as two: one row takes another kernel), and products big enough for
-  MKL (tiny ones fall back to a naive loop that rounds differently);
+- the matmuls take untransposed operands (the pool stores keys transposed), at least the rows
+  this machine's GEMM kernels need to round a row alike at any count (trtspec.runtime.gemm_rows
+  probes it: 2 on the Intel machines first measured, 4 on an AMD EPYC; fewer are padded with
+  copies of a row that is then dropped), and products big enough for MKL (tiny ones fall back
+  to a naive loop that rounds differently);
 - query heads sharing a key head are stacked as rows (grouped-query attention, no copy of keys).
-On this machine a row's result is then the same for any row count: verified for 1 and 2 threads
+A row's result is then the same for any row count: verified for 1 and 2 threads
 with several key heads; a GEMM split across threads inside one key head (a single KV head on
 several threads) was measured to differ in the last bit now and then. Static-tree rows see keys
 with holes and are exact up to float rounding only.
@@ -50,7 +52,7 @@ class Segment:
     first: int
     last: int
     keys: int
-    mask: Any  # [last - first, keys] bool
+    bias: Any  # [last - first, keys] float: 0 where the row sees the key, -inf where it does not
 
 
 @dataclass
@@ -69,11 +71,14 @@ class Layout:
     entries: list[Entry]
     write_slots: Any  # [T] long: pool slot of every packed row
     pool: Any = None
+    min_rows: int = 2  # rows per matrix product, at least (trtspec.runtime.gemm_rows)
 
     @classmethod
     def build(cls, kvs: list[SeqKV], lengths: list[int], masks: list[Any]) -> Layout:
         """`masks[i]`: [rows, past + rows] bool of the keys each new row sees, or None for causal."""
         import torch
+
+        from trtspec.runtime.gemm_rows import min_rows
 
         entries, slots, start = [], [], 0
         for kv, rows, mask in zip(kvs, lengths, masks, strict=True):
@@ -89,7 +94,8 @@ class Layout:
                 else:
                     width = min(end, past + rows)
                     seen[:, :width] = mask[row:stop, :width]
-                segments.append(Segment(start + row, start + stop, end, seen))
+                bias = torch.zeros(stop - row, end).masked_fill_(~seen, float("-inf"))
+                segments.append(Segment(start + row, start + stop, end, bias))
                 row = stop
             gather = None
             if kv.table.base is None:
@@ -98,47 +104,55 @@ class Layout:
             slots.extend(kv.table.slots(past, past + rows))
             start += rows
         pool = kvs[0].pool if kvs else None
-        return cls(entries, torch.tensor(slots, dtype=torch.long), pool)
+        return cls(entries, torch.tensor(slots, dtype=torch.long), pool, min_rows())
 
     def attend(self, layer: int, query, key, value, scaling: float):
         """# query: [1, heads, T, head_dim]; key, value: [1, kv_heads, T, head_dim] (new rows)
         Returns [1, T, heads, head_dim], as transformers' attention functions do."""
         self.pool.write(layer, self.write_slots, key[0], value[0])
+        if len(self.entries) == 1 and len(self.entries[0].segments) == 1:  # one sequence, one window
+            entry = self.entries[0]
+            keys, values = self.pool.read(layer, entry.kv.table, entry.segments[0].keys, entry.gather)
+            rows = attend_rows(query[0], keys, values, entry.segments[0].bias, scaling, self.min_rows)
+            return rows.transpose(0, 1).unsqueeze(0)
         heads, total, head_dim = query.shape[1:]
         out = query.new_empty(total, heads, head_dim)
         for entry in self.entries:
             keys, values = self.pool.read(layer, entry.kv.table, entry.segments[-1].keys, entry.gather)
             for seg in entry.segments:
                 rows = attend_rows(query[0, :, seg.first:seg.last], keys[:, :, :seg.keys], values[:, :seg.keys],
-                                   seg.mask, scaling)
+                                   seg.bias, scaling, self.min_rows)
                 out[seg.first:seg.last] = rows.transpose(0, 1)
         return out.unsqueeze(0)
 
 
-def attend_rows(query, keys_t, values, mask, scaling: float):
+def attend_rows(query, keys_t, values, bias, scaling: float, min_rows: int):
     """Attention of some query rows of one sequence over its keys.
 
     # query: [heads, rows, head_dim]; keys_t: [kv_heads, head_dim, S] (transposed);
-    # values: [kv_heads, S, head_dim]; mask: [rows, S] bool (True: the row sees that key)
-    Returns [heads, rows, head_dim].
+    # values: [kv_heads, S, head_dim]; bias: [rows, S] float (0: the row sees that key, -inf: not)
+    Returns [heads, rows, head_dim]. Each product gets at least `min_rows` rows.
+
+    The bias is added in place after scaling, as masked_fill would set -inf (x + 0 is x, x + -inf
+    is -inf for the finite scores of zeroed or stale slots): the same numbers, fewer passes.
     """
     import torch
 
     heads, rows, head_dim = query.shape
     kv_heads = keys_t.shape[0]
     group = heads // kv_heads
-    stacked = query.reshape(kv_heads, group * rows, head_dim)  # head h reads kv head h // group
-    lone = group * rows == 1
-    if lone:  # a single row takes another matmul kernel that rounds differently (module docstring)
-        stacked = torch.cat([stacked, stacked], dim=1)
-    scores = torch.matmul(stacked, keys_t) * scaling  # [kv_heads, group * rows (or 2), S]
-    if lone:
-        scores = scores.masked_fill(~mask, float("-inf"))
+    real = group * rows
+    pad = max(0, min_rows - real)  # too few rows take a GEMM kernel that rounds differently (gemm_rows.py)
+    if pad:  # zero rows below the real ones; each output row depends on its own input row only
+        stacked = query.new_zeros(kv_heads, real + pad, head_dim)
+        stacked[:, :real].view(kv_heads, group, rows, head_dim).copy_(query.unflatten(0, (kv_heads, group)))
     else:
-        scores = scores.view(kv_heads, group, rows, -1).masked_fill(~mask, float("-inf")).view(kv_heads, group * rows, -1)
-    out = torch.matmul(scores.softmax(dim=-1), values)  # [kv_heads, group * rows (or 2), head_dim]
-    if lone:
-        out = out[:, :1]
+        stacked = query.reshape(kv_heads, real, head_dim)  # head h reads kv head h // group
+    scores = torch.bmm(stacked, keys_t).mul_(scaling)  # [kv_heads, real (+ pad), S]
+    scores[:, :real].view(kv_heads, group, rows, -1).add_(bias)
+    out = torch.bmm(scores.softmax(dim=-1), values)  # [kv_heads, real (+ pad), head_dim]
+    if pad:
+        out = out[:, :real]
     return out.reshape(heads, rows, head_dim)
 
 
