@@ -76,3 +76,18 @@ def test_the_engine_follows_the_schedule_and_stays_lossless(ngram_engine):
         assert 4 in {s.last_draft_len for s in steps if s.last_num_decoding < 3}
         alone_drafts = engine.generate(TINY_PROMPTS[0], max_new_tokens=30)
         assert alone_drafts.stats.num_drafts > 0 and steps[-1].last_draft_len == 4
+
+
+def test_a_probe_while_off_drafts_for_one_sequence_taking_turns():
+    """Speculation off under load still measures acceptance, but a probe step adds one sequence's
+    draft (k tokens), not every sequence's (B k): the probe must not cost what drafting costs."""
+    from trtspec.runtime.step import one_prober
+
+    dear = CostModel(4, drafts_cost=False)
+    _measured(dear, lambda n: 0.001 + 0.01 * n, accepted=0)
+    choices = [(dear.best_length(8), dear.probe) for _ in range(32)]
+    assert {length for length, probe in choices if not probe} == {0}
+    assert [length for length, probe in choices if probe] == [4] * (32 // 8)
+    assert [one_prober([4, 4, 0, 4], turn) for turn in range(4)] == [
+        [4, 0, 0, 0], [0, 4, 0, 0], [0, 0, 0, 4], [4, 0, 0, 0]]
+    assert one_prober([0, 0], 3) == [0, 0]

@@ -20,7 +20,9 @@ Two sources, in this order:
    T(n): a target forward over n tokens, fitted online as a + b n from the steps' timings;
    D(B): one batched draft position (model drafters; n-gram lookup costs nothing).
    k = 0 (speculation off for the step) when rate(0) is the highest. While off, every
-   PROBE_EVERY-th step drafts anyway so q_j stays current. Before enough steps are measured the
+   PROBE_EVERY-th step one sequence drafts anyway (`probe`), so q_j stays current for the price
+   of k tokens, not B k (with all B drafting, a probe step at batch 8 and k = 4 fed 40 tokens
+   instead of 8). Before enough steps are measured the
    model assumes a verify pass costs 1 + 0.035 n plain steps (docs/BENCHMARKS-engine.md) and
    acceptance 0.5 per position.
 """
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
-PROBE_EVERY = 16
+PROBE_EVERY = 8
 DECAY = 0.98            # forgetting per observation: the machine's speed and the text change
 PRIOR_SLOPE = 0.035     # cost of each token of a forward relative to one plain step, before measurements
 PRIOR_ACCEPT = 0.5      # acceptance per draft position before measurements
@@ -77,6 +79,7 @@ class CostModel:
         self.proposed = 2.0  # proposals asked, of which `found` returned a draft (f = found / proposed)
         self.found = 2.0
         self.steps_off = 0
+        self.probe = False  # the last best_length was a probe: one sequence drafts (step.py)
 
     def observe_forward(self, num_tokens: int, seconds: float) -> None:
         self.target.add(float(num_tokens), seconds)
@@ -126,9 +129,11 @@ class CostModel:
         else:
             choices = {k: self.rate(batch_size, k) for k in range(self.max_draft_len + 1)}
         best = max(choices, key=lambda k: (choices[k], -k))
+        self.probe = False
         if best == 0:
             self.steps_off += 1
             if self.steps_off % PROBE_EVERY == 0:  # keep measuring acceptance while off
+                self.probe = True
                 return self.max_draft_len
         return best
 

@@ -13,7 +13,8 @@ row count from 2 to thousands, but a single row takes another kernel whose sums 
 differently when the input is wide (1536, the MLP's down projection). So for such a layer a
 one-row input is computed as two rows and the first kept: every row then rounds the same way
 whatever the batch (tests/runtime/test_rt_batch_invariance.py measures it on the machine it runs
-on). Which layers need it is probed once at load, on this machine's kernels: pairing every layer
+on). Which layers need it, and how many rows (another CPU may switch kernels at more than one),
+is probed once at load, on this machine's kernels: pairing every layer
 cost a lone sequence's step ~3% (SmolLM2's lm_head, 576 x 49152: 6.9 ms for one row, 8.7 ms for
 two, 1 thread) where the one-row kernel already rounds like the others.
 
@@ -73,30 +74,40 @@ def _packed_linear_class():
             self.bias = linear.bias
             with torch.no_grad():
                 self.packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), PACKED_FOR_ROWS)
-                self.pair_lone_rows = self._lone_row_rounds_apart()
+                self.min_rows = self._fewest_rows_that_round_alike()
 
-        def _lone_row_rounds_apart(self) -> bool:
-            """True when one row alone rounds differently from the same row among others: a
-            seeded random row, at one thread and at the current thread count."""
-            row = torch.randn(1, self.in_features, generator=torch.Generator().manual_seed(0))
+        def _fewest_rows_that_round_alike(self) -> int:
+            """The fewest rows per call at which every row rounds as in a 32-row call (1: a lone
+            row already does): seeded random rows, at one thread and at the current thread count.
+            Intel machines measured 2 for 1536-wide inputs and 1 elsewhere; the candidates go on
+            in case another CPU's kernels switch at a higher count (attention's do: gemm_rows.py)."""
+            rows = torch.randn(32, self.in_features, generator=torch.Generator().manual_seed(0))
             threads = torch.get_num_threads()
             try:
-                for count in sorted({1, threads}):
-                    torch.set_num_threads(count)
-                    alone = torch.ops.mkldnn._linear_pointwise(row, self.packed, self.bias, "none", [], "")
-                    pair = torch.ops.mkldnn._linear_pointwise(row.expand(2, -1), self.packed, self.bias, "none", [], "")
-                    if not torch.equal(alone, pair[:1]):
-                        return True
+                for fewest in (1, 2, 4, 8):
+                    if all(self._rounds_alike(rows, fewest, count) for count in sorted({1, threads})):
+                        return fewest
+                return 8
             finally:
                 torch.set_num_threads(threads)
-            return False
+
+        def _rounds_alike(self, rows, fewest: int, threads: int) -> bool:
+            torch.set_num_threads(threads)
+            reference = torch.ops.mkldnn._linear_pointwise(rows, self.packed, self.bias, "none", [], "")
+            for count in range(fewest, 4 * fewest + 1):
+                part = torch.ops.mkldnn._linear_pointwise(rows[:count], self.packed, self.bias, "none", [], "")
+                if not torch.equal(part, reference[:count]):
+                    return False
+            return True
 
         def forward(self, x):
             # x: [..., in_features] -> [..., out_features]
-            if self.pair_lone_rows and x.numel() == x.shape[-1]:  # one row as two (module docstring)
-                pair = x.reshape(1, -1).expand(2, -1)
-                out = torch.ops.mkldnn._linear_pointwise(pair, self.packed, self.bias, "none", [], "")
-                return out[:1].reshape(*x.shape[:-1], -1)
+            count = x.numel() // x.shape[-1]
+            if 0 < count < self.min_rows:  # too few rows round apart: pad with zero rows, drop them
+                padded = x.new_zeros(self.min_rows, x.shape[-1])
+                padded[:count] = x.reshape(count, -1)
+                out = torch.ops.mkldnn._linear_pointwise(padded, self.packed, self.bias, "none", [], "")
+                return out[:count].reshape(*x.shape[:-1], -1)
             return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
 
         def extra_repr(self) -> str:

@@ -2,8 +2,9 @@
 
 0. Retire: sequences whose caller went away leave and free their blocks.
 1. Plan: decoding sequences verify [pending] + a draft whose length the load policy picks for
-   this batch size (and each sequence's own policy may shorten); prompt chunks of new sequences
-   fill what is left of the `max_num_tokens` budget (chunked prefill).
+   this batch size (and each sequence's own policy may shorten; a probe while speculation is off
+   drafts for one sequence only); prompt chunks of new sequences fill what is left of the
+   `max_num_tokens` budget (chunked prefill).
 2. Draft: one drafter call for every decoding sequence that speculates (batched inside).
 3. Verify: ONE target forward over all feeds (ragged: per-sequence positions and masks).
 4. Accept per sequence (greedy prefix or tree path, or lossless rejection sampling), roll back
@@ -42,6 +43,8 @@ def run_step(scheduler: Any, batch: list[Any]) -> None:
     speculating = [s for s in decoding if s.session is not None]
     lengths = plan_draft_lengths(scheduler.draft_length(len(speculating)) if speculating else 0, decoding,
                                  config.max_num_tokens)
+    if speculating and scheduler.probing:
+        lengths = one_prober(lengths, scheduler.stats.num_steps)
     scheduler.stats.last_batch_size = len(live)
     scheduler.stats.last_num_decoding = len(decoding)
     scheduler.stats.last_draft_len = max(lengths, default=0)
@@ -98,6 +101,16 @@ def plan_draft_lengths(step_len: int, decoding: list[Any], max_num_tokens: int) 
         longest = max(lengths)
         lengths = [min(k, longest - 1) for k in lengths]
     return lengths
+
+
+def one_prober(lengths: list[int], turn: int) -> list[int]:
+    """A probe step (speculation off, acceptance still measured): only one sequence keeps its
+    draft, taking turns by `turn`, so the probe adds k tokens to the step instead of B k."""
+    drafting = [i for i, k in enumerate(lengths) if k > 0]
+    if not drafting:
+        return lengths
+    chosen = drafting[turn % len(drafting)]
+    return [k if i == chosen else 0 for i, k in enumerate(lengths)]
 
 
 def _draft(engine: Any, decoding: list[Any], lengths: list[int]) -> list[Any]:
