@@ -108,6 +108,7 @@ class TritonPythonModel:
         self.gauge_families = {name: pb.MetricFamily(name=name, description=text, kind=pb.MetricFamily.GAUGE)
                                for name, text in GAUGES.items()}
         self.gauges = {name: family.Metric(labels=labels) for name, family in self.gauge_families.items()}
+        self._gauge_values: dict[str, int] = {}  # what each gauge was last set to
 
     def _set_gauges(self, stats: Any) -> None:
         """Scheduler.on_step: the batch, the queue and the cache as the last step left them."""
@@ -117,7 +118,9 @@ class TritonPythonModel:
                   "trtspec:spec_decode_draft_len": stats.last_draft_len}
         with self._metrics_lock:
             for name, value in values.items():
-                self.gauges[name].set(float(value))
+                if self._gauge_values.get(name) != value:  # each set() is a message to the server process
+                    self.gauges[name].set(float(value))
+                    self._gauge_values[name] = value
 
     def record(self, stats: Any) -> None:
         with self._metrics_lock:
