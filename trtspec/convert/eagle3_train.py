@@ -298,7 +298,8 @@ def train_eagle3(model, features: Callable[[], FeatureStore], settings: TrainSet
                                    torch.tensor(clock, device=placement.device)])
             figures = dist.all_reduce_sum(figures).tolist()
             step, elapsed = step + 1, figures[-1]
-            record = {"step": step, "seconds": round(elapsed, 1), "loss": round(figures[0], 4),
+            # milliseconds: a tiny 3-step run can take under 0.05 s, and tenths made its throughput unknown
+            record = {"step": step, "seconds": round(elapsed, 3), "loss": round(figures[0], 4),
                       "lr": optimizer.param_groups[0]["lr"], "train_acc": [round(a, 3) for a in figures[1:-1]],
                       "tokens": int(lengths[step_rows].sum())}
             history.append(record)
