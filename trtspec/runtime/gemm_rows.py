@@ -13,6 +13,9 @@ agree, row for row, with one large product.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 CANDIDATES = (2, 4, 8, 16, 32)
 _PROBED: dict[int, int] = {}
 
@@ -25,24 +28,46 @@ def min_rows() -> int:
 
     threads = torch.get_num_threads()
     if threads not in _PROBED:
-        _PROBED[threads] = next((rows for rows in CANDIDATES if _invariant_from(rows)), CANDIDATES[-1])
+        _PROBED[threads] = _probe(CANDIDATES) or CANDIDATES[-1]
     return _PROBED[threads]
 
 
+def fewest_rows_alike(rows_of: Callable[[int], Any], candidates: tuple[int, ...], largest: int,
+                      also: tuple[int, ...] = ()) -> int | None:
+    """The first candidate r such that every count of rows from r to 4 r (and the counts in
+    `also`) gives each row what a `largest`-row product gives it; None when no candidate does. `rows_of(count)`:
+    a product over the first `count` rows of fixed inputs, rows first. Shared by attention's probe
+    (below) and the linear layers' (trtspec.runtime.prepack)."""
+    import torch
+
+    reference = rows_of(largest)
+    for rows in candidates:
+        counts = sorted(set(range(rows, min(4 * rows, largest) + 1)) | set(also))
+        if all(torch.equal(rows_of(count), reference[:count]) for count in counts):
+            return rows
+    return None
+
+
 def _invariant_from(rows: int) -> bool:
-    """True when products of `rows`..4*`rows` rows (and a few larger) each match a 256-row product
-    row for row, for both of attention's products (queries x transposed keys, weights x values),
-    read as strided slices of a larger pool as attention reads them."""
+    """True when products of `rows`..4*`rows` rows (and 63, 100) each match a 256-row product row
+    for row, for both of attention's products."""
+    return _probe((rows,)) is not None
+
+
+def _probe(candidates: tuple[int, ...]) -> int | None:
+    """fewest_rows_alike over both of attention's products (queries x transposed keys, weights x
+    values), on strided slices of a pool as attention reads them: the larger answer, None if
+    either has none."""
     import torch
 
     generator = torch.Generator().manual_seed(0)
     kv_heads, head_dim, keys = 3, 64, 128
     pool_keys = torch.randn(kv_heads, head_dim, 2 * keys, generator=generator)
     pool_values = torch.randn(kv_heads, 2 * keys, head_dim, generator=generator)
-    for left, right in ((torch.randn(kv_heads, 256, head_dim, generator=generator), pool_keys[:, :, keys:]),
-                        (torch.randn(kv_heads, 256, keys, generator=generator).softmax(-1), pool_values[:, keys:])):
-        reference = torch.bmm(left, right)
-        for count in sorted(set(range(rows, 4 * rows + 1)) | {63, 100}):
-            if not torch.equal(torch.bmm(left[:, :count].contiguous(), right), reference[:, :count]):
-                return False
-    return True
+    products = ((torch.randn(kv_heads, 256, head_dim, generator=generator), pool_keys[:, :, keys:]),
+                (torch.randn(kv_heads, 256, keys, generator=generator).softmax(-1), pool_values[:, keys:]))
+    answers = [fewest_rows_alike(lambda count, left=left, right=right:
+                                 torch.bmm(left[:, :count].contiguous(), right).transpose(0, 1), candidates, 256,
+                                 also=(63, 100))
+               for left, right in products]
+    return None if None in answers else max(answers)

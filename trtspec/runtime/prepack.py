@@ -77,28 +77,25 @@ def _packed_linear_class():
                 self.min_rows = self._fewest_rows_that_round_alike()
 
         def _fewest_rows_that_round_alike(self) -> int:
-            """The fewest rows per call at which every row rounds as in a 32-row call (1: a lone
-            row already does): seeded random rows, at one thread and at the current thread count.
-            Intel machines measured 2 for 1536-wide inputs and 1 elsewhere; the candidates go on
-            in case another CPU's kernels switch at a higher count (attention's do: gemm_rows.py)."""
+            """The fewest rows per call (1, 2, 4, 8) at which every row rounds as in a 32-row call
+            (1: a lone row already does), at one thread and at the current thread count; 8 when
+            none does. Intel machines measured 2 for 1536-wide inputs and 1 elsewhere; the
+            candidates go on in case another CPU switches kernels at a higher count (attention's
+            GEMMs do: gemm_rows.py, whose probe loop this shares)."""
+            from trtspec.runtime.gemm_rows import fewest_rows_alike
+
             rows = torch.randn(32, self.in_features, generator=torch.Generator().manual_seed(0))
             threads = torch.get_num_threads()
+            answers = []
             try:
-                for fewest in (1, 2, 4, 8):
-                    if all(self._rounds_alike(rows, fewest, count) for count in sorted({1, threads})):
-                        return fewest
-                return 8
+                for count in sorted({1, threads}):
+                    torch.set_num_threads(count)
+                    answers.append(fewest_rows_alike(
+                        lambda n: torch.ops.mkldnn._linear_pointwise(rows[:n], self.packed, self.bias, "none", [], ""),
+                        (1, 2, 4, 8), 32))
             finally:
                 torch.set_num_threads(threads)
-
-        def _rounds_alike(self, rows, fewest: int, threads: int) -> bool:
-            torch.set_num_threads(threads)
-            reference = torch.ops.mkldnn._linear_pointwise(rows, self.packed, self.bias, "none", [], "")
-            for count in range(fewest, 4 * fewest + 1):
-                part = torch.ops.mkldnn._linear_pointwise(rows[:count], self.packed, self.bias, "none", [], "")
-                if not torch.equal(part, reference[:count]):
-                    return False
-            return True
+            return 8 if None in answers else max(answers)
 
         def forward(self, x):
             # x: [..., in_features] -> [..., out_features]

@@ -89,22 +89,20 @@ class Scheduler:
         self._thread: threading.Thread | None = None
         self._closed = False
         self.on_step = None  # callback(SchedulerStats) after every step, for gauges
-        self.probing = False  # this step's draft length is a cost-model probe (draft_length)
 
-    def draft_length(self, batch_size: int) -> int:
+    def draft_length(self, batch_size: int) -> tuple[int, bool]:
         """Draft tokens per sequence in a step with `batch_size` decoding sequences (0: plain):
         the measured table when the spec has one, else the cost model (trtspec.runtime.load_policy).
-        Sets `probing` when the model is off and only measuring: then one sequence drafts."""
+        Also whether the length is the cost model's probe while speculation is off: then only one
+        sequence drafts (step.one_prober)."""
         from trtspec.runtime.load_policy import schedule_length
 
-        self.probing = False
         if self.config.draft_len_schedule:
-            return schedule_length(self.config.draft_len_schedule, batch_size, self.config.max_draft_len)
+            return schedule_length(self.config.draft_len_schedule, batch_size, self.config.max_draft_len), False
         if batch_size <= 1:  # alone: a verify pass costs about one step, and seeded runs stay reproducible
-            return self.config.max_draft_len
+            return self.config.max_draft_len, False
         length = self.cost_model.best_length(batch_size, self.engine.tree)
-        self.probing = self.cost_model.probe
-        return length
+        return length, self.cost_model.probe
 
     def widest_draft(self) -> int:
         """Most tokens a step may write past the committed ones (pending + drafts, or tree nodes)."""

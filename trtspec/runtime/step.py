@@ -41,9 +41,9 @@ def run_step(scheduler: Any, batch: list[Any]) -> None:
     decoding = [s for s in live if s.decoding]
     prefilling = [s for s in live if not s.decoding]
     speculating = [s for s in decoding if s.session is not None]
-    lengths = plan_draft_lengths(scheduler.draft_length(len(speculating)) if speculating else 0, decoding,
-                                 config.max_num_tokens)
-    if speculating and scheduler.probing:
+    step_len, probe = scheduler.draft_length(len(speculating)) if speculating else (0, False)
+    lengths = plan_draft_lengths(step_len, decoding, config.max_num_tokens)
+    if probe:
         lengths = one_prober(lengths, scheduler.stats.num_steps)
     scheduler.stats.last_batch_size = len(live)
     scheduler.stats.last_num_decoding = len(decoding)
