@@ -10,9 +10,11 @@ the caller's job. The model must have been switched to paged attention
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from trtspec.runtime import llama_forward
 from trtspec.runtime.attention import Layout
 
 if TYPE_CHECKING:
@@ -46,6 +48,16 @@ def _mask_placeholder():
     return _NO_MASK[0]
 
 
+_LEAN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _lean(model: Any) -> bool:
+    """Whether `model` runs through llama_forward (its classes are checked once per model object)."""
+    if model not in _LEAN:
+        _LEAN[model] = llama_forward.supports(model)
+    return _LEAN[model] and not model.training
+
+
 def forward(model: Any, feeds: list[Feed], aux_outputs: Any = None, aux_ids: tuple[int, ...] = ()):
     """Run `model` once over every feed. Returns (logits, aux): per feed its
     [num_logits, vocab_size] float logits, and when `aux_ids` are given its
@@ -61,11 +73,15 @@ def forward(model: Any, feeds: list[Feed], aux_outputs: Any = None, aux_ids: tup
         positions.extend(feed.positions if feed.positions is not None else range(feed.kv.length, feed.kv.length + length))
         keep.extend(range(start + length - feed.num_logits, start + length))
         start += length
-    out = model(input_ids=input_ids, position_ids=torch.tensor([positions]), attention_mask=_mask_placeholder(),
-                use_cache=False, logits_to_keep=torch.tensor(keep, dtype=torch.long), trtspec_layout=layout)
+    position_ids, keep = torch.tensor([positions]), torch.tensor(keep, dtype=torch.long)
+    if _lean(model):  # the same operations without transformers' plumbing (llama_forward.py)
+        logits = llama_forward.run(model, input_ids, position_ids, layout, keep, aux_outputs, aux_ids)
+    else:
+        logits = model(input_ids=input_ids, position_ids=position_ids, attention_mask=_mask_placeholder(),
+                       use_cache=False, logits_to_keep=keep, trtspec_layout=layout).logits
     for feed, length in zip(feeds, lengths, strict=True):
         feed.kv.length += length
-    logits = list(out.logits[0].float().split([feed.num_logits for feed in feeds]))
+    logits = list(logits[0].float().split([feed.num_logits for feed in feeds]))
     if not aux_ids:
         return logits, [None] * len(feeds)
     hidden = torch.cat([aux_outputs[i][0] for i in aux_ids], dim=-1)  # [T, sum of hidden sizes]
