@@ -5,7 +5,9 @@ static tree, or a draft model's catch-up. They are packed into one row (the line
 exactly the real tokens, no padding), attention goes through trtspec.runtime.attention's Layout,
 and each sequence's cache grows by its tokens (`kv.length`); rolling back what was rejected is
 the caller's job. The model must have been switched to paged attention
-(attention.use_paged_attention); without a layout it still runs as plain transformers.
+(attention.use_paged_attention); without a layout it still runs as plain transformers. A float32
+Llama runs through llama_forward (the same operations without transformers' per-call plumbing,
+bit-for-bit the same numbers); any other model through its own transformers forward.
 """
 
 from __future__ import annotations
