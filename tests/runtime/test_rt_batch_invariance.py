@@ -150,9 +150,9 @@ def test_the_probed_row_minimum_is_the_smallest_that_holds_here():
     """gemm_rows.min_rows(): products of that many rows or more round each row as one large
     product does, and (when above 2) one candidate fewer does not: the padding attention pays
     for a lone decode row is what this machine's kernels need, not a guess."""
-    from trtspec.runtime.gemm_rows import CANDIDATES, _invariant_from, min_rows
+    from trtspec.runtime.gemm_rows import CANDIDATES, min_rows, probe
 
     rows = min_rows()
-    assert rows in CANDIDATES and _invariant_from(rows)
+    assert rows in CANDIDATES and probe((rows,)) == rows
     if rows > CANDIDATES[0]:
-        assert not _invariant_from(CANDIDATES[CANDIDATES.index(rows) - 1])
+        assert probe((CANDIDATES[CANDIDATES.index(rows) - 1],)) is None

@@ -16,7 +16,7 @@ and shape, so the shapes are made a function of p alone:
 - the matmuls take untransposed operands (the pool stores keys transposed), at least the rows
   this machine's GEMM kernels need to round a row alike at any count (trtspec.runtime.gemm_rows
   probes it: 2 on the Intel machines first measured, 4 on an AMD EPYC; fewer are padded with
-  copies of a row that is then dropped), and products big enough for MKL (tiny ones fall back
+  zero rows that are then dropped), and products big enough for MKL (tiny ones fall back
   to a naive loop that rounds differently);
 - query heads sharing a key head are stacked as rows (grouped-query attention, no copy of keys).
 A row's result is then the same for any row count: verified for 1 and 2 threads

@@ -3,7 +3,7 @@
 Why: MKL picks its batched-GEMM kernel by the number of rows, and kernels round their sums
 differently. A query row must get the same numbers alone (a lone sequence's decode step) as
 among other rows (a verify pass, a prompt chunk), so attention computes every product with at
-least `min_rows()` rows, padding with copies of a row it then drops. The threshold is a property
+least `min_rows()` rows, padding with zero rows it then drops. The threshold is a property
 of the CPU and the MKL build, not of the model: measured 2 on the Intel machines this project
 first ran on (only a lone row rounded apart) and 4 on an AMD EPYC (Zen 4, AVX-512) with the same
 torch 2.13 (1 to 3 rows rounded apart from 4 or more). So it is probed once per thread count, on
@@ -28,7 +28,7 @@ def min_rows() -> int:
 
     threads = torch.get_num_threads()
     if threads not in _PROBED:
-        _PROBED[threads] = _probe(CANDIDATES) or CANDIDATES[-1]
+        _PROBED[threads] = probe(CANDIDATES) or CANDIDATES[-1]
     return _PROBED[threads]
 
 
@@ -48,16 +48,10 @@ def fewest_rows_alike(rows_of: Callable[[int], Any], candidates: tuple[int, ...]
     return None
 
 
-def _invariant_from(rows: int) -> bool:
-    """True when products of `rows`..4*`rows` rows (and 63, 100) each match a 256-row product row
-    for row, for both of attention's products."""
-    return _probe((rows,)) is not None
-
-
-def _probe(candidates: tuple[int, ...]) -> int | None:
+def probe(candidates: tuple[int, ...]) -> int | None:
     """fewest_rows_alike over both of attention's products (queries x transposed keys, weights x
-    values), on strided slices of a pool as attention reads them: the larger answer, None if
-    either has none."""
+    values; counts r..4 r, 63 and 100 against 256 rows), on strided slices of a pool as attention
+    reads them: the larger answer, None if either has none."""
     import torch
 
     generator = torch.Generator().manual_seed(0)

@@ -40,6 +40,7 @@ def supports(model: Any) -> bool:
         return False  # _rms_norm leaves out the casts a float32 model does not need
     if getattr(model.config, "pretraining_tp", 1) not in (None, 1):
         return False
+
     def kinds(layer):
         attention, mlp = layer.self_attn, layer.mlp
         linears = (attention.q_proj, attention.k_proj, attention.v_proj, attention.o_proj,

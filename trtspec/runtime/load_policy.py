@@ -22,7 +22,7 @@ Two sources, in this order:
    k = 0 (speculation off for the step) when rate(0) is the highest. While off, every
    PROBE_EVERY-th step one sequence drafts anyway (`probe`), so q_j stays current for the price
    of k tokens, not B k (with all B drafting, a probe step at batch 8 and k = 4 fed 40 tokens
-   instead of 8). Before enough steps are measured the
+   instead of 12). Before enough steps are measured the
    model assumes a verify pass costs 1 + 0.035 n plain steps (docs/BENCHMARKS-engine.md) and
    acceptance 0.5 per position.
 """

@@ -11,7 +11,7 @@ Batch invariance (what lets a batched engine promise each request exactly what i
 on this oneDNN build a row's result does not depend on how many rows share the call, for every
 row count from 2 to thousands, but a single row takes another kernel whose sums round
 differently when the input is wide (1536, the MLP's down projection). So for such a layer a
-one-row input is computed as two rows and the first kept: every row then rounds the same way
+one-row input is padded with a zero row and only its own row kept: every row then rounds the same way
 whatever the batch (tests/runtime/test_rt_batch_invariance.py measures it on the machine it runs
 on). Which layers need it, and how many rows (another CPU may switch kernels at more than one),
 is probed once at load, on this machine's kernels: pairing every layer
