@@ -6,7 +6,7 @@ import pytest
 
 from trtspec import artifacts
 from trtspec.errors import TrtSpecError
-from trtspec.spec import Spec
+from trtspec.spec.schema import Spec
 
 
 def test_atomic_dir_replaces_only_on_success(tmp_path):

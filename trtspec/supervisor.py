@@ -78,7 +78,7 @@ def stub_pids(server_pid: int) -> list[int]:
 
 class Supervisor:
     def __init__(self, path: Path):
-        from trtspec.spec import validate_spec
+        from trtspec.spec.schema import validate_spec
 
         self.path = Path(path)
         self.record = read_record(self.path) or {}

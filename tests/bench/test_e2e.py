@@ -32,7 +32,7 @@ def served_spec(tmp_path_factory, tiny_llama):
     from trtspec import repository, server
     from trtspec.artifacts import Layout
     from trtspec.builders import build
-    from trtspec.spec_loading import load_spec
+    from trtspec.spec.loading import load_spec
 
     root = tmp_path_factory.mktemp("bench-served")
     http, grpc, metrics = _free_ports(3)
@@ -83,7 +83,7 @@ def test_bench_baseline_against_a_real_server(served_spec, tmp_path):
 
 
 def test_serving_overhead_triton_over_in_process(served_spec, tmp_path):
-    from trtspec.spec_loading import load_spec
+    from trtspec.spec.loading import load_spec
 
     spec = load_spec(served_spec)
     engine = f"{spec.build.output_dir}/tiny-ngram-cpu"

@@ -18,8 +18,8 @@ from trtspec.bench.tune import (
     write_draft_len,
 )
 from trtspec.errors import SpecError, TrtSpecError
-from trtspec.spec_loading import load_spec
-from trtspec.spec_template import render_template
+from trtspec.spec.loading import load_spec
+from trtspec.spec.template import render_template
 
 
 def test_choice_is_by_tokens_per_second_not_acceptance_length():

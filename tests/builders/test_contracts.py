@@ -23,7 +23,7 @@ from tests.builders.conftest import write_workspace
 from trtspec.builders import contracts, eagle3_head, trtllm, upstream
 from trtspec.cli import main
 from trtspec.errors import IncompatibleArtifactError
-from trtspec.spec import BuildSpec
+from trtspec.spec.schema import BuildSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 VERSIONS = contracts.supported_versions()

@@ -19,7 +19,7 @@ from tests.builders.conftest import assert_golden, normalize
 from trtspec import launch, subproc
 from trtspec.builders import build
 from trtspec.repository import pbtxt, render
-from trtspec.spec import validate_spec
+from trtspec.spec.schema import validate_spec
 
 
 def _spec(root: Path, target: Path, draft: Path | None, **build_section):

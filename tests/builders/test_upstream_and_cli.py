@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from trtspec.builders import contracts, trtllm_engine, upstream
 from trtspec.cli import main
 from trtspec.errors import IncompatibleArtifactError
-from trtspec.spec import validate_spec
+from trtspec.spec.schema import validate_spec
 
 CONFIGS = Path(__file__).parent / "configs"
 DEFAULT = contracts.load(contracts.default_version())

@@ -135,7 +135,7 @@ def test_sharegpt_fixture_trains_the_tiny_head_end_to_end(tiny_llama, tmp_path, 
 
 
 def test_a_relative_data_path_in_a_spec_file_is_read_beside_the_spec(tmp_path, monkeypatch):
-    from trtspec.spec_loading import load_spec
+    from trtspec.spec.loading import load_spec
 
     (tmp_path / "project").mkdir()
     (tmp_path / "project" / "trtspec.yaml").write_text("speculative:\n  mode: eagle3\n  eagle3: {data: convs.jsonl}\n")

@@ -27,7 +27,7 @@ def free_ports(count: int) -> list[int]:
 
 def make_spec(root: Path, source: Path, *, backend: str = "cpu", mode: str = "ngram", draft: Path | None = None,
               name: str = "tiny", **sections):
-    from trtspec.spec import validate_spec
+    from trtspec.spec.schema import validate_spec
 
     http, grpc, metrics = free_ports(3)
     data = {"model": {"source": str(source), "name": name},
@@ -93,7 +93,7 @@ def served(tmp_path_factory, tiny_llama):
 
 def _respec(spec, root: Path, **serve):
     """`spec` on fresh free loopback ports with its workdir and repository under `root`."""
-    from trtspec.spec import validate_spec
+    from trtspec.spec.schema import validate_spec
 
     http, grpc, metrics = free_ports(3)
     data = spec.model_dump(mode="json")

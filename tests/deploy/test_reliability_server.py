@@ -190,7 +190,7 @@ def test_two_deploys_on_the_same_ports_one_wins_and_stop_works_from_elsewhere(ti
 
 
 def _load(config: Path):
-    from trtspec.spec_loading import load_spec
+    from trtspec.spec.loading import load_spec
 
     return load_spec(config)
 

@@ -136,7 +136,7 @@ def write_choice(spec_path: str | Path, draft_len: int, eagle_choices: Sequence[
     """
     import yaml
 
-    from trtspec.spec import validate_spec
+    from trtspec.spec.schema import validate_spec
 
     path = Path(spec_path)
     text = path.read_text() if path.exists() else ""

@@ -22,7 +22,7 @@ from trtspec import subproc
 from trtspec.builders import upstream
 from trtspec.builders.contracts import Contract
 from trtspec.errors import IncompatibleArtifactError
-from trtspec.spec import BACKEND_REFUSALS
+from trtspec.spec.schema import BACKEND_REFUSALS
 
 QUANTIZE_SCRIPT = "/app/examples/quantization/quantize.py"   # where the trtllm containers keep the examples
 BUILD_TIMEOUT_S = 3 * 3600

@@ -8,8 +8,8 @@ from typing import Any
 
 import click
 
-from trtspec.spec import Spec
-from trtspec.spec_loading import load_spec
+from trtspec.spec.loading import load_spec
+from trtspec.spec.schema import Spec
 
 config_option = click.option(
     "-c", "--config", "config_path", type=click.Path(dir_okay=False), default=None,

@@ -185,7 +185,7 @@ def tune(config_path, engine_dir, prompts, draft_lens, trees, mode, max_tokens, 
     from trtspec.errors import TrtSpecError
     from trtspec.prompts import load_prompts
     from trtspec.runtime.threads import prefer_passive_openmp
-    from trtspec.spec import DEFAULT_CONFIG
+    from trtspec.spec.schema import DEFAULT_CONFIG
 
     prefer_passive_openmp()  # the engine's threads must not spin on shared cores (runtime/threads.py)
     spec = resolve_spec(config_path, bench__prompts=prompts, bench__max_tokens=max_tokens,

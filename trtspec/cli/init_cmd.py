@@ -15,7 +15,7 @@ from trtspec.errors import TrtSpecError
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
 def init(output: str, force: bool) -> None:
     """Write a commented trtspec.yaml whose defaults run the demo as is."""
-    from trtspec.spec_template import render_template
+    from trtspec.spec.template import render_template
 
     path = Path(output)
     if path.exists() and not force:

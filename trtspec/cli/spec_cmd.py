@@ -21,7 +21,7 @@ def check(config_path: str | None) -> None:
     """Validate the spec and what it points at (model sources, prompt files); print one line per
     problem and exit non-zero if any."""
     from trtspec.errors import SpecError
-    from trtspec.spec_loading import spec_file
+    from trtspec.spec.loading import spec_file
 
     resolved = resolve_spec(config_path)
     problems = missing_references(resolved)
@@ -39,7 +39,7 @@ def missing_references(resolved: Any) -> list[str]:
     Cheap checks only (no weights are read or hashed), so a spec for a 70B model checks instantly.
     """
     from trtspec.models import source_problem
-    from trtspec.spec import problem_line
+    from trtspec.spec.schema import problem_line
 
     problems = []
     for field, source in (("model.source", resolved.model.source), ("speculative.draft", resolved.speculative.draft)):
@@ -60,7 +60,7 @@ def missing_references(resolved: Any) -> list[str]:
 @json_option
 def show(config_path: str | None, as_json: bool) -> None:
     """Print the resolved spec with every default filled in."""
-    from trtspec.spec_loading import spec_to_yaml
+    from trtspec.spec.loading import spec_to_yaml
 
     resolved = resolve_spec(config_path)
     if as_json:

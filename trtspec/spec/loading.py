@@ -1,6 +1,6 @@
 """Reading a spec file: the YAML, the flag overrides, and paths anchored to the file's directory.
 
-`load_spec()` is the only YAML reader in trtspec; it hands the data to `trtspec.spec.validate_spec`.
+`load_spec()` is the only YAML reader in trtspec; it hands the data to `trtspec.spec.schema.validate_spec`.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from trtspec.errors import SpecError, TrtSpecError
-from trtspec.spec import DEFAULT_CONFIG, Spec, validate_spec
-from trtspec.spec_checks import problem_line
+from trtspec.spec.checks import problem_line
+from trtspec.spec.schema import DEFAULT_CONFIG, Spec, validate_spec
 
 
 def set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:

@@ -1,6 +1,6 @@
 """Render the spec's defaults as a commented YAML file (what `trtspec init` writes).
 
-The comments are the field docstrings of trtspec.spec, so the example can never drift from the
+The comments are the field docstrings of trtspec.spec.schema, so the example can never drift from the
 schema.
 """
 
@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from trtspec.spec import Spec
+from trtspec.spec.schema import Spec
 
 HEADER = """\
 # trtspec.yaml: one file drives convert, build, deploy, infer and bench.

@@ -8,9 +8,9 @@ import pytest
 import yaml
 
 from trtspec.errors import SpecError
-from trtspec.spec import Spec, validate_spec
-from trtspec.spec_loading import load_spec
-from trtspec.spec_template import render_template
+from trtspec.spec.loading import load_spec
+from trtspec.spec.schema import Spec, validate_spec
+from trtspec.spec.template import render_template
 
 # (yaml text, the field path the error must name, a fragment of the message)
 MALFORMED = [
@@ -69,7 +69,7 @@ def test_a_spec_file_in_utf16_is_one_problem(tmp_path):
 
 
 def test_loopback_is_told_apart_from_exposed_addresses():
-    from trtspec.spec_checks import is_loopback
+    from trtspec.spec.checks import is_loopback
 
     assert [is_loopback(h) for h in ("127.0.0.1", "127.0.1.1", "::1", "localhost")] == [True] * 4
     assert [is_loopback(h) for h in ("0.0.0.0", "::", "10.0.0.5", "nowhere.invalid")] == [False] * 4

@@ -1,8 +1,8 @@
 """The trtspec spec: one validated description of the whole pipeline.
 
-`validate_spec()` validates once, at the boundary (`trtspec.spec_loading.load_spec` reads the
+`validate_spec()` validates once, at the boundary (`trtspec.spec.loading.load_spec` reads the
 YAML and calls it), and turns every pydantic problem into one `field.path: problem (got value);
-fix` line inside a SpecError (trtspec.spec_checks writes the lines; an unknown key names the
+fix` line inside a SpecError (trtspec.spec.checks writes the lines; an unknown key names the
 closest real one). Deeper code trusts the Spec it is given. Checks that need the model itself (for example tp_size
 dividing the KV heads) live with the code that loads the model.
 """
@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from trtspec.errors import SpecError
-from trtspec.spec_checks import format_problem, host_problem, is_loopback, problem_line
+from trtspec.spec.checks import format_problem, host_problem, is_loopback, problem_line
 
 DEFAULT_CONFIG = "trtspec.yaml"
 
