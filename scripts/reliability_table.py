@@ -1,9 +1,9 @@
 #!/usr/bin/env python
 """docs/DEPLOY.md's Reliability table, generated from the tests that prove it.
 
-Every test in tests/deploy/test_reliability_*.py whose docstring reads "Fault: ... Behaviour: ..."
+Every test in tests/serve/test_reliability_*.py whose docstring reads "Fault: ... Behaviour: ..."
 is one row: the fault, what the server does now, and the test's name. The table sits between
-the two marker comments in docs/DEPLOY.md; tests/deploy/test_reliability_table.py fails when it
+the two marker comments in docs/DEPLOY.md; tests/serve/test_reliability_table.py fails when it
 is not what this script generates.
 
     python scripts/reliability_table.py           # print the table

@@ -29,9 +29,10 @@ def _free_ports(count: int) -> list[int]:
 @pytest.fixture(scope="module")
 def served_spec(tmp_path_factory, tiny_llama):
     """A spec file whose server (tiny target, n-gram, cpu backend) is up on free loopback ports."""
-    from trtspec import repository, server
+    from trtspec import repository
     from trtspec.artifacts import Layout
     from trtspec.builders import build
+    from trtspec.serve import server
     from trtspec.spec.loading import load_spec
 
     root = tmp_path_factory.mktemp("bench-served")

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.deploy.conftest import serving_tiny
+from tests.serve.conftest import serving_tiny
 from trtspec.client import metric_total
 from trtspec.errors import ServerError
 

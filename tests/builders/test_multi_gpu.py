@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 
 from tests.builders.conftest import assert_golden, normalize
-from trtspec import launch, subproc
+from trtspec import subproc
 from trtspec.builders import build
 from trtspec.repository import pbtxt, render
+from trtspec.serve import launch
 from trtspec.spec.schema import validate_spec
 
 

@@ -21,11 +21,11 @@ PROMPTS = ["What is the capital of France?", "def add(a, b):", "the quick brown 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, tiny_llama):
     """gRPC host:port of a tritonserver serving the tiny target (cpu backend, no speculation)."""
-    from tests.deploy.conftest import make_spec
+    from tests.serve.conftest import make_spec
     from trtspec import repository
-    from trtspec import server as triton
     from trtspec.artifacts import Layout
     from trtspec.builders import build
+    from trtspec.serve import server as triton
 
     root = tmp_path_factory.mktemp("generate-server")
     spec = make_spec(root, tiny_llama, mode="none", serve={"instance_count": 1})

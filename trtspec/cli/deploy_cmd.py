@@ -54,9 +54,10 @@ def deploy(ctx: click.Context, config_path: str | None, target: str, engine: str
     ctx.obj["config_path"] = config_path
     if ctx.invoked_subcommand is not None:
         return
-    from trtspec import launch, repository, server
+    from trtspec import repository
     from trtspec.artifacts import Layout
     from trtspec.errors import ServerError
+    from trtspec.serve import launch, server
 
     spec = resolve_spec(config_path)
     layout = Layout.from_spec(spec)
@@ -108,7 +109,8 @@ def deploy(ctx: click.Context, config_path: str | None, target: str, engine: str
 def _k8s(spec: Any, layout: Any, engine_dir: Path, image: str | None, *, apply: bool) -> dict[str, Any]:
     import shutil
 
-    from trtspec import k8s, subproc
+    from trtspec import subproc
+    from trtspec.serve import k8s
 
     text = k8s.manifests_yaml(k8s.k8s_manifests(spec, engine_dir.name, image))
     path = layout.server_dir / "k8s" / "trtspec.yaml"
@@ -126,7 +128,8 @@ def _dry_run(spec: Any, layout: Any, engine_dir: Path, engine_path: str | None, 
     """Render into a throwaway directory to check everything, print what deploy would do."""
     import tempfile
 
-    from trtspec import k8s, launch, repository, server, subproc
+    from trtspec import repository, subproc
+    from trtspec.serve import k8s, launch, server
 
     with tempfile.TemporaryDirectory() as scratch:
         files = repository.render(engine_dir, spec, Path(scratch) / "repo", engine_path=engine_path)
@@ -155,8 +158,8 @@ def _dry_run(spec: Any, layout: Any, engine_dir: Path, engine_path: str | None, 
 @click.pass_context
 def stop(ctx: click.Context, config_path: str | None, as_json: bool) -> None:
     """Stop the tritonserver this workdir started (and no other process)."""
-    from trtspec import server
     from trtspec.artifacts import Layout
+    from trtspec.serve import server
 
     spec = resolve_spec(config_path or ctx.obj.get("config_path"))
     result = server.stop_local(Layout.from_spec(spec))
@@ -184,8 +187,8 @@ def status(ctx: click.Context, config_path: str | None, probe: bool, url: str | 
 
     Exits 0 when the server serves (with --no-probe: when it runs and says ready), 1 otherwise.
     """
-    from trtspec import server
     from trtspec.artifacts import Layout
+    from trtspec.serve import server
 
     if url:
         from trtspec.client import probe as one_token

@@ -2,7 +2,7 @@
 
 Files: `tensorrt_llm/config.pbtxt` (the LLM-API I/O contract plus `speculative`) and
 `tensorrt_llm/1/model.py`, a one-line import of trtspec.repository.cpu_model, so the serving code
-lives in the package (the server finds it through PYTHONPATH, see trtspec.server).
+lives in the package (the server finds it through PYTHONPATH, see trtspec.serve.server).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Files: `tensorrt_llm/config.pbtxt` (LLM-API I/O, python backend) and `tensorrt_l
 (every key an `LLM()` argument, plus `triton_config`). The stock `model.py` (and its helpers) is
 not shipped by trtspec: the container carries the version that matches its TensorRT-LLM, and the
 server command copies `/app/all_models/llmapi/tensorrt_llm/1/*.py` into the repository at deploy
-time (trtspec.launch). Facts, from the contract of the engine's release
+time (trtspec.serve.launch). Facts, from the contract of the engine's release
 (contract_data/trtllm-<version>.json, `triton.llmapi`): the stock model reads
 `triton_config.max_batch_size`, `.decoupled` (and `.cancellation_check_period_ms`) from
 model.yaml in auto_complete_config/initialize, so the config.pbtxt written here must agree with

@@ -15,7 +15,7 @@ own templates, with the commas of gpu_device_ids escaped as upstream requires.
 
 Multi-GPU, as tensorrtllm_backend docs/llama_multi_instance.md describes it: draft-target (two
 TensorRT-LLM models) runs in orchestrator mode, one server whose backend spawns each engine's
-workers on the GPUs its `gpu_device_ids` names (trtspec.launch sets TRTLLM_ORCHESTRATOR); a
+workers on the GPUs its `gpu_device_ids` names (trtspec.serve.launch sets TRTLLM_ORCHESTRATOR); a
 single engine with tp*pp > 1 runs in leader mode (mpirun, one server per rank). Two engines on
 the same GPUs get their KV pools as `max_tokens_in_paged_kv_cache` from the memory plan, so the
 split holds whichever engine loads first; a free-memory fraction alone would depend on the order.

@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trtspec import server, subproc
+from trtspec import subproc
 from trtspec.artifacts import Layout
 from trtspec.errors import ServerError
+from trtspec.serve import server
 
 pytestmark = pytest.mark.e2e
 TRTSPEC = str(Path(sys.executable).parent / "trtspec")  # the console script of this environment
@@ -98,7 +99,7 @@ def test_dead_stub_is_reported_dead_with_restart_never(tiny_cpu_engine, tmp_path
     reason, exits and frees the ports; the shared-memory regions are removed; `deploy status`
     says dead and exits 1."""
     from trtspec.artifacts import shm_regions
-    from trtspec.ports import PortLocks
+    from trtspec.serve.ports import PortLocks
 
     built, engine_dir = tiny_cpu_engine
     spec = respec(built, tmp_path, restart="never")
@@ -235,9 +236,11 @@ def test_liveness_probe_catches_a_dead_stub_without_a_supervisor(tiny_cpu_engine
     tritonserver lives: /v2/health/live, which the old liveness probe asked, stays 200.
     Behaviour: the manifests' liveness probe (`trtspec deploy status --url`, a one-token
     inference) exits 1, so the kubelet restarts the container."""
-    from trtspec import k8s, launch, repository, server_setup
-    from trtspec.ports import http_get
-    from trtspec.supervisor import remove_shm
+    from trtspec import repository
+    from trtspec.serve import k8s, launch
+    from trtspec.serve import setup as server_setup
+    from trtspec.serve.ports import http_get
+    from trtspec.serve.supervisor import remove_shm
 
     built, engine_dir = tiny_cpu_engine
     spec = respec(built, tmp_path)

@@ -20,8 +20,8 @@ pytestmark = pytest.mark.e2e
 
 def _linked_prefix(tiny_cpu_engine, tmp_path, respec) -> Path:
     """The installation prefix of the libpython the wheel's stub links on this machine."""
-    from trtspec import server_setup
     from trtspec.artifacts import Layout
+    from trtspec.serve import setup as server_setup
 
     spec = respec(tiny_cpu_engine[0], tmp_path / "probe")
     binary = server_setup.find_tritonserver()
@@ -81,7 +81,7 @@ LDD_MISSING = """\tlinux-vdso.so.1 (0x00007ffd6b5f2000)
 def test_missing_system_libpython_is_one_line_naming_the_package():
     """Fault: the system has no libpython3.11.so.1.0 for the stub to link.
     Behaviour: deploy stops with one line naming the library and the package to install."""
-    from trtspec import server_setup
+    from trtspec.serve import setup as server_setup
 
     with pytest.raises(ToolMissingError) as error:
         server_setup.libpython_from_ldd(LDD_MISSING, Path("triton_python_backend_stub"))
@@ -91,7 +91,7 @@ def test_missing_system_libpython_is_one_line_naming_the_package():
 
 def test_libpython_prefix_is_the_installation_that_owns_it(tmp_path):
     """The prefix search walks up from the real file to the directory holding lib/python3.X/os.py."""
-    from trtspec import server_setup
+    from trtspec.serve import setup as server_setup
 
     prefix = tmp_path / "opt" / "py"
     (prefix / "lib" / "python3.11").mkdir(parents=True)

@@ -16,7 +16,8 @@ import urllib.request
 
 import pytest
 
-from trtspec import launch, subproc
+from trtspec import subproc
+from trtspec.serve import launch
 
 pytestmark = pytest.mark.e2e
 
@@ -148,7 +149,7 @@ def test_nested_json_crash_retested_against_the_bundled_triton(tiny_cpu_engine, 
     Behaviour: retested on the bundled Triton build: while the build is one known to crash, the
     crash is confirmed (and documented) and the supervisor starts the server again; a build
     that behaves differently fails this test until docs/DEPLOY.md says what it does."""
-    from trtspec import server
+    from trtspec.serve import server
 
     built, engine_dir = tiny_cpu_engine
     spec = respec(built, tmp_path)

@@ -1,10 +1,10 @@
 """Start, stop and check the local tritonserver, which a supervisor process owns.
 
-The command lines are pure plans in trtspec.launch (and k8s manifests in trtspec.k8s); what the
-server needs before it starts is in trtspec.server_setup; the process that runs it, watches it
-and restarts it is trtspec.supervisor. This module is what `trtspec deploy` calls:
+The command lines are pure plans in trtspec.serve.launch (and k8s manifests in trtspec.serve.k8s); what the
+server needs before it starts is in trtspec.serve.setup; the process that runs it, watches it
+and restarts it is trtspec.serve.supervisor. This module is what `trtspec deploy` calls:
 
-- `start_local` locks the port set (trtspec.ports), checks the ports are free, prepares the
+- `start_local` locks the port set (trtspec.serve.ports), checks the ports are free, prepares the
   backend directory and environment, writes <workdir>/server/server.json and starts the
   supervisor detached (through trtspec.subproc, handing it the port locks). It returns once the
   supervisor says the server serves (health, identity and a one-token inference) and raises
@@ -30,14 +30,14 @@ from typing import Any
 from trtspec import subproc
 from trtspec.artifacts import Layout
 from trtspec.errors import ServerError
-from trtspec.ports import PortLocks, check_ports, connect_host, is_ready, port_free
-from trtspec.server_setup import find_tritonserver, prepare_backends, server_env
-from trtspec.supervisor import read_record as _read
-from trtspec.supervisor import remove_shm, write_record
+from trtspec.serve.ports import PortLocks, check_ports, connect_host, is_ready, port_free
+from trtspec.serve.setup import find_tritonserver, prepare_backends, server_env
+from trtspec.serve.supervisor import read_record as _read
+from trtspec.serve.supervisor import remove_shm, write_record
 
 __all__ = ["check_ports", "find_tritonserver", "is_ready", "port_free", "prepare_backends", "server_env",
            "start_local", "status", "stop_local"]
-SUPERVISOR_MODULE = "trtspec.supervisor"
+SUPERVISOR_MODULE = "trtspec.serve.supervisor"
 PRIVATE_FIELDS = ("spec", "env", "lock_fds")  # in server.json for the supervisor, not for reports
 
 

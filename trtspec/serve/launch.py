@@ -1,7 +1,7 @@
 """Command lines that start tritonserver: here (`local_command`) and in a container (`docker_command`).
 
 Pure plans: every function returns data (an argument list or a shell string) and runs nothing;
-trtspec.server executes the local one and `trtspec deploy --dry-run` prints them.
+trtspec.serve.server executes the local one and `trtspec deploy --dry-run` prints them.
 
 GPU backends on several GPUs start the way TensorRT-LLM's scripts/launch_triton_server.py and
 tensorrtllm_backend docs/llama_multi_instance.md describe (`gpu_launch`):
@@ -30,7 +30,7 @@ SHM_SIZE = "2g"
 # starts a field value (RFC 9112 section 5), so the value " closed" never arrives intact; HTTP/2
 # field names are lowercase (RFC 9113 section 8.2.1) and gRPC resets a stream that sends a
 # capital, so gRPC's key `triton-grpc-protocol-Trtspec-Closed` never matches. Measured against
-# tritonserver 2.51 in tests/deploy/test_reliability_closed.py. A random token would not do:
+# tritonserver 2.51 in tests/serve/test_reliability_closed.py. A random token would not do:
 # tritonserver's command line is readable by every local user.
 CLOSABLE_APIS = ("shared-memory", "model-repository", "logging", "trace")
 CLOSED_HEADER = "Trtspec-Closed= closed"

@@ -29,7 +29,7 @@ from pathlib import Path
 from trtspec import subproc
 from trtspec.artifacts import Layout
 from trtspec.errors import ToolMissingError
-from trtspec.launch import CONTAINER_TRITONSERVER
+from trtspec.serve.launch import CONTAINER_TRITONSERVER
 
 STUB_NAME = "triton_python_backend_stub"
 
@@ -148,7 +148,7 @@ def anchor_stub_home(backend_dir: Path, env: dict[str, str]) -> Path:
     script = home / "bin" / "python3"
     body = (f'exec "{interpreter}" "$@"\n' if interpreter
             else f'echo "no Python {version} interpreter in {prefix}/bin" >&2; exit 127\n')
-    script.write_text("#!/bin/sh\n# Anchors the Triton Python backend stub's home (trtspec.server_setup).\n" + body)
+    script.write_text("#!/bin/sh\n# Anchors the Triton Python backend stub's home (trtspec.serve.setup).\n" + body)
     script.chmod(0o755)
     return home / "bin"
 

@@ -13,7 +13,7 @@ import json
 import pytest
 import yaml
 
-from trtspec import k8s
+from trtspec.serve import k8s
 
 KINDS = {("apps/v1", "Deployment"): "V1Deployment", ("v1", "Service"): "V1Service"}
 

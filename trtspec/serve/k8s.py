@@ -1,6 +1,6 @@
 """Kubernetes manifests for a deployment: a Deployment and a Service, as plain data and YAML.
 
-Pure plans, like trtspec.launch: `k8s_manifests` returns dictionaries, `manifests_yaml` renders
+Pure plans, like trtspec.serve.launch: `k8s_manifests` returns dictionaries, `manifests_yaml` renders
 them; `trtspec deploy --target k8s` writes or applies them.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trtspec.launch import CONTAINER_ENGINES, CONTAINER_REPOSITORY, DEFAULT_IMAGE, SHM_SIZE, container_server
+from trtspec.serve.launch import CONTAINER_ENGINES, CONTAINER_REPOSITORY, DEFAULT_IMAGE, SHM_SIZE, container_server
 
 
 def liveness_command(serve: Any) -> list[str]:

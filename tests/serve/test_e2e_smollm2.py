@@ -10,11 +10,12 @@ PROMPT = "What is the capital of France?"
 
 
 def test_smollm2_answer_through_triton_equals_in_process(smollm2, tmp_path, spec_factory):
-    from trtspec import repository, server
+    from trtspec import repository
     from trtspec.artifacts import Layout
     from trtspec.builders import build
     from trtspec.client import TritonLLMClient
     from trtspec.runtime import load_engine
+    from trtspec.serve import server
 
     spec = spec_factory(tmp_path, smollm2, name="smollm2")
     engine_dir = build(spec).engine_dir

@@ -1,8 +1,8 @@
 """The supervisor: the process that owns a local tritonserver after `trtspec deploy` returns.
 
-    python -m trtspec.supervisor <workdir>/server/server.json
+    python -m trtspec.serve.supervisor <workdir>/server/server.json
 
-`trtspec deploy` (trtspec.server.start_local) writes server.json with everything needed to run
+`trtspec deploy` (trtspec.serve.server.start_local) writes server.json with everything needed to run
 the server (the spec, binary, backend directory, environment), hands over the port locks and
 starts this module detached through trtspec.subproc. From then on only the supervisor writes
 server.json (atomically), and it alone starts and ends tritonserver:
@@ -151,7 +151,7 @@ class Supervisor:
 
     def start_server(self) -> tuple[int, str]:
         from trtspec import subproc
-        from trtspec.launch import local_command
+        from trtspec.serve.launch import local_command
 
         token = secrets.token_hex(6)
         server_id, prefix = f"trtspec-{token}", f"trtspec_{token}"
@@ -164,8 +164,9 @@ class Supervisor:
 
     def wait_serving(self, pid: int) -> str | None:
         """None once the server serves as itself; else "stop" or why it does not."""
-        from trtspec import ports, subproc
+        from trtspec import subproc
         from trtspec.client import probe
+        from trtspec.serve import ports
 
         serve, server_id = self.spec.serve, self.record["server_id"]
         start = time.monotonic()

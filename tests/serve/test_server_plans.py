@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from trtspec import launch, server, subproc
+from trtspec import subproc
 from trtspec.artifacts import Layout, write_json
 from trtspec.errors import ServerError
+from trtspec.serve import launch, server
 
 
 @pytest.fixture

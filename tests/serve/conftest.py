@@ -62,10 +62,11 @@ def tiny_cpu_engine(tmp_path_factory, tiny_llama):
 def serving_tiny(root: Path, tiny_llama: Path, *, env: dict[str, str] | None = None, **serve):
     """Build the tiny cpu engine under `root`, serve it (extra `serve` fields, extra server `env`)
     and yield (spec, client, engine_dir); stop the server at the end."""
-    from trtspec import repository, server
+    from trtspec import repository
     from trtspec.artifacts import Layout
     from trtspec.builders import build
     from trtspec.client import TritonLLMClient
+    from trtspec.serve import server
 
     spec = make_spec(root, tiny_llama, serve=serve)
     engine_dir = build(spec).engine_dir
@@ -108,8 +109,9 @@ def _serving(spec, engine_dir: Path):
     """Render the repository and start a supervised tritonserver for `spec`; stop it at the end.
 
     Yields (layout, record)."""
-    from trtspec import repository, server
+    from trtspec import repository
     from trtspec.artifacts import Layout
+    from trtspec.serve import server
 
     layout = Layout.from_spec(spec)
     repository.render(engine_dir, spec, layout.repository)
