@@ -14,7 +14,7 @@ import time
 import pytest
 
 from tests.serve.conftest import serving_tiny
-from trtspec.client import metric_total
+from trtspec.client.metrics import metric_total
 from trtspec.errors import ServerError
 
 pytestmark = pytest.mark.e2e

@@ -256,7 +256,7 @@ def test_introspection_refuses_a_string_mapped_to_another_class(monkeypatch):
 def test_client_reads_perf_metrics_sent_as_strings():
     """The stock llmapi model.py sends acceptance_rate & co with text_output's dtype (contract
     `triton.llmapi.perf_outputs_sent_as`); the client turns them back into numbers."""
-    from trtspec.client import _number
+    from trtspec.client.events import _number
 
     assert contracts.load("1.1.0").triton["llmapi"]["perf_outputs_sent_as"] == "BYTES"
     assert _number(b"0.75") == 0.75 and _number(b"12") == 12 and _number("3") == 3 and _number(7) == 7

@@ -1,5 +1,5 @@
 """Self-distilled rows made through a running server (`--generate-url`): a real tritonserver on
-loopback serving the tiny target's cpu engine, called by trtspec.client with several requests in
+loopback serving the tiny target's cpu engine, called by trtspec.client.triton with several requests in
 flight. Its greedy answers must be the in-process target's greedy answers, row for row."""
 
 from __future__ import annotations

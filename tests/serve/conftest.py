@@ -65,7 +65,7 @@ def serving_tiny(root: Path, tiny_llama: Path, *, env: dict[str, str] | None = N
     from trtspec import repository
     from trtspec.artifacts import Layout
     from trtspec.builders import build
-    from trtspec.client import TritonLLMClient
+    from trtspec.client.triton import TritonLLMClient
     from trtspec.serve import server
 
     spec = make_spec(root, tiny_llama, serve=serve)

@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-from trtspec.client import metric_total
+from trtspec.client.metrics import metric_total
 from trtspec.errors import ServerError
 
 pytestmark = pytest.mark.e2e

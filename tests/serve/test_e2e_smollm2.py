@@ -13,7 +13,7 @@ def test_smollm2_answer_through_triton_equals_in_process(smollm2, tmp_path, spec
     from trtspec import repository
     from trtspec.artifacts import Layout
     from trtspec.builders import build
-    from trtspec.client import TritonLLMClient
+    from trtspec.client.triton import TritonLLMClient
     from trtspec.runtime import load_engine
     from trtspec.serve import server
 

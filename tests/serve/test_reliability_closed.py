@@ -128,7 +128,7 @@ def test_nested_json_is_refused_when_http_inference_is_off(tiny_cpu_engine, tmp_
     """Fault: a generate body nested 60,000 arrays deep on the HTTP port.
     Behaviour: with serve.http_inference: false HTTP inference is closed and the body is refused
     (403) before Triton parses it; gRPC keeps serving; an API listed in serve.open_apis is open."""
-    from trtspec.client import TritonLLMClient
+    from trtspec.client.triton import TritonLLMClient
 
     built, engine_dir = tiny_cpu_engine
     spec = respec(built, tmp_path, http_inference=False, open_apis=["logging"])

@@ -39,7 +39,7 @@ def _wait_for(condition, timeout: float, what: str):
 
 
 def _client(spec, timeout_s: float = 120.0):
-    from trtspec.client import TritonLLMClient
+    from trtspec.client.triton import TritonLLMClient
 
     return TritonLLMClient(f"127.0.0.1:{spec.serve.grpc_port}", timeout_s=timeout_s)
 

@@ -51,7 +51,7 @@ def test_server_starts_with_a_foreign_python_first_on_path(tiny_cpu_engine, tmp_
     is first on PATH when the server starts.
     Behaviour: the stub's interpreter home is anchored to the libpython it links; the model
     loads and answers."""
-    from trtspec.client import TritonLLMClient
+    from trtspec.client.triton import TritonLLMClient
 
     if first_on_path == "standalone-cpython":
         base = Path(sys.base_prefix)

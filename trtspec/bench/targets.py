@@ -44,11 +44,11 @@ def spec_counts_from_triton(stats: dict[str, Any] | None) -> SpecCounts | None:
 
 
 class TritonTarget:
-    """A Triton server through trtspec.client (gRPC streaming)."""
+    """A Triton server through trtspec.client.triton (gRPC streaming)."""
 
     def __init__(self, url: str, model: str = "tensorrt_llm", metrics_url: str | None = None):
         try:
-            from trtspec.client import TritonLLMClient
+            from trtspec.client.triton import TritonLLMClient
         except ImportError as error:
             from trtspec.errors import TrtSpecError
 

@@ -191,7 +191,7 @@ def status(ctx: click.Context, config_path: str | None, probe: bool, url: str | 
     from trtspec.serve import server
 
     if url:
-        from trtspec.client import probe as one_token
+        from trtspec.client.triton import probe as one_token
 
         result = {"url": url, **one_token(url, timeout_s=timeout_s)}
         if as_json:

@@ -31,7 +31,7 @@ def infer(prompt: str, config_path: str | None, url: str | None, model: str | No
     --json prints the text, token counts, time to first token, total time and the acceptance
     statistics instead.
     """
-    from trtspec.client import TritonLLMClient, pick_model
+    from trtspec.client.triton import TritonLLMClient, pick_model
 
     spec = resolve_spec(config_path)
     host = "127.0.0.1" if spec.serve.host in ("0.0.0.0", "") else spec.serve.host

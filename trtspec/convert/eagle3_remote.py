@@ -1,7 +1,7 @@
 """Self-distilled rows made by a running server (`--generate-url`): on GPUs the fast engine makes the data.
 
 The server is a trtspec deployment (or any Triton server with the LLM-API model) serving the same
-target; trtspec.client streams each answer over gRPC, `concurrency` requests in flight. Each
+target; trtspec.client.triton streams each answer over gRPC, `concurrency` requests in flight. Each
 sample's turns go in order (a later turn's context holds the earlier answers); samples run
 concurrently and come back in sample order, through a bounded window, so memory stays flat.
 
@@ -33,7 +33,7 @@ def generate_rows_remote(url: str, tokenizer, samples: Iterable[Sample], *, answ
                          concurrency: int = 8, phase: Phase | None = None,
                          model: str = "tensorrt_llm") -> Iterator[tuple[int, list[int]]]:
     """(sample index, row) for every sample, in order, answered by the server at `url` (gRPC host:port)."""
-    from trtspec.client import TritonLLMClient
+    from trtspec.client.triton import TritonLLMClient
 
     client = TritonLLMClient(url, model)
     one_turn_only = "speculative" in client.input_types  # trtspec's cpu model templates text_input itself

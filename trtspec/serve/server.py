@@ -190,7 +190,7 @@ def status(layout: Layout, *, probe: bool = True, probe_timeout_s: float = 30.0)
         result["reason"] = "the supervisor is gone" + ("" if running else " and so is tritonserver")
     ready = running and is_ready(record["host"], record["http_port"])
     if probe and ready:
-        from trtspec.client import probe as one_token
+        from trtspec.client.triton import probe as one_token
 
         result["probe"] = one_token(f"{connect_host(record['host'])}:{record['grpc_port']}", timeout_s=probe_timeout_s)
         ready = result["probe"]["ok"]

@@ -165,7 +165,7 @@ class Supervisor:
     def wait_serving(self, pid: int) -> str | None:
         """None once the server serves as itself; else "stop" or why it does not."""
         from trtspec import subproc
-        from trtspec.client import probe
+        from trtspec.client.triton import probe
         from trtspec.serve import ports
 
         serve, server_id = self.spec.serve, self.record["server_id"]

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from trtspec.client import TritonLLMClient, metric_total, parse_prometheus
+from trtspec.client.metrics import metric_total, parse_prometheus
+from trtspec.client.triton import TritonLLMClient
 from trtspec.repository import pbtxt
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "repository"
