@@ -62,7 +62,7 @@ def test_training_data_and_serving_tokenize_a_prompt_alike(tiny_llama):
     """EAGLE-3 training rows start with exactly the ids the engine feeds the target for that prompt."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trtspec.convert.eagle3_data import generate_sequences
+    from trtspec.convert.eagle3.data import generate_sequences
     from trtspec.runtime import Engine
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_llama)

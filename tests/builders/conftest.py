@@ -51,7 +51,7 @@ def make_eagle3_head(path: Path, target_dir: Path, *, seed: int = 0, target_sha2
     path.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(path / "model.safetensors"))
     layers = target["num_hidden_layers"]
-    from trtspec.convert.eagle3_train import aux_layer_ids  # the target layers convert trains the head on
+    from trtspec.convert.eagle3.train import aux_layer_ids  # the target layers convert trains the head on
 
     config = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": h,
               "num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": d, "intermediate_size": inter,

@@ -104,7 +104,7 @@ def test_cli_refuses_mismatched_draft(in_tmp, tiny_llama, tiny_llama_draft):
 
 
 def test_eagle3_needs_three_layers():
-    from trtspec.convert.eagle3_train import aux_layer_ids
+    from trtspec.convert.eagle3.train import aux_layer_ids
 
     assert aux_layer_ids(30) == [1, 14, 26]  # ModelOpt's default for SmolLM2's 30 layers
     assert aux_layer_ids(4) == [0, 2, 3]

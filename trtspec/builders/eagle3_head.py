@@ -18,7 +18,7 @@ from typing import Any
 
 from trtspec.builders import upstream
 from trtspec.builders.contracts import Contract
-from trtspec.convert.eagle3_export import canonical_tensor_name
+from trtspec.convert.eagle3.export import canonical_tensor_name
 from trtspec.errors import IncompatibleArtifactError
 
 CANONICAL_LAYER = "layers.{index}."

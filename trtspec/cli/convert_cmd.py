@@ -82,7 +82,7 @@ def convert(ctx, config_path, mode, fp8, draft_source, data, generate_url, gener
             max_steps, nproc_per_node, nnodes, rdzv_endpoint, eval_prompts, eval_tokens, acceptance_curve, dry_run,
             as_json) -> None:
     """ModelOpt conversion: record the target, FP8 PTQ, EAGLE-3 head training, draft pairing."""
-    from trtspec.convert.distributed import launched_by_torchrun
+    from trtspec.convert.eagle3.distributed import launched_by_torchrun
 
     spec = resolve_spec(config_path, speculative__mode=mode, quantization__fp8=fp8, speculative__draft=draft_source,
                         speculative__eagle3__data=data, speculative__eagle3__generate_url=generate_url,
@@ -122,14 +122,14 @@ def convert(ctx, config_path, mode, fp8, draft_source, data, generate_url, gener
 
 def _processes(spec):
     """(placement, Dist) for an EAGLE-3 run (joining torchrun's process group when launched by it)."""
-    from trtspec.convert.distributed import Dist, launched_by_torchrun
+    from trtspec.convert.eagle3.distributed import Dist, launched_by_torchrun
     from trtspec.errors import TrtSpecError
 
     if spec.speculative.mode != "eagle3":
         if launched_by_torchrun() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
             raise TrtSpecError("only EAGLE-3 training runs data-parallel", fix="use --nproc-per-node with --mode eagle3")
         return None, Dist()
-    from trtspec.convert.eagle3_device import placement as resolve_placement
+    from trtspec.convert.eagle3.device import placement as resolve_placement
 
     settings = spec.speculative.eagle3
     placement = resolve_placement(settings.device, settings.train_dtype)
@@ -142,7 +142,7 @@ def _launch(ctx, spec, nproc_per_node: int, nnodes: int, rdzv_endpoint: str | No
     from click.core import ParameterSource
 
     from trtspec import subproc
-    from trtspec.convert.torchrun import torchrun_command
+    from trtspec.convert.eagle3.torchrun import torchrun_command
     from trtspec.errors import SubprocessError, TrtSpecError
 
     if spec.speculative.mode != "eagle3":
@@ -240,7 +240,7 @@ def _print_results(results, curve) -> None:
 
 def _curve(spec, eval_prompts, eval_tokens, report):
     from trtspec.artifacts import Layout
-    from trtspec.convert.curve import acceptance_curve
+    from trtspec.convert.eagle3.curve import acceptance_curve
     from trtspec.convert.pipeline import held_out_prompts
 
     layout = Layout.from_spec(spec)

@@ -19,7 +19,7 @@ from trtspec import artifacts
 from trtspec.artifacts import Layout
 from trtspec.convert import draft as draft_checks
 from trtspec.convert import fp8, reports
-from trtspec.convert.distributed import Dist
+from trtspec.convert.eagle3.distributed import Dist
 from trtspec.convert.progress import Phase, Reporter
 from trtspec.convert.target import StageResult, copy_checkpoint, load_causal_lm, resolve_target, write_target
 from trtspec.prompts import prompt_texts, prompts_sha256
@@ -66,9 +66,9 @@ def run_convert(spec, *, report: Reporter | None = None, dry_run: bool = False, 
                                  report=report, dry_run=dry_run)
     target_dir, target_sha = dist.broadcast(target)
     if spec.speculative.mode == "eagle3":
-        from trtspec.convert.eagle3 import run_eagle3
-        from trtspec.convert.eagle3_device import placement as resolve_placement
-        from trtspec.convert.eagle3_sources import DataSource
+        from trtspec.convert.eagle3.device import placement as resolve_placement
+        from trtspec.convert.eagle3.sources import DataSource
+        from trtspec.convert.eagle3.stage import run_eagle3
 
         settings = spec.speculative.eagle3
         # rank 0 validates and fingerprints the data once; the others stream it later

@@ -87,7 +87,7 @@ def make_tiny_eagle3(target: str | Path):
     from modelopt.torch.speculative.config import EAGLE3_DEFAULT_CFG
     from transformers import AutoModelForCausalLM
 
-    from trtspec.convert.eagle3_train import aux_layer_ids
+    from trtspec.convert.eagle3.train import aux_layer_ids
 
     model = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32)
     config = copy.deepcopy(EAGLE3_DEFAULT_CFG["config"])

@@ -32,11 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trtspec.convert import modelopt_compat
-from trtspec.convert.distributed import Dist
-from trtspec.convert.eagle3_batches import BatchReader, GlobalMeanLoss, global_batch, loss_counts, micro_batches, share
-from trtspec.convert.eagle3_device import Placement
-from trtspec.convert.eagle3_store import FeatureStore
+from trtspec.convert.eagle3 import modelopt_compat
+from trtspec.convert.eagle3.batches import BatchReader, GlobalMeanLoss, global_batch, loss_counts, micro_batches, share
+from trtspec.convert.eagle3.device import Placement
+from trtspec.convert.eagle3.distributed import Dist
+from trtspec.convert.eagle3.store import FeatureStore
 from trtspec.errors import ModelSourceError
 
 

@@ -8,11 +8,11 @@ import os
 
 import pytest
 
-from trtspec.convert.eagle3_train import TrainSettings, lr_at
+from trtspec.convert.eagle3.train import TrainSettings, lr_at
 
 
 def test_draft_vocab_keeps_most_frequent_tokens_and_d2t_maps_back():
-    from trtspec.convert.eagle3_data import build_draft_vocab
+    from trtspec.convert.eagle3.data import build_draft_vocab
 
     sequences = [[5, 5, 5, 9, 9, 2], [9, 7, 5]]
     kept, d2t, coverage = build_draft_vocab(sequences, vocab_size=16, draft_vocab_size=3)
@@ -34,7 +34,10 @@ def tiny_eagle3_store(tiny_llama, directory, *, teacher_logits: bool = True):
     """The tiny target converted to EAGLE-3 (128-token draft vocabulary) and a feature store of 4 rows."""
     import torch
 
-    from trtspec.convert import eagle3_data, eagle3_features, eagle3_store, eagle3_train
+    from trtspec.convert.eagle3 import data as eagle3_data
+    from trtspec.convert.eagle3 import features
+    from trtspec.convert.eagle3 import store as eagle3_store
+    from trtspec.convert.eagle3 import train as eagle3_train
     from trtspec.convert.target import load_causal_lm
 
     config = json.loads((tiny_llama / "config.json").read_text())
@@ -43,11 +46,11 @@ def tiny_eagle3_store(tiny_llama, directory, *, teacher_logits: bool = True):
     kept, d2t, _ = eagle3_data.build_draft_vocab(rows, config["vocab_size"], 128)
     torch.manual_seed(0)
     eagle3_train.convert_eagle3(model, config, draft_vocab_size=128, kept_ids=kept, d2t=d2t)
-    arrays = eagle3_features.feature_arrays(model, 64)
+    arrays = features.feature_arrays(model, 64)
     if not teacher_logits:
         arrays.pop("logits")
     store = eagle3_store.FeatureStore.create(directory, rows=len(rows), arrays=arrays, key="test")
-    eagle3_features.fill_store(model, store, iter(enumerate(rows)), start=0, stop=len(rows), length=64, pad_id=0)
+    features.fill_store(model, store, iter(enumerate(rows)), start=0, stop=len(rows), length=64, pad_id=0)
     store.mark_complete()
     store.close()
     return model, eagle3_store.FeatureStore.open(directory)
@@ -57,8 +60,8 @@ def three_step_losses(model, start, store, work, *, bf16=False, batch_size=2, mi
     """Losses of three training steps from the head state `start` (same seed, same batches)."""
     import torch
 
-    from trtspec.convert import eagle3_train
-    from trtspec.convert.eagle3_device import Placement
+    from trtspec.convert.eagle3 import train as eagle3_train
+    from trtspec.convert.eagle3.device import Placement
 
     model.eagle_module.load_state_dict(start, strict=False)
     settings = eagle3_train.TrainSettings(max_steps=3, max_seconds=600, learning_rate=1e-3, batch_size=batch_size,
@@ -72,7 +75,7 @@ def test_precomputed_teacher_logits_train_exactly_like_modelopts_per_step_logits
     """The feature store keeps the teacher logits on the draft vocabulary; training on them must
     give the losses ModelOpt computes from the final hidden states itself (up to float16), and
     leave ModelOpt's own vocabulary mapping in place afterwards."""
-    from trtspec.convert import eagle3_train
+    from trtspec.convert.eagle3 import train as eagle3_train
 
     model, store = tiny_eagle3_store(tiny_llama, tmp_path / "with")
     _, without = tiny_eagle3_store(tiny_llama, tmp_path / "without", teacher_logits=False)
@@ -91,7 +94,7 @@ def test_bfloat16_training_computes_in_bfloat16_keeps_float32_weights_and_tracks
     weights and the optimizer stay float32, and the losses stay close to a float32 run."""
     import torch
 
-    from trtspec.convert import eagle3_train
+    from trtspec.convert.eagle3 import train as eagle3_train
 
     model, store = tiny_eagle3_store(tiny_llama, tmp_path / "store")
     start = {name: value.clone() for name, value in eagle3_train.trainable_state(model).items()}
@@ -111,7 +114,7 @@ def test_bfloat16_training_computes_in_bfloat16_keeps_float32_weights_and_tracks
 def test_train_dtype_auto_picks_bfloat16_only_with_native_cpu_support():
     import torch
 
-    from trtspec.convert.eagle3_device import resolve_train_dtype
+    from trtspec.convert.eagle3.device import resolve_train_dtype
 
     assert resolve_train_dtype("float32") == "float32" and resolve_train_dtype("bfloat16") == "bfloat16"
     native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
@@ -124,7 +127,7 @@ def test_gradient_accumulation_trains_like_one_forward_over_the_global_batch(tin
     micro-batches: ModelOpt's per-forward token mean is rescaled to the global batch's, so the
     losses and the weights are the same up to float32 rounding (what keeps the global batch when
     the number of processes changes)."""
-    from trtspec.convert import eagle3_train
+    from trtspec.convert.eagle3 import train as eagle3_train
 
     model, store = tiny_eagle3_store(tiny_llama, tmp_path / "store")
     start = {name: value.clone() for name, value in eagle3_train.trainable_state(model).items()}
@@ -145,7 +148,7 @@ def test_eagle3_export_prints_no_transformers_deprecation(tiny_llama, tmp_path):
     import sys
 
     script = ("import sys; from pathlib import Path; from trtspec.testing.tiny import make_tiny_eagle3; "
-              "from trtspec.convert.eagle3_export import export_eagle3; "
+              "from trtspec.convert.eagle3.export import export_eagle3; "
               "export_eagle3(make_tiny_eagle3(sys.argv[1]), Path(sys.argv[2]))")
     done = subprocess.run([sys.executable, "-c", script, str(tiny_llama), str(tmp_path / "head")],
                           capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})

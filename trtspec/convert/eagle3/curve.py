@@ -1,6 +1,6 @@
 """Acceptance against training time: evaluate every weight snapshot of the last EAGLE-3 run.
 
-`eagle3_train` saves `snapshots/step-NNNNNN.pt` (head weights, step, seconds) every
+`train` saves `snapshots/step-NNNNNN.pt` (head weights, step, seconds) every
 `checkpoint_every` steps. Each snapshot is exported with ModelOpt exactly like the final head
 and measured with the same acceptance report, so the curve and the final figure are comparable.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from trtspec import artifacts
-from trtspec.convert import eagle3_export, eagle3_train
+from trtspec.convert.eagle3 import export, train
 from trtspec.convert.progress import Reporter
 from trtspec.convert.target import load_causal_lm
 
@@ -23,7 +23,7 @@ def acceptance_curve(spec, layout, target_dir: Path, prompts: list[str], *, new_
     """[{step, seconds, mean_acceptance_length, acceptance_per_position}] for every `every`-th snapshot."""
     import torch
 
-    from trtspec.convert.eagle3 import measure_acceptance
+    from trtspec.convert.eagle3.stage import measure_acceptance
 
     work = layout.checkpoint(".eagle3-work")
     snapshots = sorted((work / "snapshots").glob("step-*.pt"))[::every]
@@ -33,14 +33,14 @@ def acceptance_curve(spec, layout, target_dir: Path, prompts: list[str], *, new_
     model, tokenizer = load_causal_lm(target_dir, dtype=spec.model.dtype)
     first = torch.load(snapshots[0], map_location="cpu", weights_only=False)["head"]
     draft_vocab = first["lm_head.weight"].shape[0] if "lm_head.weight" in first else None
-    eagle3_train.convert_eagle3(model, target_config, draft_vocab_size=draft_vocab,
+    train.convert_eagle3(model, target_config, draft_vocab_size=draft_vocab,
                                 kept_ids=None, d2t=first.get("d2t"))
     curve = []
     for path in snapshots:
         snapshot = torch.load(path, map_location="cpu", weights_only=False)
         model.eagle_module.load_state_dict(snapshot["head"], strict=False)
         with tempfile.TemporaryDirectory(dir=work) as export_dir:
-            eagle3_export.export_eagle3(model, Path(export_dir))
+            export.export_eagle3(model, Path(export_dir))
             acceptance = measure_acceptance(model, tokenizer, target_dir, Path(export_dir), prompts,
                                             max_draft_len=spec.speculative.max_draft_len, new_tokens=new_tokens,
                                             report=report)

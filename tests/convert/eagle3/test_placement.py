@@ -17,13 +17,13 @@ import pytest
 from tests.convert.conftest import write_spec
 from trtspec.errors import TrtSpecError
 
-CONVERT = Path(__file__).resolve().parents[2] / "trtspec" / "convert"
+EAGLE3 = Path(__file__).resolve().parents[3] / "trtspec" / "convert" / "eagle3"
 
 
 def test_auto_is_the_cpu_without_a_gpu_and_cuda_is_refused_in_one_line():
     import torch
 
-    from trtspec.convert.eagle3_device import Placement, host_buffer, placement, resolve_device, to_device
+    from trtspec.convert.eagle3.device import Placement, host_buffer, placement, resolve_device, to_device
 
     assert not torch.cuda.is_available()  # this machine; on a GPU machine auto picks cuda:<LOCAL_RANK>
     assert resolve_device("auto") == torch.device("cpu") == resolve_device("cpu")
@@ -38,11 +38,10 @@ def test_auto_is_the_cpu_without_a_gpu_and_cuda_is_refused_in_one_line():
 
 def test_training_code_never_names_the_cpu():
     """Tensors follow `placement.device`; `.cpu()` or a literal "cpu" device in these modules
-    would pin a GPU run's data to the host (eagle3_device is the one place devices are named)."""
-    training = ["eagle3.py", "eagle3_batches.py", "eagle3_data.py", "eagle3_features.py", "eagle3_prepare.py",
-                "eagle3_train.py", "eagle3_store.py"]
+    would pin a GPU run's data to the host (eagle3/device.py is the one place devices are named)."""
+    training = ["stage.py", "batches.py", "data.py", "features.py", "prepare.py", "train.py", "store.py"]
     for name in training:
-        text = (CONVERT / name).read_text()
+        text = (EAGLE3 / name).read_text()
         assert ".cpu()" not in text and not re.search(r"device\(\s*['\"]cpu", text), name
 
 

@@ -48,9 +48,9 @@ def prompts_file(tmp_path_factory):
 def test_server_answers_are_the_in_process_targets_greedy_answers(server, tiny_llama, prompts_file, one_torch_thread):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trtspec.convert.eagle3_data import generate_rows, iter_samples
-    from trtspec.convert.eagle3_remote import generate_rows_remote
-    from trtspec.convert.eagle3_sources import DataSource
+    from trtspec.convert.eagle3.data import generate_rows, iter_samples
+    from trtspec.convert.eagle3.remote import generate_rows_remote
+    from trtspec.convert.eagle3.sources import DataSource
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_llama)
     source = DataSource.from_settings(str(prompts_file), None).scan()
@@ -83,9 +83,9 @@ def test_cli_trains_on_answers_generated_by_the_server(server, tiny_llama, promp
 def test_the_cpu_server_refuses_multi_turn_data_in_one_line(server, tiny_llama, tmp_path):
     from transformers import AutoTokenizer
 
-    from trtspec.convert.eagle3_data import iter_samples
-    from trtspec.convert.eagle3_remote import generate_rows_remote
-    from trtspec.convert.eagle3_sources import DataSource
+    from trtspec.convert.eagle3.data import iter_samples
+    from trtspec.convert.eagle3.remote import generate_rows_remote
+    from trtspec.convert.eagle3.sources import DataSource
 
     path = tmp_path / "chat.jsonl"
     path.write_text(json.dumps({"messages": [{"role": "system", "content": "Be brief."},

@@ -21,9 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from trtspec import artifacts
-from trtspec.convert import eagle3_data, eagle3_features, eagle3_store
-from trtspec.convert.distributed import Dist
-from trtspec.convert.eagle3_sources import DataSource
+from trtspec.convert.eagle3 import data as eagle3_data
+from trtspec.convert.eagle3 import features as eagle3_features
+from trtspec.convert.eagle3 import store as eagle3_store
+from trtspec.convert.eagle3.distributed import Dist
+from trtspec.convert.eagle3.sources import DataSource
 from trtspec.convert.progress import Phase, Reporter
 
 
@@ -57,7 +59,7 @@ def make_rows(settings, model, tokenizer, source: DataSource, files: WorkFiles, 
         phase = Phase(report, "answers", total=len(share), unit="answers")
         samples = eagle3_data.iter_samples(source, settings.num_samples, rank=dist.rank, world_size=dist.world_size)
         if settings.generate_url:
-            from trtspec.convert.eagle3_remote import generate_rows_remote
+            from trtspec.convert.eagle3.remote import generate_rows_remote
 
             rows = generate_rows_remote(settings.generate_url, tokenizer, samples, answer_tokens=settings.answer_tokens,
                                         max_context=settings.seq_len, concurrency=settings.generate_concurrency,

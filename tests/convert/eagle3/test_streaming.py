@@ -30,8 +30,9 @@ def child(root: str) -> None:
 
     import torch
 
-    from trtspec.convert import eagle3_prepare, eagle3_store, eagle3_train
-    from trtspec.convert.eagle3_device import Placement
+    from trtspec.convert.eagle3 import prepare, train
+    from trtspec.convert.eagle3 import store as eagle3_store
+    from trtspec.convert.eagle3.device import Placement
     from trtspec.convert.target import load_causal_lm
     from trtspec.testing.tiny import make_tiny_llama
 
@@ -40,8 +41,8 @@ def child(root: str) -> None:
     target = make_tiny_llama(base / "target", seed=0, hidden_size=256, intermediate_size=512)
     model, tokenizer = load_causal_lm(target)
     torch.manual_seed(0)
-    eagle3_train.convert_eagle3(model, json.loads((target / "config.json").read_text()), draft_vocab_size=128)
-    files = eagle3_prepare.WorkFiles(base / "work")
+    train.convert_eagle3(model, json.loads((target / "config.json").read_text()), draft_vocab_size=128)
+    files = prepare.WorkFiles(base / "work")
     files.root.mkdir(parents=True)
     generator = random.Random(0)
     eagle3_store.write_rows(files.rows, ((i, [generator.randrange(3, 512) for _ in range(LENGTH)])
@@ -53,11 +54,11 @@ def child(root: str) -> None:
     cap = used + HEADROOM_MB * 2**20
     resource.setrlimit(resource.RLIMIT_DATA, (cap, cap))
 
-    store = eagle3_prepare.make_features(model, tokenizer, files, stats, {"test": 1}, seq_len=LENGTH,
-                                         dist=eagle3_prepare.Dist(), report=None)
-    settings = eagle3_train.TrainSettings(max_steps=20, max_seconds=600, learning_rate=1e-3, batch_size=4,
+    store = prepare.make_features(model, tokenizer, files, stats, {"test": 1}, seq_len=LENGTH,
+                                         dist=prepare.Dist(), report=None)
+    settings = train.TrainSettings(max_steps=20, max_seconds=600, learning_rate=1e-3, batch_size=4,
                                           checkpoint_every=10, seed=0, micro_batch_size=1)
-    result = eagle3_train.train_eagle3(model, lambda: store, settings, Placement(torch.device("cpu"), "float32"),
+    result = train.train_eagle3(model, lambda: store, settings, Placement(torch.device("cpu"), "float32"),
                                        files.root)
     store = eagle3_store.FeatureStore.open(files.features)
     try:
@@ -72,8 +73,8 @@ def child(root: str) -> None:
 def test_a_feature_store_larger_than_memory_is_computed_and_trained_on(tmp_path):
     from trtspec import subproc
 
-    root = Path(__file__).resolve().parents[2]
-    run = subproc.run([sys.executable, "-c", f"from tests.convert.test_streaming import child; child({str(tmp_path)!r})"],
+    root = Path(__file__).resolve().parents[3]
+    run = subproc.run([sys.executable, "-c", f"from tests.convert.eagle3.test_streaming import child; child({str(tmp_path)!r})"],
                       cwd=root, env={"OMP_NUM_THREADS": "1"}, timeout=900)
     outcome = json.loads(run.stdout.strip().splitlines()[-1])
     assert outcome["steps"] == 20 and outcome["loss"] > 0

@@ -13,7 +13,7 @@ target says there. Turns whose context already reaches `max_context` tokens are 
 (training truncates rows to seq_len anyway).
 
 `generate_rows` generates in process, batched with left padding (the padding is stripped again so
-rows are right-padded and positions start at 0, as at inference); `trtspec.convert.eagle3_remote`
+rows are right-padded and positions start at 0, as at inference); `trtspec.convert.eagle3.remote`
 makes the same rows through a running server. `build_draft_vocab` makes the reduced draft
 vocabulary: the most frequent target ids in the data, sorted, and `d2t` with target_id = draft_id
 + d2t[draft_id] (the ModelOpt / EAGLE-3 convention that TensorRT-LLM and vLLM read).
@@ -27,7 +27,7 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from trtspec.chat import Message, conversation_ids
-from trtspec.convert.eagle3_sources import Conversation, DataSource
+from trtspec.convert.eagle3.sources import Conversation, DataSource
 from trtspec.convert.progress import Phase
 
 if TYPE_CHECKING:

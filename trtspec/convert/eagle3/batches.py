@@ -22,9 +22,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from trtspec.convert import modelopt_compat
-from trtspec.convert.eagle3_device import host_buffer, to_device
-from trtspec.convert.eagle3_store import FeatureStore
+from trtspec.convert.eagle3 import modelopt_compat
+from trtspec.convert.eagle3.device import host_buffer, to_device
+from trtspec.convert.eagle3.store import FeatureStore
 
 if TYPE_CHECKING:
     import torch

@@ -1,7 +1,7 @@
 """The eagle3 stage: self-distilled data -> ModelOpt EAGLE-3 convert -> budgeted training -> export.
 
 Runs in one process or in every process of a torchrun launch (`dist`); each phase is shared out
-over the processes (eagle3_prepare, eagle3_train) and rank 0 alone writes the shared files, the
+over the processes (prepare, eagle3_train) and rank 0 alone writes the shared files, the
 export, the manifest and the report. Work files (resumable, not artifacts) live in
 `Layout.checkpoint(".eagle3-work")`: the generated rows and target features (reused while what
 they depend on is unchanged), the training state and weight snapshots. The exported head goes
@@ -16,10 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from trtspec import artifacts
-from trtspec.convert import eagle3_export, eagle3_prepare, eagle3_train, reports
-from trtspec.convert.distributed import Dist
-from trtspec.convert.eagle3_device import Placement
-from trtspec.convert.eagle3_sources import DataSource
+from trtspec.convert import reports
+from trtspec.convert.eagle3 import export as eagle3_export
+from trtspec.convert.eagle3 import prepare
+from trtspec.convert.eagle3 import train as eagle3_train
+from trtspec.convert.eagle3.device import Placement
+from trtspec.convert.eagle3.distributed import Dist
+from trtspec.convert.eagle3.sources import DataSource
 from trtspec.convert.progress import Phase, Reporter
 from trtspec.convert.target import StageResult, load_causal_lm
 from trtspec.errors import TrtSpecError
@@ -53,7 +56,7 @@ def run_eagle3(spec, layout, target_dir: Path, target_sha: str, source: DataSour
     """Train and export the EAGLE-3 head for the target in `target_dir` (skip when up to date)."""
     dist = dist or Dist()
     settings = spec.speculative.eagle3
-    final, files = layout.checkpoint("eagle3"), eagle3_prepare.WorkFiles(layout.checkpoint(".eagle3-work"))
+    final, files = layout.checkpoint("eagle3"), prepare.WorkFiles(layout.checkpoint(".eagle3-work"))
     inputs = eagle3_inputs(spec, target_sha, source)
     if artifacts.is_up_to_date(final, inputs):
         return StageResult("eagle3", final, "skipped", artifacts.read_manifest(final))
@@ -68,7 +71,7 @@ def run_eagle3(spec, layout, target_dir: Path, target_sha: str, source: DataSour
     data_key = {"target_sha256": target_sha, "data_sha256": source.sha256, "num_samples": settings.num_samples,
                 "answer_tokens": settings.answer_tokens, "seq_len": settings.seq_len}
     started = time.monotonic()
-    stats = eagle3_prepare.make_rows(settings, model, tokenizer, source, files, data_key, dist=dist, report=report)
+    stats = prepare.make_rows(settings, model, tokenizer, source, files, data_key, dist=dist, report=report)
     timings = {"data_s": round(time.monotonic() - started, 1)}
     batch_size = min(settings.batch_size, stats.count)
     if batch_size < dist.world_size:
@@ -78,7 +81,7 @@ def run_eagle3(spec, layout, target_dir: Path, target_sha: str, source: DataSour
     # 2. ModelOpt EAGLE-3 convert, sized from the target (optional reduced vocabulary + d2t)
     import torch
 
-    draft_vocab, kept, d2t, coverage = eagle3_prepare.draft_vocabulary(
+    draft_vocab, kept, d2t, coverage = prepare.draft_vocabulary(
         files, target_config["vocab_size"], settings.draft_vocab_size, dist=dist)
     torch.manual_seed(settings.seed)
     eagle3_train.convert_eagle3(model, target_config, draft_vocab_size=draft_vocab, kept_ids=kept, d2t=d2t)
@@ -86,11 +89,11 @@ def run_eagle3(spec, layout, target_dir: Path, target_sha: str, source: DataSour
 
     # 3. features: one frozen-target pass over every row, computed only when training has steps left
     feature_key = {"rows": data_key, "dtype": spec.model.dtype, "aux_layers": model.eagle_config.eagle_aux_hidden_state_layer_ids,
-                   "draft_vocab_size": draft_vocab, "kept_sha256": eagle3_prepare.ids_sha256(kept)}
+                   "draft_vocab_size": draft_vocab, "kept_sha256": prepare.ids_sha256(kept)}
 
     def features():
         started = time.monotonic()
-        store = eagle3_prepare.make_features(model, tokenizer, files, stats, feature_key, seq_len=settings.seq_len,
+        store = prepare.make_features(model, tokenizer, files, stats, feature_key, seq_len=settings.seq_len,
                                              dist=dist, report=report)
         timings["features_s"] = round(time.monotonic() - started, 1)
         return store

@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from trtspec.chat import conversation_ids, conversation_text
-from trtspec.convert.eagle3_data import SAMPLED_TEMPERATURE, Dialogue, Sample
+from trtspec.convert.eagle3.data import SAMPLED_TEMPERATURE, Dialogue, Sample
 from trtspec.convert.progress import Phase
 from trtspec.errors import ServerError, TrtSpecError
 

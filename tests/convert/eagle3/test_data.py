@@ -13,7 +13,7 @@ import pytest
 
 from tests.convert.conftest import manifest, run_cli, write_spec
 from trtspec.chat import conversation_ids, prompt_ids
-from trtspec.convert.eagle3_sources import DataSource
+from trtspec.convert.eagle3.sources import DataSource
 from trtspec.errors import TrtSpecError
 
 SHAREGPT = Path(__file__).parent / "data" / "sharegpt_tiny.json"
@@ -81,8 +81,8 @@ def test_multi_turn_rows_carry_the_targets_own_earlier_answers(tiny_llama, one_t
     first answer being the target's own, not the data's) followed by the target's second answer."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trtspec.convert.eagle3_data import Sample, generate_rows, iter_samples
-    from trtspec.convert.eagle3_sources import Conversation
+    from trtspec.convert.eagle3.data import Sample, generate_rows, iter_samples
+    from trtspec.convert.eagle3.sources import Conversation
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_llama)
     model = AutoModelForCausalLM.from_pretrained(tiny_llama)

@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from trtspec.convert import modelopt_compat
-from trtspec.convert.eagle3_store import ArraySpec, FeatureStore
+from trtspec.convert.eagle3 import modelopt_compat
+from trtspec.convert.eagle3.store import ArraySpec, FeatureStore
 from trtspec.convert.progress import Phase
 
 if TYPE_CHECKING:
