@@ -94,7 +94,7 @@ def main() -> int:
 
     from trtspec.models import resolve_model
     from trtspec.runtime import Engine
-    from trtspec.runtime.loading import load_causal_lm
+    from trtspec.runtime.checkpoints import load_causal_lm
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -55,7 +55,7 @@ def add_contenders(contenders: dict, args, target_path: Path, *, prepack: bool, 
     --hf-on-engine-model it is the engine's (prepacked) draft model, like HF's target then.
     """
     from trtspec.runtime import Engine
-    from trtspec.runtime.loading import load_causal_lm
+    from trtspec.runtime.checkpoints import load_causal_lm
 
     directory = draft_dir(args, target_path)
     if directory is None:

@@ -78,7 +78,7 @@ def test_an_attention_row_is_the_same_at_any_width_and_key_length(threads):
 
 def _paged_target(path):
     from trtspec.runtime.attention import use_paged_attention
-    from trtspec.runtime.loading import load_causal_lm
+    from trtspec.runtime.checkpoints import load_causal_lm
     from trtspec.runtime.paged import BlockAllocator, KVPool
 
     model = load_causal_lm(path)

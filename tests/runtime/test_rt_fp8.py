@@ -47,7 +47,7 @@ def test_export_really_is_fp8(fp8_export):
 def test_fp8_logits_match_the_fake_quantized_model(fp8_export, tiny_llama):
     from transformers import AutoModelForCausalLM
 
-    from trtspec.runtime.loading import load_causal_lm
+    from trtspec.runtime.checkpoints import load_causal_lm
 
     reference, out = fp8_export
     served = load_causal_lm(out)

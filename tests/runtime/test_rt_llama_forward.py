@@ -13,7 +13,7 @@ import torch
 from trtspec.runtime import batch, llama_forward
 from trtspec.runtime.attention import use_paged_attention
 from trtspec.runtime.batch import Feed
-from trtspec.runtime.loading import load_causal_lm
+from trtspec.runtime.checkpoints import load_causal_lm
 from trtspec.runtime.paged import BlockAllocator, BlockTable, KVPool, SeqKV
 from trtspec.runtime.prepack import prepack_linears
 from trtspec.runtime.tree import Tree, tree_inputs

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.skipif(not prepack.available(), reason="torch built wit
 def test_prepacked_model_matches_plain_linear_at_every_width(tiny_llama):
     import torch
 
-    from trtspec.runtime.loading import load_causal_lm
+    from trtspec.runtime.checkpoints import load_causal_lm
 
     plain, packed = load_causal_lm(tiny_llama), load_causal_lm(tiny_llama)
     keys = list(packed.state_dict())
@@ -31,7 +31,7 @@ def test_prepacked_model_matches_plain_linear_at_every_width(tiny_llama):
 
 
 def test_tied_embedding_stays_tied(tiny_llama):
-    from trtspec.runtime.loading import load_causal_lm
+    from trtspec.runtime.checkpoints import load_causal_lm
 
     model = load_causal_lm(tiny_llama)
     tied = model.lm_head.weight is model.get_input_embeddings().weight

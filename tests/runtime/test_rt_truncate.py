@@ -20,7 +20,7 @@ def truncated(tiny_llama, tmp_path_factory):
 def test_truncated_model_is_the_first_layers_of_the_full_one(tmp_path, tied):
     import torch
 
-    from trtspec.runtime.loading import load_causal_lm
+    from trtspec.runtime.checkpoints import load_causal_lm
     from trtspec.testing.tiny import make_tiny_llama
     from trtspec.testing.truncate import truncate_llama
 

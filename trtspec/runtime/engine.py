@@ -23,6 +23,7 @@ from typing import Any
 
 from trtspec.chat import prompt_ids
 from trtspec.runtime import sampling
+from trtspec.runtime.checkpoints import engine_parts
 from trtspec.runtime.config import EngineConfig
 from trtspec.runtime.request import GenerationResult, StreamChunk, validate
 from trtspec.runtime.sequence import Request, Sequence
@@ -70,10 +71,8 @@ class Engine:
     def from_checkpoints(cls, target_dir, mode: str = "ngram", draft_dir=None, max_draft_len: int = 4,
                          **runtime_options: Any) -> Engine:
         """Load a target checkpoint (FP8 dequantized if it is one) and the drafter `mode` needs."""
-        from trtspec.runtime.loading import engine_from_checkpoints
-
-        return engine_from_checkpoints(cls, target_dir, mode=mode, draft_dir=draft_dir,
-                                       max_draft_len=max_draft_len, **runtime_options)
+        return cls(*engine_parts(target_dir, mode=mode, draft_dir=draft_dir, max_draft_len=max_draft_len,
+                                 **runtime_options))
 
     def variant(self, **changes: Any) -> Engine:
         """Another Engine over the same weights, tokenizer and drafter with some settings changed

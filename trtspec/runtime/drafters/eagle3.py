@@ -28,13 +28,13 @@ proposal and recomputed from the target's real hidden states once verified.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from trtspec.errors import ModelSourceError
 from trtspec.runtime import sampling
 from trtspec.runtime.drafters.base import ChainDrafts, Draft, Drafter, DraftSession
+from trtspec.runtime.drafters.eagle3_tree import propose_trees
+from trtspec.runtime.drafters.head_feed import HeadFeed
 
 CONFIG_DROP = ("architectures", "eagle_config", "draft_vocab_size", "torch_dtype", "transformers_version")
 
@@ -114,8 +114,6 @@ class Eagle3Drafter(Drafter):
         return Eagle3Session(self, kv, params, generator, confidence_threshold, tree)
 
     def propose_batch(self, sessions, tokens, max_lens):
-        from trtspec.runtime.drafters.eagle3_tree import propose_trees
-
         # 1. Catch up every session on its newly verified positions: one head forward.
         feeds = [HeadFeed(s.kv, seq[s.kv.length + 1:], s.take_pending(len(seq)), num_logits=1)
                  for s, seq in zip(sessions, tokens, strict=True)]
@@ -197,18 +195,6 @@ class Eagle3Drafter(Drafter):
             start += length
         logits = head.lm_head(head.norm(h[0, keep]))
         return list(zip(logits.split([f.num_logits for f in feeds]), h[0].split(lengths), strict=True))
-
-
-@dataclass
-class HeadFeed:
-    """New EAGLE positions of one session: tokens, the hidden rows they pair with, where they go."""
-
-    kv: Any
-    token_ids: list[int]
-    hidden: Any  # [tokens, hidden_size]
-    positions: list[int] | None = None
-    mask: Any = None
-    num_logits: int = 1
 
 
 class Eagle3Session(DraftSession):

@@ -12,13 +12,12 @@ from __future__ import annotations
 from typing import Any
 
 from trtspec.runtime.drafters.base import Draft
+from trtspec.runtime.drafters.head_feed import HeadFeed
 
 
 def propose_trees(drafter: Any, sessions: list[Any], tokens: list[list[int]], last: list[tuple]) -> list[Draft]:
     """One tree draft per session. `last`: per session (logits, h) of its last committed position."""
     import torch
-
-    from trtspec.runtime.drafters.eagle3 import HeadFeed
 
     tree = sessions[0].tree
     node_tokens = [[0] * tree.num_nodes for _ in sessions]

@@ -1,0 +1,88 @@
+"""Checkpoints into the engine's parts: the float32 target, its tokenizer, the drafter `mode` needs.
+
+Targets load in float32 with transformers; a ModelOpt FP8 checkpoint (hf_quant_config.json) is
+dequantized at load by trtspec.runtime.fp8. Only safetensors are read; remote code is never
+trusted. Nothing here knows the Engine class: engine.py calls `engine_parts`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from trtspec.errors import IncompatibleArtifactError, ModelSourceError
+from trtspec.runtime.config import EngineConfig
+
+
+def engine_parts(target_dir, *, mode: str = "ngram", draft_dir=None, max_draft_len: int = 4,
+                 ngram_min: int = 1, ngram_max: int = 3, eagle_choices=None, dtype: str = "float32",
+                 prepack: bool = True, **options: Any):
+    """(target, tokenizer, drafter, EngineConfig) from a target checkpoint and, by `mode`, its drafter:
+    what Engine(...) takes.
+
+    prepack: run the target's (and a draft model's) linear layers on oneDNN-prepacked weights
+    (prepack.py: multi-token verify passes cost far less; twice the linear-weight memory).
+    """
+    from transformers import AutoTokenizer
+
+    if dtype != "float32":
+        raise IncompatibleArtifactError(f"runtime dtype {dtype!r} is not supported by the cpu engine",
+                                        fix="use float32 (FP8 checkpoints are dequantized to float32 at load)")
+
+    target = load_causal_lm(target_dir)
+    if prepack:
+        from trtspec.runtime.prepack import prepack_linears
+
+        prepack_linears(target)
+    tokenizer = AutoTokenizer.from_pretrained(str(target_dir))
+    drafter = None
+    if mode == "ngram":
+        from trtspec.runtime.drafters.ngram import NgramDrafter
+
+        drafter = NgramDrafter(ngram_min, ngram_max)
+    elif mode == "draft-target":
+        from trtspec.runtime.drafters.draft_model import DraftModelDrafter
+
+        draft_model = load_causal_lm(_need(draft_dir, mode))
+        if prepack:
+            from trtspec.runtime.prepack import prepack_linears
+
+            prepack_linears(draft_model)
+        drafter = DraftModelDrafter(draft_model)
+    elif mode == "eagle3":
+        from trtspec.runtime.drafters.eagle3 import Eagle3Drafter
+
+        drafter = Eagle3Drafter.from_dir(_need(draft_dir, mode), target)
+    elif mode != "none":
+        raise IncompatibleArtifactError(f"unknown speculative mode {mode!r}",
+                                        fix="use one of eagle3, draft-target, ngram, none")
+    config = EngineConfig.from_options(mode=mode, max_draft_len=max_draft_len,
+                                       eagle_choices=eagle_choices if mode == "eagle3" else None, **options)
+    return target, tokenizer, drafter, config
+
+
+def _need(draft_dir, mode: str) -> Path:
+    if draft_dir is None or not Path(draft_dir).is_dir():
+        raise ModelSourceError(f"mode {mode} needs a draft checkpoint directory (got {draft_dir})",
+                               fix="run `trtspec convert` to make one")
+    return Path(draft_dir)
+
+
+def load_causal_lm(path: str | Path):
+    """A float32 causal LM in eval mode; FP8 checkpoints are dequantized (see fp8.py)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # a loading bar per model is noise in the CLI and in servers
+
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise ModelSourceError(f"{path}: no config.json", fix="point at a Hugging Face checkpoint directory")
+    if (path / "hf_quant_config.json").is_file():
+        from trtspec.runtime.fp8 import load_fp8_causal_lm
+
+        return load_fp8_causal_lm(path)
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32, use_safetensors=True,
+                                                 trust_remote_code=False)
+    return model.eval()
