@@ -34,7 +34,7 @@ def test_llm_api_names_for_the_cpu_model():
     client = _client(GOLDEN / "cpu" / "tensorrt_llm" / "config.pbtxt")
     assert client.llm_api and client.decoupled
     sent = _sent(client.build_inputs("hi", max_tokens=5, temperature=0.0, top_p=0.9, seed=3, speculative=False))
-    assert sent == {"text_input": ("BYTES", [1]), "streaming": ("BOOL", [1]), "sampling_param_max_tokens": ("INT64", [1]),
+    assert sent == {"text_input": ("BYTES", [1]), "streaming": ("BOOL", [1]), "sampling_param_max_tokens": ("INT32", [1]),
                     "sampling_param_temperature": ("FP32", [1]), "sampling_param_top_p": ("FP32", [1]),
                     "sampling_param_seed": ("UINT64", [1]), "sampling_param_return_perf_metrics": ("BOOL", [1]),
                     "speculative": ("BOOL", [1])}
@@ -60,3 +60,12 @@ def test_prometheus_parsing_sums_labels():
     samples = parse_prometheus(text)
     assert metric_total(samples, "trtspec:spec_decode_num_drafts") == 3
     assert metric_total(samples, "trtspec:spec_decode_num_accepted_tokens_per_pos") == 3
+
+
+def test_an_integer_beyond_the_stock_int32_is_refused_in_the_client():
+    from trtspec.client.requests import InvalidRequestError
+
+    client = _client(GOLDEN / "cpu" / "tensorrt_llm" / "config.pbtxt")
+    with pytest.raises(InvalidRequestError, match=r"^sampling_param_max_tokens: 4294967312 does not fit .* INT32"):
+        client.build_inputs("hi", max_tokens=2**32 + 16)
+    assert _sent(client.build_inputs("hi", max_tokens=2**31 - 1))["sampling_param_max_tokens"] == ("INT32", [1])

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
-from trtspec.repository.cpu_request import InvalidRequest, parse_request
+from trtspec.repository.cpu_request import InvalidRequest, StopRequest, parse_request
 
 
 def _req(**values):
@@ -105,3 +107,46 @@ def test_prompt_byte_limit_is_sound(source, request):
     for text in samples:
         assert len(text.encode()) > limit
         assert len(prompt_ids(tokenizer, text, None)) > max_input_len, text[:40]
+
+
+def test_stock_stop_input_asks_to_cancel_before_anything_else_is_read():
+    # The stock client (llmapi_client.py prepare_stop_signals) sends an empty text_input with stop.
+    values = {"text_input": np.array([b""], dtype=np.object_), "stop": np.array([True])}
+    assert isinstance(parse_request(values, max_seq_len=512), StopRequest)
+
+
+@pytest.mark.parametrize("name, value, reason", [
+    ("sampling_param_frequency_penalty", np.float32(0.5), "applies no penalties"),
+    ("sampling_param_presence_penalty", np.float32(-1.0), "applies no penalties"),
+    ("sampling_param_best_of", np.int32(2), "one sequence per request"),
+    ("return_cumulative_logprob", True, "log probabilities"),
+    ("return_stop_reason", True, "which stop string"),
+])
+def test_stock_inputs_the_engine_cannot_honour_are_refused_with_the_reason(name, value, reason):
+    with pytest.raises(InvalidRequest, match=f"^{name}: only .* is served \\(.*{reason}"):
+        parse_request(_req(**{name: np.array([value])}), max_seq_len=512)
+
+
+def test_stock_inputs_at_their_default_pass():
+    parsed = parse_request(_req(sampling_param_frequency_penalty=np.float32(0.0), sampling_param_best_of=np.int32(1),
+                                sampling_param_exclude_input_from_output=True, return_finish_reason=True,
+                                sampling_param_top_k=np.int32(4)), max_seq_len=512)
+    assert parsed.top_k == 4 and parsed.chat_template
+
+
+def test_messages_addition_replaces_text_input():
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+    values = _req(messages=np.array([json.dumps(messages).encode()], dtype=np.object_))
+    assert parse_request(values, max_seq_len=512).messages == messages
+    with pytest.raises(InvalidRequest, match="^messages: must be a non-empty array"):
+        parse_request(_req(messages=np.array([b'[{"role": "robot", "content": "x"}]'], dtype=np.object_)),
+                      max_seq_len=512)
+    with pytest.raises(InvalidRequest, match="^messages: 40 bytes of content is more than"):
+        parse_request(_req(messages=np.array([json.dumps([{"role": "user", "content": "x" * 40}]).encode()],
+                                             dtype=np.object_)), max_seq_len=512, max_prompt_bytes=39)
+
+
+def test_int32_max_tokens_that_wrapped_negative_is_refused():
+    # Over HTTP Triton truncates 4294967295 to INT32 -1 before the model sees it.
+    with pytest.raises(InvalidRequest, match="^sampling_param_max_tokens: must be at least 1 \\(got -1\\)"):
+        parse_request(_req(sampling_param_max_tokens=np.array([-1], np.int32)), max_seq_len=512)

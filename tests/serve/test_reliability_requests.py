@@ -45,15 +45,30 @@ def test_http_unknown_json_key_is_refused(served):
     _still_serves(spec)
 
 
-@pytest.mark.parametrize("value", [4294967312, -4294967290])
-def test_http_integer_beyond_int32_is_refused_not_wrapped(served, value):
-    """Fault: max_tokens 4294967312 (2**32 + 16) over HTTP, which Triton's JSON conversion used
-    to truncate to 16 for an INT32 input.
-    Behaviour: 400 naming sampling_param_max_tokens and its limit (the input is INT64)."""
+@pytest.mark.parametrize("value, seen", [(2**31, -2**31), (2**32 - 1, -1), (2**32 + 2**31 + 5, -2**31 + 5)])
+def test_http_integer_that_wraps_negative_is_refused(served, value, seen):
+    """Fault: max_tokens beyond INT32 over HTTP (2**31, 2**32 - 1, ...): Triton's JSON conversion
+    truncates it to the stock INT32 input's width, so the model sees a negative number.
+    Behaviour: 400 naming sampling_param_max_tokens, "must be at least 1", and the value the model
+    saw; the server keeps serving."""
     spec, _, _ = served
     status, answer = _generate(spec, {"text_input": "hello", "sampling_param_max_tokens": value})
-    assert status == 400 and answer["error"].startswith("sampling_param_max_tokens: must be"), answer
+    assert status == 400, answer
+    assert answer["error"] == f"sampling_param_max_tokens: must be at least 1 (got {seen})"
     _still_serves(spec)
+
+
+@pytest.mark.parametrize("value, seen", [(2**32 + 16, 16), (-2**32 + 6, 6)])
+def test_http_integer_that_wraps_into_range_is_served_as_wrapped(served, value, seen):
+    """Fault: max_tokens 4294967312 (2**32 + 16) or -4294967290 over HTTP, which Triton's JSON
+    conversion truncates to the stock INT32 input's width: 16 and 6.
+    Behaviour: served as max_tokens 16 and 6 (measured; the model cannot tell a wrapped value
+    from a sent one; gRPC clients send typed INT32 and trtspec's client refuses such values)."""
+    spec, _, _ = served
+    status, answer = _generate(spec, {"text_input": "hello", "sampling_param_max_tokens": value,
+                                      "sampling_param_return_perf_metrics": True})
+    assert status == 200 and answer["finish_reason"] == "length", answer
+    assert answer["num_output_tokens"] == seen
 
 
 def test_http_integer_beyond_int64_is_refused_by_triton(served):

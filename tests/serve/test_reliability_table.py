@@ -34,7 +34,7 @@ def test_every_finding_of_issue_15_has_a_row():
         "two deploys race / spec-relative stop": "test_two_deploys_on_the_same_ports_one_wins_and_stop_works_from_elsewhere",
         "10 MB prompt": "test_ten_megabyte_prompt_is_refused_by_its_byte_length",
         "temperature": "test_http_temperature_that_underflows_or_overflows_is_refused",
-        "integer wrap": "test_http_integer_beyond_int32_is_refused_not_wrapped",
+        "integer wrap": "test_http_integer_that_wraps_negative_is_refused",
         "unknown JSON key": "test_http_unknown_json_key_is_refused",
         "shared memory / admin APIs (HTTP)": "test_http_admin_apis_are_closed_to_every_header",
         "shared memory / admin APIs (gRPC)": "test_grpc_admin_apis_are_closed_to_every_header",

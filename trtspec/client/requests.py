@@ -11,6 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from trtspec.errors import TrtSpecError
+
+
+class InvalidRequestError(TrtSpecError):
+    """A request value the served model's declared inputs cannot carry."""
+
 # LLM-API name -> ensemble/BLS name (tensorrtllm_backend); None: not sent under that scheme.
 ENSEMBLE_NAMES = {"sampling_param_max_tokens": "max_tokens", "streaming": "stream",
                   "sampling_param_temperature": "temperature", "sampling_param_top_p": "top_p",
@@ -66,7 +72,7 @@ class ServedModel:
         for key, value in values.items():
             name = self.name(key)
             if value is not None and name is not None:
-                arrays[name] = np.array([value], dtype=numpy_types[input_types[name]])
+                arrays[name] = _typed(name, value, input_types[name], numpy_types)
         if num_draft_tokens is not None and "num_draft_tokens" in input_types:
             arrays["num_draft_tokens"] = np.array([num_draft_tokens], dtype=np.int32)
         for name, value in (extra or {}).items():
@@ -80,6 +86,22 @@ class ServedModel:
             tensor.set_data_from_numpy(array)
             inputs.append(tensor)
         return inputs
+
+
+INT_RANGES = {"INT32": (-2**31, 2**31 - 1), "INT64": (-2**63, 2**63 - 1), "UINT64": (0, 2**64 - 1)}
+
+
+def _typed(name: str, value: Any, dtype: str, numpy_types: dict[str, Any]) -> Any:
+    """One value as a one-element array of the input's declared type; an integer out of the
+    type's range is refused here (numpy would raise OverflowError, or wrap)."""
+    import numpy as np
+
+    if dtype in INT_RANGES and not isinstance(value, bool):
+        low, high = INT_RANGES[dtype]
+        if not low <= int(value) <= high:
+            raise InvalidRequestError(f"{name}: {value} does not fit the served model's {dtype} input "
+                                      f"({low}..{high})", fix=f"send a value in {low}..{high}")
+    return np.array([value], dtype=numpy_types[dtype])
 
 
 def _np_to_triton(array: Any) -> str:

@@ -1,6 +1,7 @@
 """The cpu backend's repository: one decoupled Python-backend model `tensorrt_llm`.
 
-Files: `tensorrt_llm/config.pbtxt` (the LLM-API I/O contract plus `speculative`) and
+Files: `tensorrt_llm/config.pbtxt` (the stock llmapi model's I/O of `build.trtllm_version`, plus
+trtspec's optional additions: trtspec.repository.llmapi_io) and
 `tensorrt_llm/1/model.py`, a one-line import of trtspec.repository.cpu_model, so the serving code
 lives in the package (the server finds it through PYTHONPATH, see trtspec.serve.server).
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trtspec.repository import pbtxt
+from trtspec.repository import llmapi_io, pbtxt
 from trtspec.repository.pbtxt import tensor
 
 MODEL_NAME = "tensorrt_llm"
@@ -35,35 +36,25 @@ from trtspec.repository.cpu_model import TritonPythonModel  # noqa: E402,F401
 '''
 
 
-def inputs() -> list[dict[str, Any]]:
-    """The LLM-API model's inputs (DESIGN.md), every one optional but text_input.
+def inputs(version: str) -> list[dict[str, Any]]:
+    """The stock llmapi model's inputs of TensorRT-LLM `version` (llmapi_io), then trtspec's additions.
 
-    The integers are INT64 where the stock LLM-API config says INT32: Triton 2.51 converts HTTP
-    JSON numbers to the declared width by truncation (http_server.cc, "FIXME ... bounds check"),
-    so max_tokens 4294967312 reached an INT32 model as 16 and was served. As INT64 the model sees
-    the value sent and refuses it. Clients that read the config (trtspec's, perf_analyzer) adapt;
-    a gRPC client hard-coding INT32 gets Triton's "unexpected datatype" error, not a wrong answer.
+    The stock integers are INT32: Triton 2.51's HTTP JSON parser converts a number to the declared
+    width by truncation (http_server.cc, "FIXME ... bounds check"), so over HTTP max_tokens
+    4294967312 reaches the model as 16; docs/DEPLOY.md ("Stock llmapi I/O") has what was measured.
+    gRPC clients send typed tensors, and tritonclient refuses a value numpy cannot hold.
     """
-    return [tensor("text_input", "BYTES", [1]),
-            tensor("streaming", "BOOL", [1], optional=True),
-            tensor("sampling_param_max_tokens", "INT64", [1], optional=True),
-            tensor("sampling_param_temperature", "FP32", [1], optional=True),
-            tensor("sampling_param_top_p", "FP32", [1], optional=True),
-            tensor("sampling_param_top_k", "INT64", [1], optional=True),
-            tensor("sampling_param_seed", "UINT64", [1], optional=True),
-            tensor("sampling_param_stop", "BYTES", [-1], optional=True),
-            tensor("sampling_param_return_perf_metrics", "BOOL", [1], optional=True),
-            tensor("speculative", "BOOL", [1], optional=True)]
+    stock = llmapi_io.stock(version)
+    added = [tensor(name, dtype, dims, optional=True) for name, dtype, dims, _ in llmapi_io.ADDED_INPUTS]
+    return [dict(entry) for entry in stock["inputs"]] + added
 
 
-def outputs() -> list[dict[str, Any]]:
-    return [tensor("text_output", "BYTES", [-1]),
-            tensor("finish_reason", "BYTES", [-1]),
-            tensor("acceptance_rate", "FP32", [1]),
-            tensor("total_accepted_draft_tokens", "INT64", [1]),
-            tensor("total_draft_tokens", "INT64", [1]),
-            tensor("num_drafts", "INT64", [1]),
-            tensor("num_output_tokens", "INT64", [1])]
+def outputs(version: str) -> list[dict[str, Any]]:
+    """The stock outputs (declared; the cpu model sends text_output, finish_reason, stop_reason on
+    request, and the speculative counters with perf metrics), then trtspec's additions."""
+    stock = llmapi_io.stock(version)
+    added = [tensor(name, dtype, dims) for name, dtype, dims, _ in llmapi_io.ADDED_OUTPUTS]
+    return [dict(entry) for entry in stock["outputs"]] + added
 
 
 def model_config(engine: dict[str, Any], spec: Any, engine_path: str) -> dict[str, Any]:
@@ -75,8 +66,8 @@ def model_config(engine: dict[str, Any], spec: Any, engine_path: str) -> dict[st
         # Batching happens inside the model (the engine's in-flight batching loop), not in Triton's batcher.
         "max_batch_size": 0,
         "model_transaction_policy": {"decoupled": spec.serve.streaming},
-        "input": inputs(),
-        "output": outputs(),
+        "input": inputs(spec.build.trtllm_version),
+        "output": outputs(spec.build.trtllm_version),
         "instance_group": [{"count": spec.serve.instance_count, "kind": "KIND_CPU"}],
         "parameters": pbtxt.parameters({
             "engine_dir": engine_path,

@@ -3,11 +3,12 @@
 The rendered repository's `tensorrt_llm/1/model.py` is one import of `TritonPythonModel` from
 here, so the serving code is versioned, linted and tested with the rest of trtspec. Contract:
 
-- I/O is the LLM-API model's (DESIGN.md): `text_input` plus optional `streaming`,
-  `sampling_param_*`, `sampling_param_return_perf_metrics`, and `speculative` (false turns
-  speculation off for that request, for baselines). Outputs `text_output`, `finish_reason` and,
-  with perf metrics, `acceptance_rate`, `total_accepted_draft_tokens`, `total_draft_tokens`,
-  `num_drafts`, `num_output_tokens`.
+- I/O is the stock llmapi model's of `build.trtllm_version` (trtspec.repository.llmapi_io) plus
+  trtspec's optional additions `speculative` (false turns speculation off for that request),
+  `chat_template` and `messages`. Outputs `text_output`, `finish_reason` and, with perf metrics,
+  `acceptance_rate`, `total_accepted_draft_tokens`, `total_draft_tokens` and the additions
+  `num_drafts`, `num_output_tokens`, `num_input_tokens`. `stop: true` cancels the requests sent
+  with the same request id, as the stock model.py does, and is answered CANCELLED.
 - In-flight batching: `execute` checks each request and hands it to the engine's scheduler
   (Engine.submit) with a `Responder` as its sink; there is no thread per request. The engine's
   one loop thread runs every admitted request's steps together and the responders send what each
@@ -31,7 +32,14 @@ import json
 import threading
 from typing import Any
 
-from trtspec.repository.cpu_request import INPUT_NAMES, InvalidRequest, Request, parse_request, prompt_byte_limit
+from trtspec.repository.cpu_request import (
+    INPUT_NAMES,
+    InvalidRequest,
+    Request,
+    StopRequest,
+    parse_request,
+    prompt_byte_limit,
+)
 
 METRIC_PREFIX = "trtspec:spec_decode_"
 METRICS = {
@@ -50,13 +58,14 @@ GAUGES = {
 FAILURE_REASONS = ("invalid", "busy", "internal")
 
 
-def perf_outputs(stats: Any, num_output_tokens: int) -> dict[str, tuple[Any, str]]:
-    """The perf-metric outputs of a finished request: name -> (value, numpy dtype)."""
+def perf_outputs(stats: Any, num_output_tokens: int, num_input_tokens: int) -> dict[str, tuple[Any, str]]:
+    """The perf-metric outputs of a finished request: name -> (value, numpy dtype of its declaration)."""
     return {"acceptance_rate": (float(stats.acceptance_rate), "float32"),
-            "total_accepted_draft_tokens": (int(stats.num_accepted_tokens), "int64"),
-            "total_draft_tokens": (int(stats.num_draft_tokens), "int64"),
-            "num_drafts": (int(stats.num_drafts), "int64"),
-            "num_output_tokens": (int(num_output_tokens), "int64")}
+            "total_accepted_draft_tokens": (int(stats.num_accepted_tokens), "int32"),
+            "total_draft_tokens": (int(stats.num_draft_tokens), "int32"),
+            "num_drafts": (int(stats.num_drafts), "int32"),
+            "num_output_tokens": (int(num_output_tokens), "int32"),
+            "num_input_tokens": (int(num_input_tokens), "int32")}
 
 
 class TritonPythonModel:
@@ -80,6 +89,8 @@ class TritonPythonModel:
         # Refuse an oversized prompt by its byte length, before decoding or tokenizing it.
         self.max_prompt_bytes = prompt_byte_limit(self.engine.tokenizer, self.engine.max_input_len)
         self._metrics_lock = threading.Lock()
+        self._stopped: set[str] = set()  # request ids a `stop: true` request cancelled
+        self._stopped_lock = threading.Lock()
         self._init_metrics(args["model_name"], args.get("model_version", "1"))
         self.engine.scheduler.on_step = self._set_gauges
         self._set_gauges(self.engine.scheduler.snapshot())
@@ -155,18 +166,52 @@ class TritonPythonModel:
 
         try:
             parsed = self._parse(request)
+            if isinstance(parsed, StopRequest):
+                self._stop(request.request_id(), sink)
+                return
             sink.bind(parsed)
-            prompt = self.engine.encode(parsed.prompt)
+            prompt = self._token_ids(parsed)
+            sink.num_input_tokens = len(prompt)
             self.engine.submit(prompt, max_new_tokens=parsed.max_tokens, temperature=parsed.temperature,
                                top_k=parsed.top_k, top_p=parsed.top_p, seed=parsed.seed,
                                speculative=parsed.speculative, stop=parsed.stop, sink=sink,
-                               is_cancelled=is_cancelled)
+                               is_cancelled=self._cancel_check(request.request_id(), is_cancelled))
         except ServerBusyError as error:
             self.refuse(sink, str(error), "busy", "UNAVAILABLE")
         except (InvalidRequest, TrtSpecError) as error:
             self.refuse(sink, str(error), "invalid", "INVALID_ARG")
         except Exception as error:  # noqa: BLE001 - a request must never take the model down
             self.refuse(sink, f"internal error: {type(error).__name__}: {error}", "internal", "INTERNAL")
+
+    def _token_ids(self, parsed: Request) -> list[int]:
+        """The prompt's token ids: a conversation or one user turn through the chat template
+        (trtspec.chat, the one rule), or plain text when chat_template is false."""
+        from trtspec.chat import conversation_ids
+
+        if parsed.messages is not None:
+            return conversation_ids(self.engine.tokenizer, parsed.messages, add_generation_prompt=True)
+        return self.engine.encode(parsed.prompt, chat=None if parsed.chat_template else False)
+
+    def _cancel_check(self, request_id: str, is_cancelled: Any) -> Any:
+        """is_cancelled for the engine: the client went away, or a `stop` request named this id."""
+        if not request_id:
+            return is_cancelled
+        stopped = self._stopped
+
+        def check() -> bool:
+            return request_id in stopped or bool(is_cancelled and is_cancelled())
+        return check
+
+    def _stop(self, request_id: str, sink: Responder | Collector) -> None:
+        """`stop: true` (stock model.py handle_stop_request): cancel that id's requests."""
+        if not request_id:
+            sink.finish(self.error_response("stop: a request id must be provided for request cancellation"))
+            return
+        with self._stopped_lock:
+            self._stopped.add(request_id)
+            if len(self._stopped) > 10000:  # ids of long-finished requests: forget the oldest half
+                self._stopped = set(list(self._stopped)[5000:])
+        sink.finish(self.error_response("Request cancelled by client", "CANCELLED"))
 
     def refuse(self, sink: Responder | Collector, message: str, reason: str, code: str) -> None:
         """Count a request that failed (by reason) and end it with the error."""
@@ -212,6 +257,7 @@ class Responder:
         self.parsed: Request | None = None
         self.text: list[str] = []
         self.num_tokens = 0
+        self.num_input_tokens = 0
 
     def bind(self, parsed: Request) -> None:
         self.parsed = parsed
@@ -240,7 +286,7 @@ class Responder:
         # 3. finished: record the statistics, send the last piece with the final flag.
         if item.finish_reason is not None:
             model.record(item.stats)
-            extra = perf_outputs(item.stats, self.num_tokens) if parsed.perf_metrics else None
+            extra = perf_outputs(item.stats, self.num_tokens, self.num_input_tokens) if parsed.perf_metrics else None
             piece = item.text if parsed.streaming else "".join(self.text) + item.text
             self.finish(model.response(piece, item.finish_reason, extra))
         # 4. streaming: send what this step committed.
@@ -260,6 +306,7 @@ class Collector:
         self.result = None
         self.parsed = None
         self.text: list[str] = []
+        self.num_input_tokens = 0
 
     def bind(self, parsed: Request) -> None:
         if parsed.streaming:
@@ -271,7 +318,13 @@ class Collector:
         self.done.set()
 
     def __call__(self, item: Any) -> None:
+        from trtspec.runtime.request import RequestCancelled
+
         model = self.model
+        if isinstance(item, RequestCancelled):
+            model.cancelled.increment(1)
+            self.finish(model.error_response("Request cancelled by client", "CANCELLED"))
+            return
         if isinstance(item, BaseException):
             model.refuse(self, str(item), "internal", "INTERNAL")
             return
@@ -279,7 +332,7 @@ class Collector:
         if item.finish_reason is not None:
             model.record(item.stats)
             num_tokens = item.stats.num_output_tokens
-            extra = perf_outputs(item.stats, num_tokens) if self.parsed.perf_metrics else None
+            extra = perf_outputs(item.stats, num_tokens, self.num_input_tokens) if self.parsed.perf_metrics else None
             self.finish(model.response("".join(self.text), item.finish_reason, extra))
 
     def wait(self):

@@ -12,8 +12,12 @@ Cheap refusals come first, before anything costs memory or time:
 - the prompt's byte length, against `prompt_byte_limit` (a bound no prompt that fits
   max_input_len tokens can exceed), before the prompt is decoded or tokenized: a 10 MB prompt
   used to be tokenized in full (10 s, +1.3 GB) before the token-count check refused it.
-- integers: the config declares them INT64 so that Triton's JSON conversion (which truncates to
-  the declared width: 4294967312 became 16 as INT32) hands the model the value the client sent.
+- integers are the stock model's INT32: over HTTP, Triton's JSON conversion truncates a number to
+  the declared width (4294967312 arrives as 16, 4294967295 as -1), so the model refuses what it
+  can see is wrong (below 1, negative) and cannot see a value that wrapped into range
+  (docs/DEPLOY.md has the measured table).
+- stock inputs the cpu engine cannot honour (UNSUPPORTED) pass at their default value and are
+  refused otherwise, with the reason.
 """
 
 from __future__ import annotations
@@ -25,9 +29,23 @@ from typing import Any
 from trtspec.runtime.request import temperature_problem
 
 DEFAULT_MAX_TOKENS = 128
-INPUT_NAMES = ("text_input", "streaming", "sampling_param_max_tokens", "sampling_param_temperature",
-               "sampling_param_top_p", "sampling_param_top_k", "sampling_param_seed", "sampling_param_stop",
-               "sampling_param_return_perf_metrics", "speculative")
+INT32_MAX = 2**31 - 1
+# The stock llmapi model's inputs (trtspec.repository.llmapi_io), then trtspec's additions.
+INPUT_NAMES = ("text_input", "streaming", "sampling_param_best_of", "sampling_param_temperature",
+               "sampling_param_top_k", "sampling_param_top_p", "sampling_param_frequency_penalty",
+               "sampling_param_presence_penalty", "sampling_param_max_tokens", "sampling_param_stop",
+               "sampling_param_seed", "sampling_param_exclude_input_from_output",
+               "sampling_param_return_perf_metrics", "return_finish_reason", "return_stop_reason",
+               "return_cumulative_logprob", "stop", "speculative", "chat_template", "messages")
+IGNORED_PARAMETERS = ("Streaming",)
+# Stock inputs the cpu engine cannot honour with a value other than the default: (default, why).
+UNSUPPORTED = {
+    "sampling_param_best_of": (1, "the cpu engine returns one sequence per request"),
+    "sampling_param_frequency_penalty": (0.0, "the cpu engine's sampler applies no penalties"),
+    "sampling_param_presence_penalty": (0.0, "the cpu engine's sampler applies no penalties"),
+    "return_stop_reason": (False, "the cpu engine does not report which stop string ended a request"),
+    "return_cumulative_logprob": (False, "the cpu engine does not compute log probabilities"),
+}
 # Worst-case byte shrink of a tokenizer's normalizer (bytes in / bytes out), per normalizer type;
 # types not listed (stripping, BERT cleaning, SentencePiece's precompiled map) can delete text,
 # so no byte bound holds for them. NFKC maps 4-byte mathematical letters to 1-byte ASCII.
@@ -52,6 +70,13 @@ class Request:
     stop: list[str] | None
     perf_metrics: bool
     speculative: bool
+    chat_template: bool = True
+    messages: list[dict[str, str]] | None = None
+
+
+@dataclass(frozen=True)
+class StopRequest:
+    """The stock model's `stop: true`: cancel the running requests sent with this request id."""
 
 
 def _scalar(values: dict[str, Any], name: str, kind: type, default: Any) -> Any:
@@ -128,17 +153,19 @@ def _component_types(node: dict[str, Any] | None, key: str) -> set[str]:
 
 
 def check_parameters(parameters: dict[str, Any] | str | None) -> None:
-    """Refuse request parameters trtspec does not read (Triton's own `triton_*` keys pass)."""
+    """Refuse request parameters trtspec does not read (Triton's own `triton_*` keys pass, and
+    `Streaming`, which TensorRT-LLM's triton_backend/tools/llmapi_client.py sends with every
+    request and the stock model ignores: the `streaming` input decides)."""
     if isinstance(parameters, str):
         parameters = json.loads(parameters or "{}")
-    unknown = sorted(k for k in (parameters or {}) if not k.startswith("triton_"))
+    unknown = sorted(k for k in (parameters or {}) if not k.startswith("triton_") and k not in IGNORED_PARAMETERS)
     if unknown:
         raise InvalidRequest(f"{unknown[0]}: unknown input (over HTTP every JSON key that is not an input becomes "
                              f"a request parameter); this model takes {', '.join(INPUT_NAMES)}")
 
 
 def parse_request(values: dict[str, Any], *, max_seq_len: int, max_prompt_bytes: int | None = None,
-                  parameters: dict[str, Any] | str | None = None) -> Request:
+                  parameters: dict[str, Any] | str | None = None) -> Request | StopRequest:
     """Check one request's input arrays (name -> numpy array, missing ones absent) and read them.
 
     Raises InvalidRequest naming the input and the allowed values. `parameters` are the request's
@@ -146,21 +173,23 @@ def parse_request(values: dict[str, Any], *, max_seq_len: int, max_prompt_bytes:
     The exact prompt-length check (max_input_len tokens) needs the tokenizer and is the engine's.
     """
     check_parameters(parameters)
-    if values.get("text_input") is None:
-        raise InvalidRequest("text_input: required (send the prompt as BYTES)")
-    texts = values["text_input"].reshape(-1)
-    if texts.size != 1:
-        raise InvalidRequest(f"text_input: send exactly one prompt per request (got {texts.size})")
-    size = len(texts[0]) if isinstance(texts[0], bytes) else len(str(texts[0]).encode("utf-8"))
+    if _scalar(values, "stop", bool, False):
+        return StopRequest()
+    for name, (default, why) in UNSUPPORTED.items():
+        value = _scalar(values, name, type(default), default)
+        if value != default:
+            raise InvalidRequest(f"{name}: only {default} is served ({why}; got {value})")
+    messages = _messages(values)
+    prompt = _prompt(values, max_prompt_bytes) if messages is None else ""
+    size = sum(len(m["content"].encode("utf-8")) for m in messages or [])
     if max_prompt_bytes is not None and size > max_prompt_bytes:
-        raise InvalidRequest(f"text_input: {size} bytes is more than any prompt that fits the engine's max_input_len "
-                             f"can have ({max_prompt_bytes} bytes); refused before tokenizing, shorten the prompt")
-    prompt = _text(texts[0], "text_input")
-    if not prompt.strip():
-        raise InvalidRequest("text_input: empty prompt; send some text")
+        raise InvalidRequest(f"messages: {size} bytes of content is more than any prompt that fits the engine's "
+                             f"max_input_len can have ({max_prompt_bytes} bytes); shorten the conversation")
     max_tokens = _scalar(values, "sampling_param_max_tokens", int, DEFAULT_MAX_TOKENS)
     if max_tokens < 1:
         raise InvalidRequest(f"sampling_param_max_tokens: must be at least 1 (got {max_tokens})")
+    if max_tokens > INT32_MAX:
+        raise InvalidRequest(f"sampling_param_max_tokens: must fit INT32 (got {max_tokens})")
     if max_tokens >= max_seq_len:
         raise InvalidRequest(f"sampling_param_max_tokens: must be below the engine's max_seq_len {max_seq_len} "
                              f"minus the prompt (got {max_tokens})")
@@ -182,4 +211,40 @@ def parse_request(values: dict[str, Any], *, max_seq_len: int, max_prompt_bytes:
     return Request(prompt=prompt, streaming=_scalar(values, "streaming", bool, False), max_tokens=max_tokens,
                    temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, stop=stop,
                    perf_metrics=_scalar(values, "sampling_param_return_perf_metrics", bool, False),
-                   speculative=_scalar(values, "speculative", bool, True))
+                   speculative=_scalar(values, "speculative", bool, True),
+                   chat_template=_scalar(values, "chat_template", bool, True), messages=messages)
+
+
+def _prompt(values: dict[str, Any], max_prompt_bytes: int | None) -> str:
+    if values.get("text_input") is None:
+        raise InvalidRequest("text_input: required (send the prompt as BYTES)")
+    texts = values["text_input"].reshape(-1)
+    if texts.size != 1:
+        raise InvalidRequest(f"text_input: send exactly one prompt per request (got {texts.size})")
+    size = len(texts[0]) if isinstance(texts[0], bytes) else len(str(texts[0]).encode("utf-8"))
+    if max_prompt_bytes is not None and size > max_prompt_bytes:
+        raise InvalidRequest(f"text_input: {size} bytes is more than any prompt that fits the engine's max_input_len "
+                             f"can have ({max_prompt_bytes} bytes); refused before tokenizing, shorten the prompt")
+    prompt = _text(texts[0], "text_input")
+    if not prompt.strip():
+        raise InvalidRequest("text_input: empty prompt; send some text")
+    return prompt
+
+
+def _messages(values: dict[str, Any]) -> list[dict[str, str]] | None:
+    """The `messages` addition: a JSON array of {"role", "content"} (content a string)."""
+    if values.get("messages") is None:
+        return None
+    raw = values["messages"].reshape(-1)
+    if raw.size != 1:
+        raise InvalidRequest(f"messages: send one JSON array (got {raw.size} elements)")
+    try:
+        messages = json.loads(_text(raw[0], "messages"))
+    except ValueError as error:
+        raise InvalidRequest(f"messages: not JSON ({error})") from None
+    roles = ("system", "user", "assistant")
+    if not isinstance(messages, list) or not messages or not all(
+            isinstance(m, dict) and m.get("role") in roles and isinstance(m.get("content"), str) for m in messages):
+        raise InvalidRequest("messages: must be a non-empty array of {\"role\": system|user|assistant, "
+                             "\"content\": string}")
+    return [{"role": m["role"], "content": m["content"]} for m in messages]
