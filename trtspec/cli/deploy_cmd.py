@@ -37,11 +37,13 @@ def _engine_dir(spec: Any, engine: str | None) -> Path:
 @click.option("--engine", "engine", type=click.Path(file_okay=False), default=None,
               help="Engine directory (default: the one the spec builds, engines/<name>).")
 @click.option("--image", default=None, help="Container image for docker/k8s (default trtspec:cpu or trtspec:gpu).")
+@click.option("--openai-port", type=click.IntRange(0, 65535), default=None,
+              help="Serve the OpenAI-compatible API on this port (serve.openai_port; 0 turns it off).")
 @dry_run_option
 @json_option
 @click.pass_context
 def deploy(ctx: click.Context, config_path: str | None, target: str, engine: str | None, image: str | None,
-           dry_run: bool, as_json: bool) -> None:
+           openai_port: int | None, dry_run: bool, as_json: bool) -> None:
     """Render the Triton model repository for the engine's backend and start the server.
 
     The repository is rendered into a temporary directory and swapped in with one rename, so a
@@ -59,7 +61,7 @@ def deploy(ctx: click.Context, config_path: str | None, target: str, engine: str
     from trtspec.errors import ServerError
     from trtspec.serve import launch, server
 
-    spec = resolve_spec(config_path)
+    spec = resolve_spec(config_path, serve__openai_port=openai_port)
     layout = Layout.from_spec(spec)
     engine_dir = _engine_dir(spec, engine)
     engine_path = None if target == "local" else f"{launch.CONTAINER_ENGINES}/{engine_dir.name}"
@@ -85,8 +87,9 @@ def deploy(ctx: click.Context, config_path: str | None, target: str, engine: str
         report.update(record)
         report["grpc_url"] = f"{spec.serve.host}:{spec.serve.grpc_port}"
         if not as_json:
+            openai = f", openai http://{spec.serve.host}:{spec.serve.openai_port}/v1" if spec.serve.openai_port else ""
             click.echo(f"ready in {record['startup_s']} s (a one-token probe answered): grpc {spec.serve.host}:"
-                       f"{spec.serve.grpc_port}, http {spec.serve.http_port}, metrics {spec.serve.metrics_port} "
+                       f"{spec.serve.grpc_port}, http {spec.serve.http_port}, metrics {spec.serve.metrics_port}{openai} "
                        f"(pid {record['pid']}, supervisor {record['supervisor_pid']}, restart: {spec.serve.restart})\n"
                        f"log: {record['log']}\nnext: trtspec infer \"What is the capital of France?\"")
     elif target == "docker":
@@ -228,4 +231,12 @@ def _status_line(result: dict[str, Any]) -> str:
         head = "ready (not probed)" if result["ready"] else "running, not ready"
     return (f"{head}: pid {result['pid']}, supervisor {result.get('supervisor_pid')}, restarts "
             f"{result.get('restarts', 0)}, grpc {result['host']}:{result['grpc_port']}, http {result['http_port']}, "
-            f"metrics {result['metrics_port']}, up {result['uptime_s']} s\nlog: {result['log']}")
+            f"metrics {result['metrics_port']}{_openai_part(result)}, up {result['uptime_s']} s\nlog: {result['log']}")
+
+
+def _openai_part(result: dict[str, Any]) -> str:
+    openai = result.get("openai")
+    if not openai:
+        return ""
+    state = "serving" if openai["health"] == 200 else "not serving" if openai["running"] else "gone"
+    return f", openai {result['host']}:{openai['port']} ({state})"

@@ -4,7 +4,7 @@ Two `trtspec deploy` runs on the same ports from different workdirs used to both
 (the loser's readiness check was answered by the winner). Now:
 
 - `PortLocks.acquire` takes an exclusive flock on <tmp>/trtspec-ports-<uid>/<port>.lock for each
-  of the http, grpc and metrics ports, without waiting; the lock files say which workdir and pid
+  of the http, grpc, metrics (and OpenAI, when on) ports, without waiting; the lock files say which workdir and pid
   hold them. The supervisor inherits the locked descriptors and holds them while it lives, so a
   second deploy on any of those ports fails at once, naming the holder.
 - `check_ports` catches what is not trtspec's (another program listening).
@@ -26,7 +26,8 @@ from trtspec.errors import ServerError
 
 
 def serve_ports(serve: Any) -> list[tuple[str, int]]:
-    return [("http_port", serve.http_port), ("grpc_port", serve.grpc_port), ("metrics_port", serve.metrics_port)]
+    ports = [("http_port", serve.http_port), ("grpc_port", serve.grpc_port), ("metrics_port", serve.metrics_port)]
+    return ports + ([("openai_port", serve.openai_port)] if getattr(serve, "openai_port", 0) else [])
 
 
 @dataclass

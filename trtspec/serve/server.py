@@ -14,7 +14,9 @@ and restarts it is trtspec.serve.supervisor. This module is what `trtspec deploy
   ends the recorded server itself, checked by its command line (pids are reused), and removes
   its /dev/shm regions.
 - `status` reports what server.json says and, with probe, whether a one-token inference comes
-  back: Triton's own ready endpoints stay 200 after the model's stub died.
+  back: Triton's own ready endpoints stay 200 after the model's stub died. With
+  serve.openai_port it also reports the OpenAI frontend (running, GET /health's status); the
+  server is ready only when the frontend answers 200 too.
 """
 
 from __future__ import annotations
@@ -90,7 +92,8 @@ def start_local(spec: Any, repository: Path, layout: Layout | None = None) -> di
                   "env": server_env(binary, spec.build.backend, backends), "log": str(log),
                   "supervisor_log": str(layout.supervisor_log.resolve()), "host": spec.serve.host,
                   "http_port": spec.serve.http_port, "grpc_port": spec.serve.grpc_port,
-                  "metrics_port": spec.serve.metrics_port, "restart": spec.serve.restart, "started": time.time(),
+                  "metrics_port": spec.serve.metrics_port, "openai_port": spec.serve.openai_port or None,
+                  "restart": spec.serve.restart, "started": time.time(),
                   "lock_fds": locks.fds}
         write_record(layout.server_pid, record)
         with _stop_on_interrupt(layout) as interrupt:
@@ -162,6 +165,9 @@ def stop_local(layout: Layout) -> dict[str, Any]:
     alive = _server_alive(record)
     if supervised:
         subproc.stop(record["supervisor_pid"], timeout=40.0)  # it stops the server and removes server.json
+    frontend = record.get("openai_pid")
+    if frontend and subproc.is_running(frontend) and "trtspec.serve.openai_app" in subproc.command_line(frontend):
+        subproc.stop(frontend)  # the supervisor was gone: end its OpenAI frontend too (checked by command line)
     if _server_alive(record):
         subproc.stop(server_pid)
     removed = remove_shm(record.get("shm_prefix"))
@@ -189,6 +195,13 @@ def status(layout: Layout, *, probe: bool = True, probe_timeout_s: float = 30.0)
         result["state"] = "unsupervised" if running else "dead"
         result["reason"] = "the supervisor is gone" + ("" if running else " and so is tritonserver")
     ready = running and is_ready(record["host"], record["http_port"])
+    if record.get("openai_port"):
+        from trtspec.serve.openai_frontend import health
+
+        alive = bool(record.get("openai_pid")) and subproc.is_running(record["openai_pid"])
+        result["openai"] = {"port": record["openai_port"], "running": alive,
+                            "health": health(record["host"], record["openai_port"]) if alive else None}
+        ready = ready and result["openai"]["health"] == 200
     if probe and ready:
         from trtspec.client.triton import probe as one_token
 

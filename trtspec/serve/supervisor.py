@@ -9,11 +9,14 @@ server.json (atomically), and it alone starts and ends tritonserver:
 
 1. start tritonserver with a fresh `--id` and shared-memory prefix;
 2. wait until it serves: /v2/health/ready, the name on the HTTP and gRPC ports is that id (not
-   another server's), and a one-token inference comes back;
-3. watch it every WATCH_INTERVAL_S: tritonserver gone, or one of its Python stubs gone (Triton
-   2.51 keeps answering ready while every request fails with "Stub process is not healthy");
+   another server's), and a one-token inference comes back; then, with serve.openai_port, start
+   the OpenAI frontend (trtspec.serve.openai_frontend) and wait for its /health;
+3. watch it every WATCH_INTERVAL_S: tritonserver gone, one of its Python stubs gone (Triton
+   2.51 keeps answering ready while every request fails with "Stub process is not healthy"), or
+   the OpenAI frontend gone;
 4. end it: on `deploy stop` (SIGTERM) gracefully, on a failure at once with SIGKILL, so
-   in-flight clients get an error instead of waiting; then remove its /dev/shm regions;
+   in-flight clients get an error instead of waiting (the frontend first); then remove its
+   /dev/shm regions;
 5. after a failure, start again (serve.restart: on-failure, with backoff, at most MAX_RESTARTS
    in RESTART_WINDOW_S) or record the server dead (never; a failure before it ever served; too
    many restarts) and exit, which releases the port locks.
@@ -118,12 +121,14 @@ class Supervisor:
             pid, prefix = self.start_server()
             # 2. wait until it serves, 3. then watch it
             outcome = self.wait_serving(pid)
+            if outcome is None and self.spec.serve.openai_port:
+                outcome = self.start_frontend()
             if outcome is None:
                 ever_served = True
                 # The stub pids go out with "ready": a reader of a ready record can rely on them.
                 stubs = stub_pids(pid)
                 self.update(state="ready", ready_at=time.time(), stub_pids=stubs)
-                outcome = self.watch(pid, stubs)
+                outcome = self.watch(pid, stubs + ([self.record["openai_pid"]] if self.record.get("openai_pid") else []))
             # 4. end it
             if outcome == "stop":
                 self.end_server(pid, prefix, graceful=True)
@@ -193,6 +198,16 @@ class Supervisor:
             time.sleep(0.25)
         return f"not ready after {serve.startup_timeout_s:.0f} s (serve.startup_timeout_s)"
 
+    def start_frontend(self) -> str | None:
+        """Start the OpenAI frontend; None once its /health answers 200, else why not (or "stop")."""
+        from trtspec.serve import openai_frontend
+
+        frontend = openai_frontend.start(self.spec, self.record)
+        self.update(openai_pid=frontend, openai_port=self.spec.serve.openai_port,
+                    openai_log=str(openai_frontend.log_path(self.record)))
+        return openai_frontend.wait_healthy(self.spec, frontend, max(10.0, self.spec.serve.startup_timeout_s / 2),
+                                            lambda: self.stop_requested)
+
     def watch(self, pid: int, stubs: list[int]) -> str:
         """Block until a stop is requested ("stop") or the server breaks (why)."""
         from trtspec import subproc
@@ -204,12 +219,18 @@ class Supervisor:
                 return f"tritonserver (pid {pid}) exited{_exit_status(pid)}"
             for stub in stubs:
                 if not subproc.is_running(stub):
+                    if stub == self.record.get("openai_pid"):
+                        return f"the OpenAI frontend (pid {stub}) exited; see {self.record.get('openai_log')}"
                     return f"the model's Python stub (pid {stub}) died; every request would fail"
             time.sleep(WATCH_INTERVAL_S)
 
     def end_server(self, pid: int, prefix: str, *, graceful: bool) -> None:
         from trtspec import subproc
 
+        frontend = self.record.get("openai_pid")
+        if frontend:  # first, so no new request reaches a server that is going away
+            subproc.stop(frontend, timeout=STOP_TIMEOUT_S) if graceful else subproc.kill(frontend)
+            self.update(openai_pid=None)
         if graceful:
             subproc.stop(pid, timeout=STOP_TIMEOUT_S)
         else:

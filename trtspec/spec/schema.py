@@ -193,6 +193,9 @@ class ServeSpec(_Section):
     """gRPC port (tritonclient streaming)."""
     metrics_port: int = Field(8002, ge=1, le=65535)
     """Prometheus metrics port."""
+    openai_port: int = Field(0, ge=0, le=65535)
+    """OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, /v1/models, /health)
+    on serve.host, forwarding to the Triton model over gRPC; 0 turns it off (e.g. 9000 to serve it)."""
     repository: str = "model_repository"
     """Where `deploy` renders the Triton model repository."""
     instance_count: int = Field(1, ge=1, le=64)
@@ -237,9 +240,9 @@ class ServeSpec(_Section):
 
     @model_validator(mode="after")
     def _distinct_ports(self) -> ServeSpec:
-        ports = [self.http_port, self.grpc_port, self.metrics_port]
-        if len(set(ports)) != 3:
-            raise ValueError(f"serve: http_port, grpc_port and metrics_port must differ (got {ports})")
+        ports = [self.http_port, self.grpc_port, self.metrics_port] + ([self.openai_port] if self.openai_port else [])
+        if len(set(ports)) != len(ports):
+            raise ValueError(f"serve: http_port, grpc_port, metrics_port and openai_port must differ (got {ports})")
         return self
 
 

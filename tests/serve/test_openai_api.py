@@ -1,0 +1,115 @@
+"""The OpenAI-compatible API `trtspec deploy` serves (serve.openai_port), driven by the official
+`openai` Python package against a real tritonserver serving the tiny cpu engine.
+
+Streaming and not, chat and completions, usage counts, the speculative-decoding extension field,
+refusals in OpenAI's error shape, and greedy output equal token for token to the same request
+through tritonclient (trtspec's client).
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+PROMPT = "What is the capital of France?"
+
+
+@pytest.fixture(scope="module")
+def openai_served(tmp_path_factory, tiny_llama):
+    from tests.serve.conftest import free_ports, serving_tiny
+
+    (port,) = free_ports(1)
+    with serving_tiny(tmp_path_factory.mktemp("openai"), tiny_llama, openai_port=port) as (spec, client, engine):
+        from openai import OpenAI
+
+        api = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=120)
+        yield spec, client, api
+
+
+def test_models_health_and_status(openai_served):
+    from trtspec.artifacts import Layout
+    from trtspec.serve import server
+
+    spec, _, api = openai_served
+    assert [m.id for m in api.models.list().data][0] == "tiny"
+    with urllib.request.urlopen(f"http://127.0.0.1:{spec.serve.openai_port}/health", timeout=10) as response:
+        assert response.status == 200 and json.loads(response.read()) == {"status": "ok"}
+    status = server.status(Layout.from_spec(spec), probe=False)
+    assert status["ready"] and status["openai"] == {"port": spec.serve.openai_port, "running": True, "health": 200}
+
+
+def test_chat_greedy_equals_tritonclient_with_usage_and_speculative_stats(openai_served):
+    _, client, api = openai_served
+    answer = api.chat.completions.create(model="tiny", messages=[{"role": "user", "content": PROMPT}],
+                                         temperature=0, max_completion_tokens=12)
+    direct = client.generate(PROMPT, max_tokens=12, temperature=0.0)
+    assert answer.choices[0].message.content == direct["text"] and answer.choices[0].message.role == "assistant"
+    assert answer.choices[0].finish_reason == direct["finish_reason"] == "length"
+    assert answer.usage.completion_tokens == direct["num_output_tokens"] == 12
+    assert answer.usage.prompt_tokens > 0 and answer.usage.total_tokens == answer.usage.prompt_tokens + 12
+    stats = answer.model_extra["speculative_decoding"]
+    assert stats["num_drafts"] == direct["num_drafts"] and stats["num_accepted_tokens"] == \
+        direct["total_accepted_draft_tokens"]
+
+
+def test_chat_stream_with_usage_chunk_equals_the_whole_answer(openai_served):
+    _, _, api = openai_served
+    messages = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": PROMPT}]
+    whole = api.chat.completions.create(model="tiny", messages=messages, temperature=0, max_tokens=10)
+    chunks = list(api.chat.completions.create(model="tiny", messages=messages, temperature=0, max_tokens=10,
+                                              stream=True, stream_options={"include_usage": True}))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content
+    finish = [c for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert len(finish) == 1 and "speculative_decoding" in finish[0].model_extra
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+    assert chunks[-1].usage.prompt_tokens == whole.usage.prompt_tokens
+
+
+def test_completions_plain_text_stream_and_not_equal_tritonclient(openai_served):
+    _, client, api = openai_served
+    whole = api.completions.create(model="tiny", prompt="The capital of France is", temperature=0, max_tokens=8,
+                                   seed=3)
+    direct = client.generate("The capital of France is", max_tokens=8, temperature=0.0,
+                             extra={"chat_template": False})
+    assert whole.choices[0].text == direct["text"] and whole.usage.completion_tokens == 8
+    streamed = api.completions.create(model="tiny", prompt="The capital of France is", temperature=0, max_tokens=8,
+                                      stream=True)
+    assert "".join(c.choices[0].text for c in streamed) == whole.choices[0].text
+
+
+def test_stop_string_ends_the_answer_before_it(openai_served):
+    _, _, api = openai_served
+    full = api.completions.create(model="tiny", prompt="Say something", temperature=0, max_tokens=12)
+    text = full.choices[0].text
+    stop = text[len(text) // 2:len(text) // 2 + 2]
+    if not stop.strip():
+        pytest.skip(f"the tiny model's answer has no stop string to pick: {text!r}")
+    cut = api.completions.create(model="tiny", prompt="Say something", temperature=0, max_tokens=12, stop=[stop])
+    assert cut.choices[0].finish_reason == "stop" and cut.choices[0].text == text[:text.index(stop)]
+
+
+@pytest.mark.parametrize("arguments, status, words", [
+    ({"n": 2}, 400, "n: only 1 is served"),
+    ({"temperature": 5}, 400, "temperature: must be in [0, 2]"),
+    ({"presence_penalty": 0.5}, 400, "presence_penalty: not served (the cpu engine's sampler applies no penalties)"),
+    ({"model": "gpt-4o"}, 404, "model 'gpt-4o' does not exist"),
+    ({"max_completion_tokens": 100000}, 400, "sampling_param_max_tokens: must be below the engine's max_seq_len"),
+])
+def test_bad_requests_get_openai_errors_and_the_server_serves_on(openai_served, arguments, status, words):
+    import openai
+
+    _, _, api = openai_served
+    request = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 2,
+               **arguments}
+    with pytest.raises(openai.APIStatusError) as raised:
+        api.chat.completions.create(**request)
+    assert raised.value.status_code == status
+    body = raised.value.body
+    assert words in body["message"] and body["type"] == "invalid_request_error", body
+    assert api.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}],
+                                       max_completion_tokens=2).usage.completion_tokens >= 1
