@@ -1,9 +1,10 @@
 """AIPerf (NVIDIA's benchmark client, PyPI `aiperf`) drives the OpenAI API's chat endpoint at
 concurrency 4 with zero errors; it writes its own report under the test's tmp directory.
 
-AIPerf 0.13 installs on Python 3.11 but not into trtspec's environment (it requires numpy>=2
-and transformers>=5.24 where trtspec pins numpy<2 and transformers<5.15), so it lives in its own
-virtualenv: `python -m venv .venv-aiperf && .venv-aiperf/bin/pip install aiperf==0.13.0`, or name
+AIPerf 0.13.0 installs from PyPI on Python 3.11 (checked with pip), but into trtspec's
+environment only by downgrading it (it pins rich~=14.1.0, pillow~=12.3.0, psutil~=7.0.0,
+pyzmq~=26.4.0 where trtspec's has rich 15.0, pillow 13.0, psutil 7.2, pyzmq 27.3), so it lives in
+its own virtualenv: `python -m venv .venv-aiperf && .venv-aiperf/bin/pip install aiperf==0.13.0`, or name
 the executable in TRTSPEC_AIPERF.
 """
 
