@@ -20,6 +20,17 @@ from typing import Any
 Message = dict[str, str]
 
 
+def content_text(content: Any) -> str | None:
+    """A message's content as text: a string, or OpenAI's list of {"type": "text", "text": ...}
+    parts joined; None when it holds anything else (images, audio)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text"
+                                         and isinstance(p.get("text"), str) for p in content):
+        return "".join(part["text"] for part in content)
+    return None
+
+
 def has_chat_template(tokenizer: Any) -> bool:
     return bool(getattr(tokenizer, "chat_template", None))
 

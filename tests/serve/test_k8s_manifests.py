@@ -67,3 +67,14 @@ def test_a_misspelt_field_fails_the_round_trip(spec):
     deployment["spec"]["template"]["spec"]["containers"][0]["livenesProbe"] = {"httpGet": {"path": "/"}}
     with pytest.raises(AssertionError, match="does not know"):
         _load(deployment)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "trtllm"])
+def test_openai_port_is_exposed_by_the_container_and_the_service(tmp_path, tiny_llama, spec_factory, backend):
+    spec = spec_factory(tmp_path, tiny_llama, backend=backend, mode="ngram", serve={"openai_port": 18298})
+    deployment, service = (_load(m) for m in k8s.k8s_manifests(spec, "tiny-engine"))
+    (container,) = deployment.spec.template.spec.containers
+    assert {p.name: p.container_port for p in container.ports}["openai"] == 18298
+    assert {p.name: p.port for p in service.spec.ports}["openai"] == 18298
+    server = "trtspec.serve.openai_app" if backend == "cpu" else "trtllm-serve serve /engines/tiny-engine"
+    assert server in container.command[-1] and "--port 18298" in container.command[-1]

@@ -122,3 +122,41 @@ def test_cpu_docker_command_prepares_the_python_backend_in_the_container(tmp_pat
     assert "export LD_LIBRARY_PATH=$P/../../nvidia_pytriton.libs" in shell
     assert "exec $P/bin/tritonserver --model-repository=/models" in shell
     assert "--backend-directory=/tmp/trtspec-backends" in shell
+
+
+def test_openai_port_in_containers_per_backend(tmp_path, tiny_llama, spec_factory):
+    """serve.openai_port in docker: cpu runs trtspec's frontend beside tritonserver, trtllm runs
+    trtllm-serve with the engine's llm_api_options.yaml beside it, trtllm-engine runs Triton's
+    OpenAI frontend (Triton in process, KServe frontends on the Triton ports) in its place."""
+    from trtspec.errors import IncompatibleArtifactError
+
+    def shell(backend, **build):
+        spec = spec_factory(tmp_path, tiny_llama, backend=backend, mode="ngram" if backend != "trtllm-engine" else "none",
+                            serve={"openai_port": 18299}, build=build)
+        command = launch.docker_command(spec, tmp_path / "repo", tmp_path / "engines" / "e1")
+        assert "127.0.0.1:18299:18299" in command
+        return spec, command[-1]
+
+    spec, cpu = shell("cpu")
+    assert (f"{{ python -m trtspec.serve.openai_app --triton-url 127.0.0.1:{spec.serve.grpc_port} --host 0.0.0.0 "
+            "--port 18299 --served-model-name tiny") in cpu
+    assert cpu.index("trtspec.serve.openai_app") < cpu.index("exec $P/bin/tritonserver")
+    _, trtllm = shell("trtllm")
+    assert ("{ (cd /engines/e1 && exec trtllm-serve serve /engines/e1 --backend pytorch --host 0.0.0.0 --port 18299 "
+            "--extra_llm_api_options llm_api_options.yaml) > /tmp/trtllm-serve.log 2>&1 & } && ") in trtllm
+    assert "exec /opt/tritonserver/bin/tritonserver" in trtllm
+    spec, engine = shell("trtllm-engine")
+    assert engine.endswith(
+        "cd /opt/tritonserver/python/openai && { python3 -c 'import tritonserver' 2>/dev/null || pip install -q "
+        "/opt/tritonserver/python/triton*.whl; } && exec python3 openai_frontend/main.py --model-repository /models "
+        "--tokenizer /engines/e1/hf/target --backend tensorrtllm --host 0.0.0.0 --openai-port 18299 "
+        f"--enable-kserve-frontends --kserve-http-port {spec.serve.http_port} --kserve-grpc-port {spec.serve.grpc_port}")
+    assert "bin/tritonserver" not in engine
+    with pytest.raises(IncompatibleArtifactError, match="Triton's OpenAI frontend runs Triton in process"):
+        shell("trtllm-engine", tp_size=2)
+
+
+def test_openai_port_off_leaves_the_commands_unchanged(tmp_path, tiny_llama, spec_factory):
+    spec = spec_factory(tmp_path, tiny_llama, backend="trtllm", mode="ngram")
+    shell = launch.docker_command(spec, tmp_path / "repo", tmp_path / "engines" / "e1")[-1]
+    assert "trtllm-serve" not in shell and "openai" not in shell

@@ -141,6 +141,10 @@ def _dry_run(spec: Any, layout: Any, engine_dir: Path, engine_path: str | None, 
         binary = server.find_tritonserver()
         command = subproc.format_command(launch.local_command(spec, binary, layout.repository,
                                                               layout.backend_dir.resolve()))
+        if spec.serve.openai_port:
+            from trtspec.serve.openai_frontend import command as openai_command
+
+            command += "\n" + subproc.format_command(openai_command(spec))
     elif target == "docker":
         command = subproc.format_command(launch.docker_command(spec, layout.repository, engine_dir, image))
     else:

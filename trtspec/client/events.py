@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 STAT_OUTPUTS = ("acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens", "num_drafts",
-                "num_output_tokens")
+                "num_output_tokens", "num_input_tokens")
 
 
 @dataclass

@@ -33,9 +33,10 @@ def k8s_manifests(spec: Any, engine_name: str, image: str | None = None) -> list
         resources["requests"]["nvidia.com/gpu"] = str(gpus)
     container = {
         "name": "tritonserver", "image": image or DEFAULT_IMAGE[backend],
-        "command": ["bash", "-c", container_server(serve, backend, spec)],
+        "command": ["bash", "-c", container_server(serve, backend, spec, engine_name)],
         "ports": [{"name": "http", "containerPort": serve.http_port}, {"name": "grpc", "containerPort": serve.grpc_port},
-                  {"name": "metrics", "containerPort": serve.metrics_port}],
+                  {"name": "metrics", "containerPort": serve.metrics_port}]
+        + ([{"name": "openai", "containerPort": serve.openai_port}] if serve.openai_port else []),
         "readinessProbe": {"httpGet": {"path": "/v2/health/ready", "port": serve.http_port},
                            "initialDelaySeconds": 10, "periodSeconds": 5, "failureThreshold": 3},
         # Loading a large model takes minutes: the startup probe gives it serve.startup_timeout_s

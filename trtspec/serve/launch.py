@@ -117,18 +117,70 @@ CPU_CONTAINER_PRELUDE = (
 CPU_CONTAINER_SERVER = "$P/bin/tritonserver"
 
 
-def container_server(serve: Any, backend: str, spec: Any = None) -> str:
+def container_server(serve: Any, backend: str, spec: Any = None, engine_name: str | None = None) -> str:
     """The shell command a container (docker or k8s) runs: prelude, then exec tritonserver.
 
-    With the spec, GPU backends on several GPUs start in leader or orchestrator mode (gpu_launch).
+    With the spec, GPU backends on several GPUs start in leader or orchestrator mode (gpu_launch),
+    and serve.openai_port adds the OpenAI API (openai_in_container).
     """
+    openai = bool(spec is not None and serve.openai_port and engine_name)
     if backend == "cpu":
         args = tritonserver_args(serve, CONTAINER_REPOSITORY, backend_dir="/tmp/trtspec-backends", bind_all=True)
-        return CPU_CONTAINER_PRELUDE + "exec " + CPU_CONTAINER_SERVER + " " + subproc.format_command(args)
+        beside = openai_in_container(spec, engine_name) if openai else ""
+        return CPU_CONTAINER_PRELUDE + beside + "exec " + CPU_CONTAINER_SERVER + " " + subproc.format_command(args)
+    if openai and backend == "trtllm-engine":
+        return container_prelude(backend) + openai_in_container(spec, engine_name)
     args = tritonserver_args(serve, CONTAINER_REPOSITORY, bind_all=True)
     env, command = gpu_launch(spec, CONTAINER_TRITONSERVER, args) if spec is not None else ({}, [CONTAINER_TRITONSERVER, *args])
     exports = "".join(f"export {key}={value} && " for key, value in env.items())
-    return container_prelude(backend) + exports + "exec " + subproc.format_command(command)
+    beside = openai_in_container(spec, engine_name) if openai else ""
+    return container_prelude(backend) + beside + exports + "exec " + subproc.format_command(command)
+
+
+# Triton's OpenAI frontend in the Triton containers (triton-inference-server/server
+# python/openai/README.md: `cd /opt/tritonserver/python/openai && python3 openai_frontend/main.py`).
+TRITON_OPENAI_DIR = "/opt/tritonserver/python/openai"
+ENGINE_TOKENIZER_DIR = "hf/target"  # engine.json tokenizer_dir of a trtllm-engine build (builders/trtllm_engine.py)
+
+
+def openai_in_container(spec: Any, engine_name: str) -> str:
+    """Shell for serve.openai_port inside a container, per backend (docs/DEPLOY.md, OpenAI API):
+
+    - cpu: trtspec's frontend (python -m trtspec.serve.openai_app) started beside tritonserver,
+      forwarding to its gRPC port; a prefix ending in `&&`.
+    - trtllm: `trtllm-serve serve` with the engine's llm_api_options.yaml as
+      --extra_llm_api_options (NVIDIA/TensorRT-LLM tensorrt_llm/commands/serve.py: MODEL, --host,
+      --port, --backend, --extra_llm_api_options; the YAML's own `model`, relative to the engine
+      directory, overrides the positional one), started beside tritonserver: a second copy of the
+      weights and KV cache on the same GPUs. A prefix ending in `&&`.
+    - trtllm-engine: Triton's OpenAI frontend (python/openai/openai_frontend/main.py
+      --model-repository --tokenizer --backend tensorrtllm --openai-port, with
+      --enable-kserve-frontends on the spec's HTTP and gRPC ports) in place of tritonserver: it
+      runs Triton in process, one process on one GPU (no metrics port). The whole command.
+    """
+    from trtspec.errors import IncompatibleArtifactError
+    from trtspec.serve.openai_frontend import served_names
+
+    serve, backend = spec.serve, spec.build.backend
+    engine = f"{CONTAINER_ENGINES}/{engine_name}"
+    if backend == "cpu":
+        names = " ".join(f"--served-model-name {subproc.format_command([n])}" for n in served_names(spec))
+        return (f"{{ python -m trtspec.serve.openai_app --triton-url 127.0.0.1:{serve.grpc_port} --host 0.0.0.0 "
+                f"--port {serve.openai_port} {names} > /tmp/openai.log 2>&1 & }} && ")
+    if backend == "trtllm":
+        return (f"{{ (cd {engine} && exec trtllm-serve serve {engine} --backend pytorch --host 0.0.0.0 "
+                f"--port {serve.openai_port} --extra_llm_api_options llm_api_options.yaml) "
+                f"> /tmp/trtllm-serve.log 2>&1 & }} && ")
+    if spec.build.tp_size * spec.build.pp_size > 1:
+        raise IncompatibleArtifactError(
+            "serve.openai_port with trtllm-engine on several GPUs: Triton's OpenAI frontend runs Triton in "
+            "process, without mpirun", fix="set serve.openai_port: 0, or build for one GPU (tp_size 1, pp_size 1)")
+    tokenizer = f"{engine}/{ENGINE_TOKENIZER_DIR}"
+    return (f"cd {TRITON_OPENAI_DIR} && {{ python3 -c 'import tritonserver' 2>/dev/null || "
+            f"pip install -q /opt/tritonserver/python/triton*.whl; }} && exec python3 openai_frontend/main.py "
+            f"--model-repository {CONTAINER_REPOSITORY} --tokenizer {tokenizer} --backend tensorrtllm --host 0.0.0.0 "
+            f"--openai-port {serve.openai_port} --enable-kserve-frontends --kserve-http-port {serve.http_port} "
+            f"--kserve-grpc-port {serve.grpc_port}")
 
 
 def container_prelude(backend: str) -> str:
@@ -149,9 +201,9 @@ def docker_command(spec: Any, repository: Path, engine_dir: Path, image: str | N
                "--ulimit", "memlock=-1", "--ulimit", "stack=67108864"]
     if backend != "cpu":
         command += ["--gpus", "all"]
-    for port in (serve.http_port, serve.grpc_port, serve.metrics_port):
+    for port in (serve.http_port, serve.grpc_port, serve.metrics_port) + ((serve.openai_port,) if serve.openai_port else ()):
         command += ["-p", f"{serve.host}:{port}:{port}"]
     command += ["-v", f"{repository.resolve()}:{CONTAINER_REPOSITORY}",
                 "-v", f"{engine_dir.resolve()}:{CONTAINER_ENGINES}/{engine_dir.name}:ro",
                 "--entrypoint", "bash", image, "-c"]
-    return command + [container_server(serve, backend, spec)]
+    return command + [container_server(serve, backend, spec, engine_dir.name)]

@@ -168,11 +168,11 @@ def chat_request(body: Any, served: tuple[str, ...]) -> Forward:
 
 def _content(content: Any, index: int) -> str:
     """A message's text: a string, or a list of text parts (OpenAI's content parts) joined."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text"
-                                         and isinstance(p.get("text"), str) for p in content):
-        return "".join(p["text"] for p in content)
+    from trtspec.chat import content_text
+
+    text = content_text(content)
+    if text is not None:
+        return text
     raise _bad(f"messages[{index}].content: a string or a list of text parts (images and audio are not served)",
                "messages")
 

@@ -15,9 +15,6 @@ from typing import Any
 
 from trtspec.serve.openai_protocol import OpenAIError, triton_error
 
-STAT_OUTPUTS = ("acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens", "num_drafts",
-                "num_output_tokens", "num_input_tokens")
-
 
 @dataclass
 class Piece:
@@ -107,19 +104,9 @@ class TritonForwarder:
 
 
 def _piece(result: Any) -> Piece:
-    names = {output.name for output in result.get_response().outputs}
-    text = ""
-    if "text_output" in names:
-        text = "".join(_text(v) for v in result.as_numpy("text_output").reshape(-1))
-    stats: dict[str, Any] = {}
-    for name in STAT_OUTPUTS:
-        if name in names:
-            value = result.as_numpy(name).reshape(-1)[0]
-            stats[name] = float(_text(value)) if isinstance(value, bytes) else value.item()
-    if "finish_reason" in names:
-        stats["finish_reason"] = _text(result.as_numpy("finish_reason").reshape(-1)[0])
-    return Piece(text=text, final="finish_reason" in stats, stats=stats)
+    """One response as a Piece (trtspec.client.events reads the outputs); the last one is the
+    response that carries finish_reason (the model sends it with the final flag)."""
+    from trtspec.client.events import event_from
 
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
+    event = event_from(result, 0.0, True)
+    return Piece(text=event.text, final="finish_reason" in event.stats, stats=event.stats)

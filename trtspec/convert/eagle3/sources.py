@@ -202,10 +202,10 @@ def _turns(turns: Any, where: str, key: str, role_key: str, text_key: str, roles
 
 def _text(content: Any, where: str) -> str:
     """Message content: a string, or OpenAI's list of {"type": "text", "text": ...} parts."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text"
-                                         and isinstance(p.get("text"), str) for p in content):
-        return "".join(part["text"] for part in content)
+    from trtspec.chat import content_text
+
+    text = content_text(content)
+    if text is not None:
+        return text
     raise TrtSpecError(f"{where}: content must be text (a string or text parts)",
                        fix="remove image/audio parts; EAGLE-3 training here is text only")
