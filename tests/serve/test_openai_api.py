@@ -9,6 +9,7 @@ through tritonclient (trtspec's client).
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
 
 import pytest
@@ -113,3 +114,28 @@ def test_bad_requests_get_openai_errors_and_the_server_serves_on(openai_served, 
     assert words in body["message"] and body["type"] == "invalid_request_error", body
     assert api.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}],
                                        max_completion_tokens=2).usage.completion_tokens >= 1
+
+
+def test_supervisor_restarts_a_dead_frontend_and_stop_ends_it(openai_served):
+    """Fault: the OpenAI frontend process dies (SIGKILL).
+    Behaviour: the supervisor sees it within a watch interval, ends tritonserver, starts both
+    again (serve.restart on-failure) and the API answers; `deploy stop` then ends the frontend."""
+    from trtspec import subproc
+    from trtspec.artifacts import Layout
+    from trtspec.serve import server
+
+    spec, _, api = openai_served
+    layout = Layout.from_spec(spec)
+    first = server.read_record(layout)["openai_pid"]
+    subproc.kill(first)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        record = server.read_record(layout) or {}
+        if record.get("state") == "ready" and record.get("openai_pid") not in (None, first):
+            break
+        time.sleep(0.5)
+    assert record.get("state") == "ready" and record["restarts"] == 1, record
+    assert "the OpenAI frontend" in record["failures"][-1]["reason"]
+    assert api.completions.create(model="tiny", prompt="hello", max_tokens=2).usage.completion_tokens == 2
+    second = record["openai_pid"]
+    assert server.stop_local(layout)["stopped"] and not subproc.is_running(second)

@@ -1,0 +1,66 @@
+"""The OpenAI protocol layer without a server: request bodies -> the Triton model's inputs, errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from trtspec.serve.openai_protocol import OpenAIError, chat_request, chunk, completion_request, triton_error
+
+SERVED = ("tiny", "tensorrt_llm")
+
+
+def test_chat_body_becomes_messages_for_the_model():
+    forward = chat_request({"model": "tiny", "messages": [
+        {"role": "developer", "content": "be brief"},
+        {"role": "user", "content": [{"type": "text", "text": "hi "}, {"type": "text", "text": "there"}]}],
+        "max_completion_tokens": 5, "temperature": 0, "stop": "\n", "seed": 7, "stream": True,
+        "stream_options": {"include_usage": True}}, SERVED)
+    assert json.loads(forward.values.pop("messages")) == [{"role": "system", "content": "be brief"},
+                                                          {"role": "user", "content": "hi there"}]
+    assert forward.values == {"text_input": "", "sampling_param_max_tokens": 5, "sampling_param_temperature": 0.0,
+                              "sampling_param_seed": 7, "sampling_param_stop": ["\n"], "streaming": True,
+                              "sampling_param_return_perf_metrics": True}
+    assert forward.stream and forward.include_usage
+    assert chunk(forward, "x")["usage"] is None  # include_usage: every chunk says usage null
+
+
+def test_completion_defaults_are_openais():
+    forward = completion_request({"model": "tensorrt_llm", "prompt": ["Once"]}, SERVED)
+    assert forward.values["text_input"] == "Once" and forward.values["chat_template"] is False
+    assert forward.values["sampling_param_max_tokens"] == 16 and forward.values["sampling_param_temperature"] == 1.0
+
+
+@pytest.mark.parametrize("body, status, words", [
+    ({"model": "tiny", "prompt": ["a", "b"]}, 400, "prompt: one string per request"),
+    ({"model": "tiny", "prompt": "a", "stream_options": {"include_usage": True}}, 400, "only allowed with stream"),
+    ({"model": "tiny", "prompt": "a", "max_tokens": 2**31}, 400, "max_tokens: must be in [1, 2147483647]"),
+    ({"model": "tiny", "prompt": "a", "seed": -1}, 400, "seed: must be in [0,"),
+    ({"model": "tiny", "prompt": "a", "stop": ["1", "2", "3", "4", "5"]}, 400, "at most 4 strings"),
+    ({"model": "tiny", "prompt": "a", "logprobs": 2}, 400, "logprobs: not served"),
+    ({"model": "tiny", "prompt": "a", "top_p": 0}, 400, "top_p: must be above 0"),
+    ({"prompt": "a"}, 400, "model: required"),
+    ([1, 2], 400, "must be a JSON object"),
+])
+def test_bad_completion_bodies(body, status, words):
+    with pytest.raises(OpenAIError) as raised:
+        completion_request(body, SERVED)
+    assert raised.value.status == status and words in raised.value.message
+    assert raised.value.body()["error"]["type"] == "invalid_request_error"
+
+
+def test_chat_refuses_images():
+    with pytest.raises(OpenAIError, match=r"messages\[0\].content: a string or a list of text parts"):
+        chat_request({"model": "tiny", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, SERVED)
+
+
+@pytest.mark.parametrize("message, status", [
+    ("server busy: 8 requests running and 64 queued (serve.max_queue_size 64); retry later", 503),
+    ("internal error: RuntimeError: boom", 500),
+    ("sampling_param_max_tokens: must be below the engine's max_seq_len 512 minus the prompt (got 600)", 400),
+])
+def test_triton_errors_map_to_http_statuses(message, status):
+    error = triton_error(message)
+    assert error.status == status and error.message == message
+    assert error.body()["error"]["type"] == ("invalid_request_error" if status == 400 else "server_error")
