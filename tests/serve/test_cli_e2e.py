@@ -38,6 +38,8 @@ def test_deploy_infer_status_stop_end_only_our_server(tiny_cpu_engine, tmp_path,
     dry = _run("deploy", "-c", str(config), "--dry-run", "--json")
     assert dry.exit_code == 0 and not (tmp_path / "model_repository").exists()
     assert "tensorrt_llm/config.pbtxt" in json.loads(dry.output)["files"]
+    frontend = json.loads(_run("deploy", "-c", str(config), "--dry-run", "--json", "--openai-port", "18297").output)
+    assert "-m trtspec.serve.openai_app" in frontend["command"] and "--port 18297" in frontend["command"]
 
     bystander = subproc.start([sys.executable, "-c", "import time; time.sleep(120)"], log_path=tmp_path / "b.log")
     try:

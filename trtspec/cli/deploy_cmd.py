@@ -68,7 +68,9 @@ def deploy(ctx: click.Context, config_path: str | None, target: str, engine: str
     if target == "local" and spec.serve.exposed:  # on stderr, so --json output stays one document
         click.secho(f"warning: serve.host {spec.serve.host} {'would listen' if dry_run else 'listens'} beyond this "
                     f"machine and Triton has no authentication: anyone who reaches ports {spec.serve.http_port}, "
-                    f"{spec.serve.grpc_port} and {spec.serve.metrics_port} can use the model", fg="yellow", err=True)
+                    f"{spec.serve.grpc_port}, {spec.serve.metrics_port}"
+                    f"{f' and {spec.serve.openai_port} (OpenAI API)' if spec.serve.openai_port else ''} can use the model",
+                    fg="yellow", err=True)
     if dry_run:
         _dry_run(spec, layout, engine_dir, engine_path, target, image, as_json)
         return
