@@ -116,6 +116,25 @@ def test_bad_requests_get_openai_errors_and_the_server_serves_on(openai_served, 
                                        max_completion_tokens=2).usage.completion_tokens >= 1
 
 
+def test_a_client_that_leaves_a_stream_cancels_its_request_on_the_server(openai_served):
+    from trtspec.client.metrics import fetch_metrics
+
+    spec, client, api = openai_served
+    name = "trtspec:num_requests_cancelled"
+
+    def cancelled() -> float:
+        return sum(v for k, v in fetch_metrics(client.metrics_url).items() if k.startswith(name))
+
+    before = cancelled()
+    stream = api.completions.create(model="tiny", prompt="Count to a thousand", max_tokens=400, stream=True)
+    next(iter(stream))
+    stream.close()
+    deadline = time.monotonic() + 30
+    while cancelled() == before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert cancelled() == before + 1
+
+
 def test_supervisor_restarts_a_dead_frontend_and_stop_ends_it(openai_served):
     """Fault: the OpenAI frontend process dies (SIGKILL).
     Behaviour: the supervisor sees it within a watch interval, ends tritonserver, starts both

@@ -108,7 +108,10 @@ def test_stock_stop_input_ends_a_running_request(served):
         while True:
             result, error, _ = responses.get(timeout=60)
             assert error is None, error
-            if result.get_response().parameters["triton_final_response"].bool_param:
+            response = result.get_response()
+            if response.parameters["triton_final_response"].bool_param:
+                # cancelled: an empty final response, no finish_reason (EOS or length would send one)
+                assert "finish_reason" not in {o.name for o in response.outputs}
                 break
             tokens += 1
     finally:
