@@ -150,3 +150,9 @@ def test_int32_max_tokens_that_wrapped_negative_is_refused():
     # Over HTTP Triton truncates 4294967295 to INT32 -1 before the model sees it.
     with pytest.raises(InvalidRequest, match="^sampling_param_max_tokens: must be at least 1 \\(got -1\\)"):
         parse_request(_req(sampling_param_max_tokens=np.array([-1], np.int32)), max_seq_len=512)
+
+
+def test_the_llmapi_clients_streaming_parameter_is_accepted_and_ignored():
+    # triton_backend/tools/llmapi_client.py sends parameters={'Streaming': flag}; the stock model ignores it.
+    parsed = parse_request(_req(), max_seq_len=512, parameters={"Streaming": True})
+    assert parsed.streaming is False

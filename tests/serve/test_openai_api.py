@@ -40,6 +40,9 @@ def test_models_health_and_status(openai_served):
         assert response.status == 200 and json.loads(response.read()) == {"status": "ok"}
     status = server.status(Layout.from_spec(spec), probe=False)
     assert status["ready"] and status["openai"] == {"port": spec.serve.openai_port, "running": True, "health": 200}
+    from trtspec.cli.deploy_cmd import _status_line
+
+    assert f"openai 127.0.0.1:{spec.serve.openai_port} (serving)" in _status_line(status)
 
 
 def test_chat_greedy_equals_tritonclient_with_usage_and_speculative_stats(openai_served):
