@@ -161,3 +161,41 @@ def test_supervisor_restarts_a_dead_frontend_and_stop_ends_it(openai_served):
     assert api.completions.create(model="tiny", prompt="hello", max_tokens=2).usage.completion_tokens == 2
     second = record["openai_pid"]
     assert server.stop_local(layout)["stopped"] and not subproc.is_running(second)
+
+
+def test_a_full_server_answers_503_server_busy(tmp_path, tiny_llama):
+    """One batch slot and no queue (build.max_batch_size 1, serve.max_queue_size 0): while one
+    stream runs, the next request is refused at once with OpenAI's 503, and served after."""
+    import openai
+
+    from tests.serve.conftest import free_ports, make_spec
+    from trtspec import repository
+    from trtspec.artifacts import Layout
+    from trtspec.builders import build
+    from trtspec.serve import server
+
+    (port,) = free_ports(1)
+    spec = make_spec(tmp_path, tiny_llama, build={"max_batch_size": 1},
+                     serve={"openai_port": port, "max_queue_size": 0})
+    layout = Layout.from_spec(spec)
+    repository.render(build(spec).engine_dir, spec, layout.repository)
+    server.start_local(spec, layout.repository, layout)
+    try:
+        api = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=120)
+        running = api.completions.create(model="tiny", prompt="Count to a thousand", max_tokens=400, stream=True)
+        next(iter(running))
+        with pytest.raises(openai.APIStatusError) as raised:
+            api.completions.create(model="tiny", prompt="hello", max_tokens=2)
+        running.close()
+        assert raised.value.status_code == 503 and raised.value.body["code"] == "server_busy"
+        assert raised.value.body["message"].startswith("server busy: 1 requests running and 0 queued")
+        deadline = time.monotonic() + 30
+        while True:  # the cancelled stream leaves the batch at its next step
+            try:
+                assert api.completions.create(model="tiny", prompt="hello", max_tokens=2).usage.completion_tokens == 2
+                break
+            except openai.APIStatusError:
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+    finally:
+        server.stop_local(layout)

@@ -236,7 +236,7 @@ def triton_error(message: str) -> OpenAIError:
     """A Triton error message as OpenAI's error: busy 503, the model's internal errors 500,
     the rest (the model's checks of the request) 400."""
     text = " ".join(message.split())
-    if "server busy" in text or "Server busy" in text:
+    if "server busy" in text or "engine is shut down" in text:
         return OpenAIError(503, text, code="server_busy")
     if text.startswith("internal error") or "Stub process" in text or "failed to connect" in text.lower():
         return OpenAIError(500, text)
