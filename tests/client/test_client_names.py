@@ -37,7 +37,7 @@ def test_llm_api_names_for_the_cpu_model():
     assert sent == {"text_input": ("BYTES", [1]), "streaming": ("BOOL", [1]), "sampling_param_max_tokens": ("INT32", [1]),
                     "sampling_param_temperature": ("FP32", [1]), "sampling_param_top_p": ("FP32", [1]),
                     "sampling_param_seed": ("UINT64", [1]), "sampling_param_return_perf_metrics": ("BOOL", [1]),
-                    "speculative": ("BOOL", [1])}
+                    "speculative": ("BOOL", [1]), "stream_delta": ("BOOL", [1])}
 
 
 @pytest.mark.parametrize("model", ["ensemble", "tensorrt_llm_bls"])
@@ -69,3 +69,8 @@ def test_an_integer_beyond_the_stock_int32_is_refused_in_the_client():
     with pytest.raises(InvalidRequestError, match=r"^sampling_param_max_tokens: 4294967312 does not fit .* INT32"):
         client.build_inputs("hi", max_tokens=2**32 + 16)
     assert _sent(client.build_inputs("hi", max_tokens=2**31 - 1))["sampling_param_max_tokens"] == ("INT32", [1])
+
+
+def test_streams_of_the_stock_model_are_read_as_text_so_far():
+    assert _client(GOLDEN / "trtllm-ngram" / "tensorrt_llm" / "config.pbtxt").served.cumulative_stream
+    assert not _client(GOLDEN / "cpu" / "tensorrt_llm" / "config.pbtxt").served.cumulative_stream

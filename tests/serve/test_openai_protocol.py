@@ -21,7 +21,7 @@ def test_chat_body_becomes_messages_for_the_model():
                                                           {"role": "user", "content": "hi there"}]
     assert forward.values == {"text_input": "", "sampling_param_max_tokens": 5, "sampling_param_temperature": 0.0,
                               "sampling_param_seed": 7, "sampling_param_stop": ["\n"], "streaming": True,
-                              "sampling_param_return_perf_metrics": True}
+                              "stream_delta": True, "sampling_param_return_perf_metrics": True}
     assert forward.stream and forward.include_usage
     assert chunk(forward, "x")["usage"] is None  # include_usage: every chunk says usage null
 

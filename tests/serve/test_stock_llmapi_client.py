@@ -82,7 +82,9 @@ def test_stream_with_the_stock_streaming_input(served):
     finally:
         triton.stop_stream()
         triton.close()
-    assert len(pieces) > 1 and "".join(pieces) == client.generate(prompt, max_tokens=12)["text"]
+    # As the stock model sends RequestOutput.text: each response holds the text so far.
+    assert len(pieces) > 1 and all(later.startswith(earlier) for earlier, later in zip(pieces, pieces[1:], strict=False))
+    assert pieces[-1] == client.generate(prompt, max_tokens=12)["text"]   # trtspec's client asks for deltas
 
 
 def test_stock_stop_input_ends_a_running_request(served):
@@ -132,3 +134,21 @@ def _stream_once(triton, inputs, request_id):
         triton.stop_stream()
     if error is not None:
         raise error
+
+
+def test_trtspec_client_reads_a_stock_style_stream_as_new_text(served):
+    """trtspec's client against a model without the stream_delta addition (the stock llmapi model
+    on the GPU): it receives the text so far and yields only the new part of each response."""
+    from trtspec.client.triton import TritonLLMClient
+
+    spec, client, _ = served
+    stock = TritonLLMClient(client.url)
+    config = dict(stock.config)
+    config["input"] = [i for i in config["input"] if i["name"] != "stream_delta"]
+    stock._config = config   # the served model as the stock config declares it
+    try:
+        events = list(stock.stream("Born in north-east France, Soyer trained as a", max_tokens=12))
+    finally:
+        stock.close()
+    assert len(events) > 2 and "".join(e.text for e in events) == \
+        client.generate("Born in north-east France, Soyer trained as a", max_tokens=12)["text"]

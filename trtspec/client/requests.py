@@ -21,7 +21,8 @@ class InvalidRequestError(TrtSpecError):
 ENSEMBLE_NAMES = {"sampling_param_max_tokens": "max_tokens", "streaming": "stream",
                   "sampling_param_temperature": "temperature", "sampling_param_top_p": "top_p",
                   "sampling_param_top_k": "top_k", "sampling_param_seed": "seed",
-                  "sampling_param_return_perf_metrics": "return_perf_metrics", "speculative": None}
+                  "sampling_param_return_perf_metrics": "return_perf_metrics", "speculative": None,
+                  "stream_delta": None}
 DTYPES = {"TYPE_STRING": "BYTES", "TYPE_BOOL": "BOOL", "TYPE_INT32": "INT32", "TYPE_INT64": "INT64",
           "TYPE_UINT64": "UINT64", "TYPE_FP32": "FP32"}
 
@@ -45,6 +46,12 @@ class ServedModel:
     def decoupled(self) -> bool:
         return bool(self.config.get("model_transaction_policy", {}).get("decoupled", False))
 
+    @property
+    def cumulative_stream(self) -> bool:
+        """True when streamed responses carry the text so far: the stock llmapi model (it sends
+        RequestOutput.text); trtspec's cpu model sends only the new text when asked (stream_delta)."""
+        return self.llm_api and "stream_delta" not in self.input_types
+
     def name(self, llm_api_name: str) -> str | None:
         """The served model's name for an LLM-API input, or None when it has no such input."""
         name = llm_api_name if self.llm_api else ENSEMBLE_NAMES.get(llm_api_name, llm_api_name)
@@ -63,7 +70,8 @@ class ServedModel:
                                   "sampling_param_temperature": temperature, "sampling_param_top_p": top_p,
                                   "sampling_param_top_k": top_k, "sampling_param_seed": seed,
                                   "sampling_param_return_perf_metrics": perf_metrics,
-                                  "speculative": None if speculative else False}
+                                  "speculative": None if speculative else False,
+                                  "stream_delta": True if streaming else None}
         numpy_types = {"BOOL": np.bool_, "INT32": np.int32, "INT64": np.int64, "UINT64": np.uint64,
                        "FP32": np.float32, "BYTES": np.object_}
         input_types = self.input_types

@@ -114,6 +114,7 @@ class TritonLLMClient:
         client.start_stream(callback=lambda result=None, error=None: responses.put((result, error, time.perf_counter())))
         start = time.perf_counter()
         finished = False
+        cumulative, so_far = stream and served.decoupled and served.cumulative_stream, ""
         try:
             client.async_stream_infer(self.model, inputs, enable_empty_final_response=served.decoupled)
             while True:
@@ -125,6 +126,8 @@ class TritonLLMClient:
                     message = error.message() if isinstance(error, InferenceServerException) else str(error)
                     raise ServerError(f"{self.model}: {message}")
                 event = event_from(result, arrived - start, served.decoupled)
+                if cumulative:  # the stock llmapi model streams the text so far: keep the new part
+                    event.text, so_far = event.text[len(so_far):], event.text
                 if event.final:
                     finished = True
                 yield event

@@ -5,7 +5,8 @@ here, so the serving code is versioned, linted and tested with the rest of trtsp
 
 - I/O is the stock llmapi model's of `build.trtllm_version` (trtspec.repository.llmapi_io) plus
   trtspec's optional additions `speculative` (false turns speculation off for that request),
-  `chat_template` and `messages`. Outputs `text_output`, `finish_reason` and, with perf metrics,
+  `chat_template`, `messages` and `stream_delta` (streamed responses carry only the new text; by
+  default each carries the text so far, as the stock model does). Outputs `text_output`, `finish_reason` and, with perf metrics,
   `acceptance_rate`, `total_accepted_draft_tokens`, `total_draft_tokens` and the additions
   `num_drafts`, `num_output_tokens`, `num_input_tokens`. `stop: true` cancels the requests sent
   with the same request id, as the stock model.py does, and is answered CANCELLED.
@@ -283,18 +284,18 @@ class Responder:
             model.refuse(self, str(item), "internal", "INTERNAL")
             return
         self.num_tokens += len(item.token_ids)
+        self.text.append(item.text)
+        # Streamed: the new text (stream_delta) or, as the stock model sends RequestOutput.text,
+        # the text so far; not streamed: the whole text once.
+        piece = item.text if parsed.streaming and parsed.stream_delta else "".join(self.text)
         # 3. finished: record the statistics, send the last piece with the final flag.
         if item.finish_reason is not None:
             model.record(item.stats)
             extra = perf_outputs(item.stats, self.num_tokens, self.num_input_tokens) if parsed.perf_metrics else None
-            piece = item.text if parsed.streaming else "".join(self.text) + item.text
             self.finish(model.response(piece, item.finish_reason, extra))
         # 4. streaming: send what this step committed.
-        elif parsed.streaming:
-            if item.text:
-                self.sender.send(model.response(item.text, None))
-        else:
-            self.text.append(item.text)
+        elif parsed.streaming and item.text:
+            self.sender.send(model.response(piece, None))
 
 
 class Collector:

@@ -36,7 +36,8 @@ INPUT_NAMES = ("text_input", "streaming", "sampling_param_best_of", "sampling_pa
                "sampling_param_presence_penalty", "sampling_param_max_tokens", "sampling_param_stop",
                "sampling_param_seed", "sampling_param_exclude_input_from_output",
                "sampling_param_return_perf_metrics", "return_finish_reason", "return_stop_reason",
-               "return_cumulative_logprob", "stop", "speculative", "chat_template", "messages")
+               "return_cumulative_logprob", "stop", "speculative", "chat_template", "messages",
+               "stream_delta")
 IGNORED_PARAMETERS = ("Streaming",)
 # Stock inputs the cpu engine cannot honour with a value other than the default: (default, why).
 UNSUPPORTED = {
@@ -72,6 +73,7 @@ class Request:
     speculative: bool
     chat_template: bool = True
     messages: list[dict[str, str]] | None = None
+    stream_delta: bool = False
 
 
 @dataclass(frozen=True)
@@ -212,7 +214,8 @@ def parse_request(values: dict[str, Any], *, max_seq_len: int, max_prompt_bytes:
                    temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, stop=stop,
                    perf_metrics=_scalar(values, "sampling_param_return_perf_metrics", bool, False),
                    speculative=_scalar(values, "speculative", bool, True),
-                   chat_template=_scalar(values, "chat_template", bool, True), messages=messages)
+                   chat_template=_scalar(values, "chat_template", bool, True), messages=messages,
+                   stream_delta=_scalar(values, "stream_delta", bool, False))
 
 
 def _prompt(values: dict[str, Any], max_prompt_bytes: int | None) -> str:

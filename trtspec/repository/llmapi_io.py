@@ -25,6 +25,8 @@ ADDED_INPUTS = (
                                    "template; false: text_input is plain text, tokenized as the tokenizer does"),
     ("messages", "BYTES", [1], "a JSON array of OpenAI chat messages rendered through the chat template "
                                "(trtspec/chat.py, generation prompt added) in place of text_input"),
+    ("stream_delta", "BOOL", [1], "true: each streamed response carries only the new text; false (default, "
+                                  "the stock model's way, RequestOutput.text): the text so far"),
 )
 # trtspec's outputs beyond the stock model's, sent with sampling_param_return_perf_metrics.
 ADDED_OUTPUTS = (

@@ -130,6 +130,7 @@ def _common(body: Any, served: tuple[str, ...], *, max_key: str, default_max: in
     if options is not None and not stream:
         raise _bad("stream_options: only allowed with stream: true", "stream_options")
     values["streaming"] = stream
+    values["stream_delta"] = True  # each streamed response: only the new text (trtspec's addition)
     return model, {"values": {k: v for k, v in values.items() if v is not None}, "stream": stream,
                    "include_usage": bool((options or {}).get("include_usage"))}
 
