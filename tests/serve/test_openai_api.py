@@ -35,7 +35,7 @@ def test_models_health_and_status(openai_served):
     from trtspec.serve import server
 
     spec, _, api = openai_served
-    assert [m.id for m in api.models.list().data][0] == "tiny"
+    assert [m.id for m in api.models.list().data] == ["tiny", "tensorrt_llm"]  # the local source path is not listed
     with urllib.request.urlopen(f"http://127.0.0.1:{spec.serve.openai_port}/health", timeout=10) as response:
         assert response.status == 200 and json.loads(response.read()) == {"status": "ok"}
     status = server.status(Layout.from_spec(spec), probe=False)

@@ -18,9 +18,11 @@ TRITON_MODEL = "tensorrt_llm"
 
 
 def served_names(spec: Any) -> list[str]:
-    """Names a client may send as `model`: the spec's model name, then the model source if it
-    differs (a Hugging Face id, as AIPerf and vLLM clients send), then the Triton model's."""
-    names = [spec.model_name, spec.model.source, TRITON_MODEL]
+    """Names a client may send as `model`: the spec's model name, then the model source when it is
+    a hub id (as AIPerf and vLLM clients send; a local path is not published), then the Triton
+    model's."""
+    source = spec.model.source if not Path(spec.model.source).expanduser().exists() else None
+    names = [spec.model_name, source, TRITON_MODEL]
     return [n for i, n in enumerate(names) if n and n not in names[:i]]
 
 
