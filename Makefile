@@ -6,6 +6,8 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
+AIPERF := .venv-aiperf/.installed
+
 .PHONY: setup demo demo-eagle3 test test-fast lint clean
 
 $(STAMP): pyproject.toml
@@ -17,6 +19,13 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# AIPerf (the OpenAI-API load test's client) pins versions trtspec's own environment cannot take
+# (tests/serve/test_openai_aiperf.py), so it gets a virtualenv of its own; without it that test skips.
+$(AIPERF):
+	$(PYTHON) -m venv .venv-aiperf
+	.venv-aiperf/bin/python -m pip install --quiet aiperf==0.13.0
+	touch $(AIPERF)
+
 setup: $(STAMP)
 	$(BIN)/trtspec models fetch smollm2
 
@@ -27,6 +36,7 @@ demo-eagle3: setup
 	PATH=$(CURDIR)/$(BIN):$$PATH bash scripts/demo.sh eagle3
 
 test: setup
+	-$(MAKE) --no-print-directory $(AIPERF)
 	$(BIN)/python -m pytest -q
 
 test-fast: $(STAMP)
@@ -36,4 +46,4 @@ lint: $(STAMP)
 	$(BIN)/ruff check trtspec tests scripts
 
 clean:
-	rm -rf work model_repository/*/ engines/*/ .pytest_cache
+	rm -rf work model_repository/*/ engines/*/ .pytest_cache .venv-aiperf
