@@ -151,9 +151,6 @@ def main() -> int:
     args = parser.parse_args()
     import os
 
-    from trtspec.runtime.threads import prefer_passive_openmp
-
-    prefer_passive_openmp()  # before torch: threads that spin on shared cores collapse (runtime/threads.py)
     import torch
 
     from trtspec.models import resolve_model

@@ -105,9 +105,6 @@ def bench(config_path, url, engine_dir, prompts, concurrency, max_tokens, num_pr
 
     from trtspec.bench import runner
     from trtspec.prompts import load_prompts
-    from trtspec.runtime.threads import prefer_passive_openmp
-
-    prefer_passive_openmp()  # an in-process engine's threads must not spin on shared cores
     if baseline and url and engine_dir:
         raise click.UsageError("--baseline measures one target; with both --url and --engine bench measures "
                                "the serving overhead. Run them separately.")
@@ -184,10 +181,8 @@ def tune(config_path, engine_dir, prompts, draft_lens, trees, mode, max_tokens, 
     from trtspec.bench import tune as tuning
     from trtspec.errors import TrtSpecError
     from trtspec.prompts import load_prompts
-    from trtspec.runtime.threads import prefer_passive_openmp
     from trtspec.spec.schema import DEFAULT_CONFIG
 
-    prefer_passive_openmp()  # the engine's threads must not spin on shared cores (runtime/threads.py)
     spec = resolve_spec(config_path, bench__prompts=prompts, bench__max_tokens=max_tokens,
                         bench__num_prompts=num_prompts, speculative__mode=mode)
     if spec.speculative.mode == "none":

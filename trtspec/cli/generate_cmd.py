@@ -33,9 +33,6 @@ def generate(prompt: str, engine_dir: str | None, max_tokens: int, temperature: 
              seed: int | None, stop: tuple[str, ...], no_spec: bool, raw: bool, config_path: str | None,
              as_json: bool) -> None:
     """Generate text with the cpu engine, streaming it to stdout; statistics go to stderr."""
-    from trtspec.runtime.threads import prefer_passive_openmp
-
-    prefer_passive_openmp()  # before torch loads: spinning threads slow a step ~10x on shared cores
     from trtspec.runtime import load_engine
 
     if engine_dir is None:

@@ -73,9 +73,6 @@ class TritonPythonModel:
     """Triton's entry points: initialize, execute, finalize."""
 
     def initialize(self, args: dict[str, Any]) -> None:
-        from trtspec.runtime.threads import prefer_passive_openmp
-
-        prefer_passive_openmp()  # before torch loads: the engine loop's threads must not spin (threads.py)
         import triton_python_backend_utils as pb_utils
 
         from trtspec.runtime import load_engine

@@ -172,14 +172,11 @@ def server_env(binary: Path | None = None, backend: str = "cpu", backend_dir: Pa
     ordered = list(dict.fromkeys(paths + ([existing] if existing else [])))
     env = {"PYTHONPATH": os.pathsep.join(ordered), "TRTSPEC_PYTHONPATH": os.pathsep.join(ordered)}
     if backend == "cpu":
-        # One engine loop per model instance runs every request's steps (in-flight batching); its
-        # OpenMP threads must sleep, not spin, while they wait (spinning teams collapse on shared
-        # cores: trtspec/runtime/threads.py), and they leave one core to tritonserver's own
-        # threads and the clients (measured on 2 cores, SmolLM2 through Triton: 1 torch thread
-        # gave 1.14x the tokens/s of 2 at concurrency 1 and 1.40x at 8; docs/BENCHMARKS.md
-        # "Threads"). A caller's OMP_NUM_THREADS and OMP_WAIT_POLICY are kept.
-        env["OMP_WAIT_POLICY"] = os.environ.get("OMP_WAIT_POLICY") or "PASSIVE"
-        env["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS") or str(max(1, len(os.sched_getaffinity(0)) - 1))
+        # One engine loop per model instance runs every request's steps (in-flight batching) on
+        # OMP_NUM_THREADS threads, every usable core by default; the model loads in the stub's main
+        # thread, whose OpenMP team ends once the engine is built (trtspec/runtime/threads.py). A
+        # caller's OMP_NUM_THREADS and OMP_WAIT_POLICY are kept; trtspec sets no wait policy.
+        env["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS") or str(len(os.sched_getaffinity(0)))
     root = pytriton_root()
     libs = root.parent.parent / "nvidia_pytriton.libs" if root else None
     if libs and libs.is_dir() and (binary is None or root in binary.parents):
