@@ -152,29 +152,36 @@ def test_a_wrong_head_name_is_refused():
 
 
 def test_layers_to_capture_written_only_when_the_head_differs_from_the_default(in_tmp, tiny_llama):
-    """A 4-layer target: TensorRT-LLM has no default capture below 6 layers; convert trains on (0, 2, 3)."""
+    """A 4-layer target: TensorRT-LLM has no default capture below 6 layers; convert trains on (0, 2, 3).
+    Both releases have EagleDecodingConfig.eagle3_layers_to_capture (1.1.0: the 1.1-line llm_args.py,
+    contract `eagle3` fields); a release without the field refuses such a head."""
+    import dataclasses
+
     head = {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [0, 2, 3]}}
     target = json.loads((tiny_llama / "config.json").read_text())
-    assert eagle3_head.layers_to_capture(head, target, contracts.load("1.2.1")) == [0, 2, 3]
-    with pytest.raises(IncompatibleArtifactError, match="no verified eagle3_layers_to_capture.*1.2.1"):
-        eagle3_head.layers_to_capture(head, target, contracts.load("1.1.0"))
+    for version in VERSIONS:
+        assert eagle3_head.layers_to_capture(head, target, contracts.load(version)) == [0, 2, 3]
+    without = contracts.load("1.1.0")
+    data = json.loads(json.dumps(without.data))
+    data["eagle3_head"]["layers_to_capture_field"] = None
+    with pytest.raises(IncompatibleArtifactError, match="no verified eagle3_layers_to_capture"):
+        eagle3_head.layers_to_capture(head, target, dataclasses.replace(without, data=data))
     deep = {"num_hidden_layers": 32}
     default_head = {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 15, 28]}}
     for version in VERSIONS:
         assert eagle3_head.layers_to_capture(default_head, deep, contracts.load(version)) is None
 
 
-def test_shallow_target_builds_for_1_2_1_with_layers_to_capture_and_is_refused_for_1_1_0(in_tmp, tiny_llama):
+def test_shallow_target_builds_with_layers_to_capture_for_both_releases(in_tmp, tiny_llama):
     import yaml
 
     config = _trtllm_workspace(in_tmp, tiny_llama)
-    refused = CliRunner().invoke(main, ["build", "-c", str(config), "--dry-run"])
-    assert refused.exit_code == 1 and "use build.trtllm_version 1.2.1" in refused.output
-    built = CliRunner().invoke(main, ["build", "-c", str(config), "--trtllm-version", "1.2.1", "--json"])
-    assert built.exit_code == 0, built.output
-    name = json.loads(built.stdout)["name"]
-    options = yaml.safe_load((in_tmp / "engines" / name / "llm_api_options.yaml").read_text())
-    assert options["speculative_config"]["eagle3_layers_to_capture"] == [0, 2, 3]
+    for flags in ([], ["--trtllm-version", "1.2.1"]):
+        built = CliRunner().invoke(main, ["build", "-c", str(config), "--json", "--force", *flags])
+        assert built.exit_code == 0, built.output
+        name = json.loads(built.stdout)["name"]
+        options = yaml.safe_load((in_tmp / "engines" / name / "llm_api_options.yaml").read_text())
+        assert options["speculative_config"]["eagle3_layers_to_capture"] == [0, 2, 3]
 
 
 def test_tokens_per_block_other_than_32_needs_1_2_1(in_tmp, gpu_target):

@@ -54,7 +54,16 @@ def test_dry_run_prints_the_pipeline_with_real_commands_and_flags(extra, tmp_pat
     commands = [" ".join(a for a in line[1:3] if not a.startswith("-")) for line in lines]
     for needed in ("build", "deploy", "infer", "bench", "deploy stop"):
         assert any(c.split()[:len(needed.split())] == needed.split() for c in commands), needed
-    assert all("--verify" in line for line in lines if line[1] == "build")
+    # trtllm builds load the package with TensorRT-LLM (--verify); trtllm-engine builds real engines
+    builds = {line[line.index("-c") + 1]: line for line in lines if line[1] == "build"}
+    assert all(("--verify" in line) == ("/trtllm-engine-" not in spec) for spec, line in builds.items())
+    # each trtllm-engine deploy is asked through the ensemble and through the BLS
+    engine_specs = {spec for spec in builds if "/trtllm-engine-" in spec}
+    assert engine_specs
+    for spec in engine_specs:
+        asked = {line[line.index("--model") + 1] for line in lines
+                 if line[1] == "infer" and line[line.index("-c") + 1] == spec}
+        assert asked == {"ensemble", "tensorrt_llm_bls"}, spec
     for line in lines:
         _resolve(line)
     assert ("--trtllm-version" in result.stdout) == bool(extra)

@@ -11,6 +11,7 @@ rank, ranks > 0 load only tensorrt_llm.
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from tests.builders.conftest import assert_golden, normalize
 from trtspec import subproc
 from trtspec.builders import build
 from trtspec.repository import pbtxt, render
+from trtspec.repository import trtllm_engine_contract as contract
 from trtspec.serve import launch
 from trtspec.spec.schema import validate_spec
 
@@ -29,6 +31,20 @@ def _spec(root: Path, target: Path, draft: Path | None, **build_section):
                           "speculative": {"mode": mode, **({"draft": str(draft)} if draft else {})},
                           "build": {"backend": "trtllm-engine", "output_dir": str(root / "engines"), **build_section},
                           "serve": {"repository": str(root / "repo")}})
+
+
+def served(command: list[str], repo: Path) -> list[str]:
+    """The server command after the repository is filled: `[env K=V] bash -c 'fill && exec <server>'`."""
+    fill, _, server = command[command.index("-c") + 1].partition(" && exec ")
+    assert fill == f"bash {repo.resolve() / 'fill_template.sh'} {launch.filled_repository(repo)}"
+    return command[:command.index("bash")] + shlex.split(server)
+
+
+def filled_configs(repo: Path) -> dict:
+    """model -> ModelConfig: upstream's templates with the rendered fills.json applied."""
+    data = json.loads((repo / "fills.json").read_text())
+    configs = contract.filled(contract.section(data["tensorrt_llm_version"]), data["models"])
+    return {name: pbtxt.to_message(config) for name, config in configs.items()}
 
 
 @pytest.fixture(scope="module")
@@ -46,9 +62,10 @@ def test_draft_target_tp2_launch_and_repository_golden(engines):
     spec, engine_dir = cases["draft-target-tp2"]
     repo = root / "repo-tp2"
     render(engine_dir, spec, repo, engine_path="/engines/tiny")
-    local = launch.local_command(spec, Path("/opt/tritonserver/bin/tritonserver"), repo, None)
+    local = served(launch.local_command(spec, Path("/opt/tritonserver/bin/tritonserver"), repo, None), repo)
     docker = launch.docker_command(spec, repo, engine_dir, image="trtspec:gpu")
-    llm = {name: pbtxt.check((repo / name / "config.pbtxt").read_text()) for name in ("tensorrt_llm", "tensorrt_llm_draft")}
+    configs = filled_configs(repo)
+    llm = {name: configs[name] for name in ("tensorrt_llm", "tensorrt_llm_draft")}
     lines = ["# local", subproc.format_command(local), "# docker (shell run in the container)", docker[-1]]
     for name, config in llm.items():
         lines.append(f"# {name} parameters")
@@ -64,7 +81,8 @@ def test_draft_target_tp2_launch_and_repository_golden(engines):
     assert "export TRTLLM_ORCHESTRATOR=1 && " in docker[-1]
     for config in llm.values():
         assert config.parameters["gpu_device_ids"].string_value == "0,1"
-        assert "participant_ids" not in config.parameters
+        # "" leaves participant_ids unset: the backend splits it into no list (model_state.cc@c2e65b88:126-131)
+        assert config.parameters["participant_ids"].string_value == ""
     tokens = json.loads((engine_dir / "engine.json").read_text())["trtllm_engine"]["kv_cache_tokens"]
     assert llm["tensorrt_llm"].parameters["max_tokens_in_paged_kv_cache"].string_value == str(tokens["target"])
 
@@ -73,7 +91,7 @@ def test_draft_target_on_one_gpu_is_orchestrator_mode_too(engines):
     # the draft-target README's Triton workflow launches with --multi-model even on one GPU
     _, cases = engines
     spec, _ = cases["draft-target-tp1"]
-    command = launch.local_command(spec, Path("/opt/tritonserver/bin/tritonserver"), Path("/m"), None)
+    command = served(launch.local_command(spec, Path("/opt/tritonserver/bin/tritonserver"), Path("/m"), None), Path("/m"))
     assert command[1] == "TRTLLM_ORCHESTRATOR=1" and "--cuda-memory-pool-byte-size=0:0" in command
 
 
@@ -81,10 +99,12 @@ def test_one_engine_on_two_gpus_is_leader_mode(engines):
     root, cases = engines
     spec, engine_dir = cases["none-tp2"]
     render(engine_dir, spec, root / "repo-none", engine_path="/engines/tiny")
-    command = launch.local_command(spec, Path("/opt/tritonserver/bin/tritonserver"), root / "repo-none", None)
+    command = served(launch.local_command(spec, Path("/opt/tritonserver/bin/tritonserver"), root / "repo-none", None),
+                     root / "repo-none")
     assert command[:2] == ["mpirun", "--allow-run-as-root"] and command.count(":") == 1
     rank1 = command[command.index(":") + 1:]
     assert "--load-model=tensorrt_llm" in rank1 and "TRTLLM_ORCHESTRATOR=1" not in command
-    config = pbtxt.check((root / "repo-none" / "tensorrt_llm" / "config.pbtxt").read_text())
+    config = filled_configs(root / "repo-none")["tensorrt_llm"]
     assert config.parameters["gpu_device_ids"].string_value == "0,1"
-    assert "max_tokens_in_paged_kv_cache" not in config.parameters  # one engine: sized by the fraction
+    # one engine: sized by the fraction; "" is unset to the backend (its parse fails, the default holds)
+    assert config.parameters["max_tokens_in_paged_kv_cache"].string_value == ""

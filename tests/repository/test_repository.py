@@ -72,19 +72,57 @@ def test_cpu_repository_matches_golden_and_parses(tiny_cpu_engine, tmp_path):
     _compare_with_golden("cpu", tmp_path / "repo")
 
 
-@pytest.mark.parametrize("case", ["trtllm-ngram", "trtllm-draft-target", "trtllm-engine-draft-target-tp2",
-                                  "trtllm-engine-none"])
+@pytest.mark.parametrize("case", ["trtllm-ngram", "trtllm-draft-target"])
 def test_gpu_repositories_match_golden_and_parse(gpu_engines, case, tmp_path):
     spec, engine_dir = gpu_engines[case]
     render(engine_dir, spec, tmp_path / "repo", engine_path=ENGINE_PATH)
-    configs = {c.name: c for c in _check_all_pbtxt(tmp_path / "repo")}
-    if case.startswith("trtllm-engine"):
-        llm = configs["tensorrt_llm"]
-        assert llm.backend == "tensorrtllm"
-        assert llm.parameters["gpt_model_type"].string_value == "inflight_fused_batching"
-        assert llm.max_batch_size == spec.build.max_batch_size
-        assert {"ensemble", "preprocessing", "postprocessing"} <= set(configs)
+    _check_all_pbtxt(tmp_path / "repo")
     _compare_with_golden(case, tmp_path / "repo")
+
+
+@pytest.mark.parametrize("case", ["trtllm-engine-draft-target-tp2", "trtllm-engine-none"])
+def test_trtllm_engine_repository_is_the_fill_of_upstreams_tree(gpu_engines, case, tmp_path):
+    """No config.pbtxt of trtspec's own: fill_template.sh (copy the container's whole tree, derive the
+    draft, fill every model) and fills.json, the per-model key:value lists; golden files pin both."""
+    import json
+
+    spec, engine_dir = gpu_engines[case]
+    files = render(engine_dir, spec, tmp_path / "repo", engine_path=ENGINE_PATH)
+    assert sorted(f.name for f in files) == ["fill_template.sh", "fills.json"]
+    assert not list((tmp_path / "repo").rglob("config.pbtxt"))
+    fills = json.loads((tmp_path / "repo" / "fills.json").read_text())["models"]
+    assert fills["tensorrt_llm"]["triton_max_batch_size"] == spec.build.max_batch_size
+    assert fills["tensorrt_llm"]["batching_strategy"] == "inflight_fused_batching"
+    assert ("tensorrt_llm_draft" in fills) == (spec.speculative.mode == "draft-target")
+    _compare_with_golden(case, tmp_path / "repo")
+
+
+def test_deploy_dry_run_shows_the_fill_template_calls_and_key_value_lists(gpu_engines, tmp_path):
+    """`deploy --dry-run` (text and --json) shows each fill_template.py call with its key:value list."""
+    import json
+
+    import yaml
+    from click.testing import CliRunner
+
+    from trtspec.cli import main
+
+    spec, _ = gpu_engines["trtllm-engine-draft-target-tp2"]
+    config = tmp_path / "trtspec.yaml"
+    config.write_text(yaml.safe_dump(spec.model_dump(mode="json")))
+    text = CliRunner().invoke(main, ["deploy", "-c", str(config), "--dry-run", "--target", "docker"])
+    assert text.exit_code == 0, text.output
+    data = json.loads(CliRunner().invoke(main, ["deploy", "-c", str(config), "--dry-run", "--json",
+                                                "--target", "docker"]).output)
+    fills = data["fill_template"]
+    assert list(fills["models"]) == ["tensorrt_llm", "tensorrt_llm_draft", "preprocessing", "postprocessing",
+                                     "ensemble", "tensorrt_llm_bls"]
+    assert len(fills["calls"]) == len(fills["models"])
+    for call, (model, values) in zip(fills["calls"], fills["models"].items(), strict=True):
+        assert call.startswith(f"python3 /app/tools/fill_template.py -i /tmp/trtspec-models/{model}/config.pbtxt ")
+        assert all(f"{key}:" in call for key in values)
+        assert call in text.output
+    assert "bash /models/fill_template.sh /tmp/trtspec-models" in data["command"]
+    assert not (tmp_path / "repo").exists() and not Path(spec.serve.repository).exists()
 
 
 def test_trtllm_model_yaml_is_llm_arguments_with_triton_config(gpu_engines, tmp_path):
@@ -108,39 +146,17 @@ def test_tp2_draft_target_engines_share_the_gpus_in_orchestrator_mode(gpu_engine
 
     spec, engine_dir = gpu_engines["trtllm-engine-draft-target-tp2"]
     render(engine_dir, spec, tmp_path / "repo", engine_path=ENGINE_PATH)
-    target = pbtxt.check((tmp_path / "repo" / "tensorrt_llm" / "config.pbtxt").read_text())
-    draft = pbtxt.check((tmp_path / "repo" / "tensorrt_llm_draft" / "config.pbtxt").read_text())
+    fills = json.loads((tmp_path / "repo" / "fills.json").read_text())["models"]
     tokens = json.loads((engine_dir / "engine.json").read_text())["trtllm_engine"]["kv_cache_tokens"]
-    for config, role in ((target, "target"), (draft, "draft")):
-        assert config.parameters["gpu_device_ids"].string_value == "0,1"
-        assert "participant_ids" not in config.parameters
-        assert config.parameters["max_tokens_in_paged_kv_cache"].string_value == str(tokens[role])
-        assert float(config.parameters["kv_cache_free_gpu_mem_fraction"].string_value) == spec.build.free_gpu_memory_fraction
+    for model, role in (("tensorrt_llm", "target"), ("tensorrt_llm_draft", "draft")):
+        assert fills[model]["gpu_device_ids"] == [0, 1]
+        assert fills[model]["participant_ids"] == ""
+        assert fills[model]["max_tokens_in_paged_kv_cache"] == tokens[role]
+        assert fills[model]["kv_cache_free_gpu_mem_fraction"] == spec.build.free_gpu_memory_fraction
+    assert fills["tensorrt_llm_draft"]["engine_dir"] == f"{ENGINE_PATH}/draft"
     script = (tmp_path / "repo" / "fill_template.sh").read_text()
-    assert "gpu_device_ids:0\\,1" in script and "participant_ids" not in script
-    bls = pbtxt.check((tmp_path / "repo" / "tensorrt_llm_bls" / "config.pbtxt").read_text())
-    assert not bls.model_transaction_policy.decoupled   # upstream's BLS spec loop is non-streaming
-
-
-def test_every_upstream_placeholder_is_filled_or_explained():
-    from trtspec.repository import trtllm_engine as te
-
-    values = {"triton_max_batch_size": 8, "engine_dir": "/e/target", "draft_engine_dir": None, "tokenizer_dir": "/e/t",
-              "decoupled_mode": True, "kv_cache_free_gpu_mem_fraction": 0.9, "decoding_mode": "top_k_top_p",
-              "max_tokens_in_paged_kv_cache": (None, None), "gpu_device_ids": [0], "multi_gpu": "single",
-              "num_draft_tokens": 0, "use_draft_logits": False,
-              "max_queue_delay_microseconds": 0, "draft_target": False, "instance_count": 1}
-    filled = set(te.fill_values(values))
-    assert filled <= te.UPSTREAM_PLACEHOLDERS, filled - te.UPSTREAM_PLACEHOLDERS
-    assert set(te.UNSET) <= te.UPSTREAM_PLACEHOLDERS
-    missing = te.UPSTREAM_PLACEHOLDERS - filled - set(te.UNSET) - te.SET_FOR_DRAFT_TARGET
-    assert not missing, f"placeholders neither filled nor explained: {sorted(missing)}"
-    others = te.other_fill_values({**values, "draft_target": True})
-    assert set(others) == set(te.UPSTREAM_OTHER_PLACEHOLDERS)
-    for model, fills in others.items():
-        upstream = te.UPSTREAM_OTHER_PLACEHOLDERS[model]
-        assert set(fills) <= upstream, (model, set(fills) - upstream)
-        assert not upstream - set(fills) - set(te.UNSET_OTHER), (model, upstream - set(fills))
+    assert "gpu_device_ids:0\\,1" in script
+    assert fills["tensorrt_llm_bls"]["decoupled_mode"] is False   # upstream's BLS spec loop is non-streaming
 
 
 def test_check_refuses_leftover_placeholders_and_bad_fields():

@@ -148,10 +148,11 @@ def test_openai_port_in_containers_per_backend(tmp_path, tiny_llama, spec_factor
     spec, engine = shell("trtllm-engine")
     assert engine.endswith(
         "cd /opt/tritonserver/python/openai && { python3 -c 'import tritonserver' 2>/dev/null || pip install -q "
-        "/opt/tritonserver/python/triton*.whl; } && exec python3 openai_frontend/main.py --model-repository /models "
+        "/opt/tritonserver/python/triton*.whl; } && exec python3 openai_frontend/main.py --model-repository /tmp/trtspec-models "
         "--tokenizer /engines/e1/hf/target --backend tensorrtllm --host 0.0.0.0 --openai-port 18299 "
         f"--enable-kserve-frontends --kserve-http-port {spec.serve.http_port} --kserve-grpc-port {spec.serve.grpc_port}")
     assert "bin/tritonserver" not in engine
+    assert engine.startswith("bash /models/fill_template.sh /tmp/trtspec-models && ")   # upstream's tree, filled
     with pytest.raises(IncompatibleArtifactError, match="Triton's OpenAI frontend runs Triton in process"):
         shell("trtllm-engine", tp_size=2)
 

@@ -37,7 +37,7 @@ def layers_to_capture(head_config: dict[str, Any], target_config: dict[str, Any]
     """The `eagle3_layers_to_capture` value to write, or None when the release's default is the same.
 
     Raises IncompatibleArtifactError when the head needs other layers than the default and the
-    release has no field to say so (1.1.0: not verified in its llm_args.py).
+    release has no field to say so (both supported releases have it: contract_data, `eagle3` fields).
     """
     trained = sorted((head_config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids") or [])
     default = contract.default_capture(target_config["num_hidden_layers"])

@@ -78,7 +78,8 @@ def checked_options(spec: Any, contract: Contract, **paths: Any) -> dict[str, An
 def header(contract: Contract) -> str:
     """The comment block every file written for a release starts with: release, container, source."""
     return (f"# TensorRT-LLM {contract.version}, as in {contract.image}\n"
-            f"# (names checked against {contract.llm_api['source']}).\n")
+            f"# (names checked against trtspec's contract for TensorRT-LLM {contract.version}: llm_args.py in\n"
+            f"# {contract.llm_api['read_at']}; contract_data/trtllm-{contract.version}.json).\n")
 
 
 def render_yaml(options: dict[str, Any], contract: Contract) -> str:

@@ -139,6 +139,7 @@ def _dry_run(spec: Any, layout: Any, engine_dir: Path, engine_path: str | None, 
     with tempfile.TemporaryDirectory() as scratch:
         files = repository.render(engine_dir, spec, Path(scratch) / "repo", engine_path=engine_path)
         names = [str(f.relative_to(Path(scratch) / "repo")) for f in files]
+        fills = _fills(Path(scratch) / "repo")
     if target == "local":
         binary = server.find_tritonserver()
         command = subproc.format_command(launch.local_command(spec, binary, layout.repository,
@@ -152,13 +153,32 @@ def _dry_run(spec: Any, layout: Any, engine_dir: Path, engine_path: str | None, 
     else:
         command = k8s.manifests_yaml(k8s.k8s_manifests(spec, engine_dir.name, image))
     if as_json:
-        emit_json({"target": target, "repository": str(layout.repository), "files": names, "command": command})
+        emit_json({"target": target, "repository": str(layout.repository), "files": names, "command": command,
+                   **({"fill_template": fills} if fills else {})})
         return
     click.echo(f"would render {layout.repository}/ from {engine_dir}:")
     for name in names:
         click.echo(f"  {name}")
+    if fills:
+        click.echo(f"at start, fill_template.sh copies {fills['container_models']} and fills it "
+                   "(only the keys each template has):")
+        for call in fills["calls"]:
+            click.echo(f"  {call}")
     click.echo("would run:" if target != "k8s" else "would apply:")
     click.echo(command)
+
+
+def _fills(repo: Path) -> dict[str, Any] | None:
+    """trtllm-engine: fills.json (per-model key:value lists) and the fill_template.py calls."""
+    import json
+
+    from trtspec.repository import trtllm_engine
+
+    path = repo / trtllm_engine.FILLS_JSON
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text())
+    return {**data, "calls": trtllm_engine.fill_calls(data["models"])}
 
 
 @deploy.command(epilog="\b\nExamples:\n  trtspec deploy stop\n  trtspec deploy stop -c trtspec.yaml --json")

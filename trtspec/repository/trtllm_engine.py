@@ -1,17 +1,19 @@
-"""The trtllm-engine backend's repository: `inflight_batcher_llm` for legacy TensorRT engines.
+"""The trtllm-engine backend's repository: upstream's own `inflight_batcher_llm`, filled by trtspec.
 
-Models: ensemble -> preprocessing -> tensorrt_llm (C++ `tensorrtllm` backend,
-`inflight_fused_batching`) -> postprocessing; for draft-target also tensorrt_llm_draft and
-tensorrt_llm_bls (the BLS runs the draft/verify loop: non-streaming, one request per call, as
-upstream). The configs are rendered as data here; the Python models' model.py files
-(preprocessing, postprocessing, tensorrt_llm_bls) come from the container's
-`/app/all_models/inflight_batcher_llm/` at start, so they match its TensorRT-LLM.
+trtspec writes no config.pbtxt for this backend. In the container, `fill_template.sh` copies the
+whole `/app/all_models/inflight_batcher_llm` tree (every model directory, the BLS's `1/lib/`
+included), derives `tensorrt_llm_draft` from `tensorrt_llm` the way upstream's draft-target README
+does (copy, rename), and runs `/app/tools/fill_template.py` on each model with the key:value list
+trtspec plans (`fills()`; also written as fills.json). Every placeholder gets a value: a data type
+where the field is one, `""` where upstream reads the parameter as unset (UNSET says why), so
+no `${...}` is left; the script refuses to start the server if one is.
 
-Every `${...}` placeholder of upstream's templates (the contract of the engine's TensorRT-LLM
-release: contract_data/trtllm-<version>.json, `triton.inflight_batcher_llm`) is either filled or in
-UNSET with the reason it stays unset (upstream reads an unset parameter as "use the default").
-`fill_values()` also gives the `tools/fill_template.py` argument for re-filling the container's
-own templates, with the commas of gpu_device_ids escaped as upstream requires.
+Before anything is written, the lists are checked against the contract of the engine's
+TensorRT-LLM release (trtllm_engine_contract.py): applied to upstream's templates they must
+declare every parameter, input and output upstream's Python models read or send, and leave no
+placeholder. Models: ensemble -> preprocessing -> tensorrt_llm (C++ `tensorrtllm` backend,
+`inflight_fused_batching`) -> postprocessing, and tensorrt_llm_bls beside it (draft-target runs
+its draft/verify loop: non-streaming, one request per call, as upstream).
 
 Multi-GPU, as tensorrtllm_backend docs/llama_multi_instance.md describes it: draft-target (two
 TensorRT-LLM models) runs in orchestrator mode, one server whose backend spawns each engine's
@@ -23,31 +25,30 @@ split holds whichever engine loads first; a free-memory fraction alone would dep
 
 from __future__ import annotations
 
+import json
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from trtspec.builders import contracts
 from trtspec.errors import IncompatibleArtifactError
 from trtspec.repository import pbtxt
-from trtspec.repository.pbtxt import tensor
+from trtspec.repository import trtllm_engine_contract as contract
 
-CONTAINER_MODELS = "/app/all_models/inflight_batcher_llm"
-PYTHON_MODELS = ("preprocessing", "postprocessing", "tensorrt_llm_bls")
+APP = "/app"                                           # where the trtllm containers keep upstream's tree
+CONTAINER_MODELS = f"{APP}/all_models/inflight_batcher_llm"
+FILL_SCRIPT = "fill_template.sh"
+FILLS_JSON = "fills.json"
+FILLED_AT = "/tmp/trtspec-models"                      # where the container's start builds the repository
 
-
-def _placeholders(version: str | None = None) -> dict[str, Any]:
-    return contracts.load(version or contracts.default_version()).triton["inflight_batcher_llm"]
-
-
-# Every ${...} of the default release's tensorrt_llm/config.pbtxt, and of the other models'.
-UPSTREAM_PLACEHOLDERS = frozenset(_placeholders()["tensorrt_llm_placeholders"])
-UPSTREAM_OTHER_PLACEHOLDERS = {model: frozenset(keys) for model, keys in _placeholders()["other_placeholders"].items()}
-
-# Upstream placeholders not set by trtspec, each with why it stays unset.
+# Placeholders filled with "" because upstream reads an empty (or unset) parameter as "use the
+# default": the C++ backend's GetParameter<T> fails to parse "" and takes its catch/default path
+# (tensorrtllm_backend inflight_batcher_llm/src/model_instance_state.cc@c2e65b88, e.g. :86, :112,
+# :144, :652), guided decoding is off when guided_decoding_backend is empty (:423), and the Python
+# models treat '' like an unfilled '${...}' (tensorrt_llm_bls/1/model.py get_valid_param_value,
+# preprocessing/1/model.py multimodal_model_path == "").
 UNSET = {
     "cross_kv_cache_fraction": "encoder-decoder models only",
     "encoder_engine_dir": "encoder-decoder models only",
-    "enable_trt_overlap": "an experimental CUDA-graph feature, off by default",
+    "enable_trt_overlap": "deprecated, ignored by the backend",
     "guided_decoding_backend": "no guided decoding",
     "xgrammar_tokenizer_info_path": "no guided decoding",
     "kv_cache_host_memory_bytes": "no host KV offload",
@@ -65,12 +66,12 @@ UNSET = {
     "sink_token_length": "no attention sinks",
     "participant_ids": "orchestrator mode spawns each engine's workers; participant_ids are only for "
                        "--disable-spawn-processes (rank 0 the orchestrator)",
-    "prompt_embedding_table_data_type": "no prompt tuning",
+    "max_num_images": "text-only models", "multimodal_model_path": "text-only models",
+    "multimodal_encoders_name": "text-only models",
 }
-# Set only for draft-target (two engines sharing GPUs); a single engine is sized by the fraction.
-SET_FOR_DRAFT_TARGET = {"max_tokens_in_paged_kv_cache"}
-UNSET_OTHER = {"max_num_images": "text-only models", "multimodal_model_path": "text-only models",
-               "multimodal_encoders_name": "text-only models", "prompt_embedding_table_data_type": "no prompt tuning"}
+# Data-type fields: upstream's own fill lines (tensorrtllm_backend docs/baichuan.md@r25.12:45,47).
+DATA_TYPES = {"logits_datatype": "TYPE_FP32", "encoder_input_features_data_type": "TYPE_FP16",
+              "prompt_embedding_table_data_type": "TYPE_FP16"}
 
 
 def plan(engine: dict[str, Any], spec: Any, engine_path: str, engine_dir: Path) -> dict[str, Any]:
@@ -93,6 +94,7 @@ def plan(engine: dict[str, Any], spec: Any, engine_path: str, engine_dir: Path) 
         raise IncompatibleArtifactError(f"num_draft_tokens {num_draft_tokens} exceeds the engine's max_draft_len "
                                         f"{build['max_draft_len']}", fix="rebuild with a larger max_draft_len")
     return {
+        "tensorrt_llm_version": section.get("tensorrt_llm_version") or spec.build.trtllm_version,
         "triton_max_batch_size": build["max_batch_size"],
         "engine_dir": str(root / engines["target"]),
         "draft_engine_dir": str(root / engines["draft"]) if draft_target else None,
@@ -121,205 +123,165 @@ def multi_gpu_mode(draft_target: bool, world: int) -> str:
     return "leader" if world > 1 else "single"
 
 
-def llm_parameters(values: dict[str, Any], *, draft: bool) -> dict[str, Any]:
-    """The tensorrt_llm (or tensorrt_llm_draft) model's parameters: upstream's placeholders, filled."""
-    params = {
-        "max_beam_width": 1, "FORCE_CPU_ONLY_INPUT_TENSORS": "no",
-        "gpt_model_type": "inflight_fused_batching",           # ${batching_strategy}
-        "gpt_model_path": values["draft_engine_dir" if draft else "engine_dir"],  # ${engine_dir}
-        "encoder_input_features_data_type": "TYPE_FP16",
+def models(values: dict[str, Any]) -> list[str]:
+    """The models the container serves, in fill order: upstream's five, plus the draft's copy."""
+    draft = ["tensorrt_llm_draft"] if values["draft_target"] else []
+    return ["tensorrt_llm", *draft, "preprocessing", "postprocessing", "ensemble", "tensorrt_llm_bls"]
+
+
+def _llm_fills(values: dict[str, Any], *, draft: bool) -> dict[str, Any]:
+    max_tokens = values["max_tokens_in_paged_kv_cache"][1 if draft else 0]
+    return {
+        "triton_backend": "tensorrtllm", "triton_max_batch_size": values["triton_max_batch_size"],
+        "decoupled_mode": values["decoupled_mode"],
+        "max_queue_delay_microseconds": values["max_queue_delay_microseconds"], "max_queue_size": 0,
+        "engine_dir": values["draft_engine_dir" if draft else "engine_dir"],
+        "batching_strategy": "inflight_fused_batching", "max_beam_width": 1,
         "batch_scheduler_policy": "guaranteed_no_evict",
         "kv_cache_free_gpu_mem_fraction": values["kv_cache_free_gpu_mem_fraction"],
-        "enable_kv_cache_reuse": True,
-        "enable_chunked_context": False,
-        "normalize_log_probs": True,
-        "exclude_input_in_output": True,
-        "cancellation_check_period_ms": 100,
-        "stats_check_period_ms": 100,
-        "iter_stats_max_iterations": 1000,
-        "request_stats_max_iterations": 0,
-        "decoding_mode": values["decoding_mode"],
-        "multi_block_mode": True,
-        "enable_context_fmha_fp32_acc": False,
-        "cuda_graph_mode": False,
-        "cuda_graph_cache_size": 0,
-        "speculative_decoding_fast_logits": False,
-        "gpu_device_ids": ",".join(str(i) for i in values["gpu_device_ids"]),
-        "num_nodes": 1,
-    }
-    max_tokens = values["max_tokens_in_paged_kv_cache"][1 if draft else 0]
-    if max_tokens:
         # "If both max_tokens and free_gpu_memory_fraction are set, the minimum is used": the planned
-        # token count wins when the plan holds, whichever engine loads first.
-        params["max_tokens_in_paged_kv_cache"] = max_tokens
-    return params
-
-
-def _llm_model(name: str, values: dict[str, Any], *, draft: bool) -> dict[str, Any]:
-    ids = lambda n, dims=None, **kw: tensor(n, "INT32", dims or [1], **kw)  # noqa: E731
-    return {
-        "name": name, "backend": "tensorrtllm", "max_batch_size": values["triton_max_batch_size"],
-        "model_transaction_policy": {"decoupled": values["decoupled_mode"]},
-        "dynamic_batching": {"preferred_batch_size": [values["triton_max_batch_size"]],
-                             "max_queue_delay_microseconds": values["max_queue_delay_microseconds"],
-                             "default_queue_policy": {"max_queue_size": 0}},
-        "input": [ids("input_ids", [-1], ragged=True), ids("input_lengths", [1]),
-                  ids("request_output_len"), ids("draft_input_ids", [-1], optional=True, ragged=True),
-                  tensor("draft_logits", "FP32", [-1, -1], optional=True, ragged=True),
-                  tensor("draft_acceptance_threshold", "FP32", optional=True),
-                  ids("end_id", optional=True), ids("pad_id", optional=True),
-                  ids("stop_words_list", [2, -1], optional=True), ids("bad_words_list", [2, -1], optional=True),
-                  tensor("temperature", "FP32", optional=True), ids("runtime_top_k", optional=True),
-                  tensor("runtime_top_p", "FP32", optional=True), tensor("seed", "UINT64", optional=True),
-                  tensor("streaming", "BOOL", optional=True), tensor("return_perf_metrics", "BOOL", optional=True),
-                  tensor("return_generation_logits", "BOOL", optional=True),
-                  tensor("exclude_input_in_output", "BOOL", optional=True)],
-        "output": [ids("output_ids", [-1, -1]), ids("sequence_length", [-1]),
-                   tensor("generation_logits", "FP32", [-1, -1, -1]),
-                   tensor("acceptance_rate", "FP32"), ids("total_accepted_draft_tokens"), ids("total_draft_tokens")],
-        "instance_group": [{"count": 1, "kind": "KIND_CPU"}],
-        "parameters": pbtxt.parameters(llm_parameters(values, draft=draft)),
+        # token count wins when the plan holds, whichever engine loads first. Unset for one engine.
+        "max_tokens_in_paged_kv_cache": max_tokens or "",
+        "enable_kv_cache_reuse": True, "enable_chunked_context": False, "normalize_log_probs": True,
+        # The 1.1-era BLS decoder takes output_ids as prompt + new tokens (lib/decode.py@c2e65b88:336,
+        # :351 slice the draft by the prompt length), so draft-target keeps the input in the output,
+        # as upstream's draft-target README fills it (exclude_input_in_output:False).
+        "exclude_input_in_output": not values["draft_target"],
+        "cancellation_check_period_ms": 100, "stats_check_period_ms": 100,
+        "iter_stats_max_iterations": 1000, "request_stats_max_iterations": 0,
+        "decoding_mode": values["decoding_mode"], "multi_block_mode": True,
+        "enable_context_fmha_fp32_acc": False, "cuda_graph_mode": False, "cuda_graph_cache_size": 0,
+        "speculative_decoding_fast_logits": False,
+        "gpu_device_ids": values["gpu_device_ids"], "num_nodes": 1,
+        "tokenizer_dir": values["tokenizer_dir"],
     }
 
 
-def _pre_post(name: str, values: dict[str, Any], pre: bool) -> dict[str, Any]:
+def fills(values: dict[str, Any], version: str) -> dict[str, dict[str, Any]]:
+    """model -> {placeholder: value} for every placeholder of upstream's template of that model."""
     count = values["instance_count"]
-    if pre:
-        io = {"input": [tensor("QUERY", "BYTES", [1]), tensor("REQUEST_OUTPUT_LEN", "INT32", [1]),
-                        tensor("BAD_WORDS_DICT", "BYTES", [-1], optional=True),
-                        tensor("STOP_WORDS_DICT", "BYTES", [-1], optional=True),
-                        tensor("END_ID", "INT32", [1], optional=True), tensor("PAD_ID", "INT32", [1], optional=True)],
-              "output": [tensor("INPUT_ID", "INT32", [-1]), tensor("REQUEST_INPUT_LEN", "INT32", [1]),
-                         tensor("BAD_WORDS_IDS", "INT32", [2, -1]), tensor("STOP_WORDS_IDS", "INT32", [2, -1]),
-                         tensor("REQUEST_OUTPUT_LEN", "INT32", [-1]), tensor("OUT_END_ID", "INT32", [1]),
-                         tensor("OUT_PAD_ID", "INT32", [1])]}
-        params = {"tokenizer_dir": values["tokenizer_dir"], "add_special_tokens": False}
-    else:
-        io = {"input": [tensor("TOKENS_BATCH", "INT32", [-1, -1]), tensor("SEQUENCE_LENGTH", "INT32", [-1])],
-              "output": [tensor("OUTPUT", "BYTES", [-1])]}
-        params = {"tokenizer_dir": values["tokenizer_dir"], "skip_special_tokens": True}
-    return {"name": name, "backend": "python", "max_batch_size": values["triton_max_batch_size"], **io,
-            "instance_group": [{"count": count, "kind": "KIND_CPU"}], "parameters": pbtxt.parameters(params)}
-
-
-def _front_io() -> dict[str, list[dict[str, Any]]]:
-    """The tensorrtllm_backend request names the ensemble and the BLS accept (client.py adapts)."""
-    return {"input": [tensor("text_input", "BYTES", [1]), tensor("max_tokens", "INT32", [1]),
-                      tensor("bad_words", "BYTES", [-1], optional=True), tensor("stop_words", "BYTES", [-1], optional=True),
-                      tensor("end_id", "INT32", [1], optional=True), tensor("pad_id", "INT32", [1], optional=True),
-                      tensor("top_k", "INT32", [1], optional=True), tensor("top_p", "FP32", [1], optional=True),
-                      tensor("temperature", "FP32", [1], optional=True), tensor("seed", "UINT64", [1], optional=True),
-                      tensor("stream", "BOOL", [1], optional=True),
-                      tensor("return_perf_metrics", "BOOL", [1], optional=True)],
-            "output": [tensor("text_output", "BYTES", [-1]), tensor("acceptance_rate", "FP32", [1]),
-                       tensor("total_accepted_draft_tokens", "INT32", [1]),
-                       tensor("total_draft_tokens", "INT32", [1])]}
-
-
-def _ensemble(values: dict[str, Any]) -> dict[str, Any]:
-    pre = {"model_name": "preprocessing", "model_version": -1,
-           "input_map": {"QUERY": "text_input", "REQUEST_OUTPUT_LEN": "max_tokens", "BAD_WORDS_DICT": "bad_words",
-                         "STOP_WORDS_DICT": "stop_words", "END_ID": "end_id", "PAD_ID": "pad_id"},
-           "output_map": {"INPUT_ID": "_INPUT_ID", "REQUEST_INPUT_LEN": "_REQUEST_INPUT_LEN",
-                          "BAD_WORDS_IDS": "_BAD_WORDS_IDS", "STOP_WORDS_IDS": "_STOP_WORDS_IDS",
-                          "REQUEST_OUTPUT_LEN": "_REQUEST_OUTPUT_LEN", "OUT_END_ID": "_END_ID", "OUT_PAD_ID": "_PAD_ID"}}
-    llm = {"model_name": "tensorrt_llm", "model_version": -1,
-           "input_map": {"input_ids": "_INPUT_ID", "input_lengths": "_REQUEST_INPUT_LEN",
-                         "request_output_len": "_REQUEST_OUTPUT_LEN", "end_id": "_END_ID", "pad_id": "_PAD_ID",
-                         "stop_words_list": "_STOP_WORDS_IDS", "bad_words_list": "_BAD_WORDS_IDS",
-                         "runtime_top_k": "top_k", "runtime_top_p": "top_p", "temperature": "temperature",
-                         "seed": "seed", "streaming": "stream", "return_perf_metrics": "return_perf_metrics"},
-           "output_map": {"output_ids": "_TOKENS_BATCH", "sequence_length": "_SEQUENCE_LENGTH",
-                          "acceptance_rate": "acceptance_rate",
-                          "total_accepted_draft_tokens": "total_accepted_draft_tokens",
-                          "total_draft_tokens": "total_draft_tokens"}}
-    post = {"model_name": "postprocessing", "model_version": -1,
-            "input_map": {"TOKENS_BATCH": "_TOKENS_BATCH", "SEQUENCE_LENGTH": "_SEQUENCE_LENGTH"},
-            "output_map": {"OUTPUT": "text_output"}}
-    return {"name": "ensemble", "platform": "ensemble", "max_batch_size": values["triton_max_batch_size"],
-            **_front_io(), "ensemble_scheduling": {"step": [pre, llm, post]}}
-
-
-def _bls(values: dict[str, Any]) -> dict[str, Any]:
-    io = _front_io()
-    io["input"] += [tensor("num_draft_tokens", "INT32", [1], optional=True),
-                    tensor("use_draft_logits", "BOOL", [1], optional=True)]
-    return {"name": "tensorrt_llm_bls", "backend": "python", "max_batch_size": values["triton_max_batch_size"],
-            "model_transaction_policy": {"decoupled": False}, **io,
-            # Upstream: "set the number of model instances to the maximum batch size".
-            "instance_group": [{"count": values["triton_max_batch_size"], "kind": "KIND_CPU"}],
-            "parameters": pbtxt.parameters({"accumulate_tokens": False, "tensorrt_llm_model_name": "tensorrt_llm",
-                                            "tensorrt_llm_draft_model_name": "tensorrt_llm_draft",
-                                            "logits_datatype": "TYPE_FP32"})}
-
-
-def model_configs(values: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Model name -> ModelConfig dict."""
-    configs = {"ensemble": _ensemble(values), "preprocessing": _pre_post("preprocessing", values, True),
-               "tensorrt_llm": _llm_model("tensorrt_llm", values, draft=False),
-               "postprocessing": _pre_post("postprocessing", values, False)}
-    if values["draft_target"]:
-        configs["tensorrt_llm_draft"] = _llm_model("tensorrt_llm_draft", values, draft=True)
-        configs["tensorrt_llm_bls"] = _bls(values)
-    return configs
-
-
-def fill_values(values: dict[str, Any], *, draft: bool = False) -> dict[str, Any]:
-    """tensorrt_llm placeholders -> values, for upstream's fill_template.py (lists stay lists)."""
-    params = llm_parameters(values, draft=draft)
-    filled = {"triton_backend": "tensorrtllm", "triton_max_batch_size": values["triton_max_batch_size"],
-              "decoupled_mode": values["decoupled_mode"], "engine_dir": params["gpt_model_path"],
-              "batching_strategy": params["gpt_model_type"], "max_queue_size": 0,
-              "max_queue_delay_microseconds": values["max_queue_delay_microseconds"], "logits_datatype": "TYPE_FP32",
-              "tokenizer_dir": values["tokenizer_dir"]}
-    for key, value in params.items():
-        if key not in ("gpt_model_type", "gpt_model_path", "FORCE_CPU_ONLY_INPUT_TENSORS"):
-            filled[key] = value
-    filled["gpu_device_ids"] = values["gpu_device_ids"]
-    return filled
-
-
-def other_fill_values(values: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """fill_template values for the other models' placeholders [BK@v0.19.0, reference §2.2]."""
-    common = {"triton_max_batch_size": values["triton_max_batch_size"]}
-    fills = {
-        "preprocessing": {**common, "tokenizer_dir": values["tokenizer_dir"], "add_special_tokens": False,
-                          "preprocessing_instance_count": values["instance_count"], "engine_dir": values["engine_dir"],
-                          "max_queue_delay_microseconds": values["max_queue_delay_microseconds"], "max_queue_size": 0},
-        "postprocessing": {**common, "tokenizer_dir": values["tokenizer_dir"], "skip_special_tokens": True,
-                           "postprocessing_instance_count": values["instance_count"]},
-        "ensemble": {**common, "logits_datatype": "TYPE_FP32"},
+    batch = values["triton_max_batch_size"]
+    planned = {
+        "tensorrt_llm": _llm_fills(values, draft=False),
+        "tensorrt_llm_draft": _llm_fills(values, draft=True),
+        "preprocessing": {"triton_max_batch_size": batch, "tokenizer_dir": values["tokenizer_dir"],
+                          "add_special_tokens": False, "preprocessing_instance_count": count,
+                          "engine_dir": values["engine_dir"], "max_queue_size": 0,
+                          "max_queue_delay_microseconds": values["max_queue_delay_microseconds"]},
+        "postprocessing": {"triton_max_batch_size": batch, "tokenizer_dir": values["tokenizer_dir"],
+                           "skip_special_tokens": True, "postprocessing_instance_count": count},
+        "ensemble": {"triton_max_batch_size": batch},
+        # Upstream: "set the number of model instances to the maximum batch size".
+        "tensorrt_llm_bls": {"triton_max_batch_size": batch, "decoupled_mode": values["decoupled_mode"],
+                             "accumulate_tokens": False, "bls_instance_count": batch,
+                             "tensorrt_llm_model_name": "tensorrt_llm",
+                             "tensorrt_llm_draft_model_name": "tensorrt_llm_draft" if values["draft_target"] else ""},
     }
-    if values["draft_target"]:
-        fills["tensorrt_llm_bls"] = {**common, "decoupled_mode": False, "accumulate_tokens": False,
-                                     "bls_instance_count": values["triton_max_batch_size"],
-                                     "logits_datatype": "TYPE_FP32", "tensorrt_llm_model_name": "tensorrt_llm",
-                                     "tensorrt_llm_draft_model_name": "tensorrt_llm_draft"}
-    return fills
+    sec = contract.section(version)
+    result = {}
+    for model in models(values):
+        wanted = planned[model]
+        keys = contract.placeholders(sec, model)
+        unknown = sorted(set(wanted) - set(keys))
+        if unknown:
+            raise IncompatibleArtifactError(f"{model}: {', '.join(unknown)} not a placeholder of upstream's template "
+                                            f"(contract {version})", fix="this is a trtspec bug; report it")
+        missing = sorted(set(keys) - set(wanted) - set(DATA_TYPES) - set(UNSET))
+        if missing:
+            raise IncompatibleArtifactError(f"{model}: no value planned for {', '.join(missing)} (contract {version})",
+                                            fix="this is a trtspec bug; report it")
+        result[model] = {key: wanted[key] if key in wanted else DATA_TYPES.get(key, "") for key in keys}
+    return result
+
+
+def check(fill_lists: dict[str, dict[str, Any]], version: str) -> None:
+    """The filled templates declare every name upstream's models read, and parse as ModelConfig."""
+    sec = contract.section(version)
+    configs = contract.filled(sec, fill_lists)
+    found = contract.problems(sec, configs)
+    if found:
+        raise IncompatibleArtifactError(f"trtllm-engine repository for TensorRT-LLM {version}: {found[0]}"
+                                        + (f" (and {len(found) - 1} more)" if len(found) > 1 else ""),
+                                        fix="this is a trtspec bug; report it with the TensorRT-LLM version")
+    for config in configs.values():
+        pbtxt.to_message(config)
+
+
+def fill_script(fill_lists: dict[str, dict[str, Any]]) -> str:
+    """The shell the container runs before tritonserver (see the module docstring)."""
+    lines = ["#!/usr/bin/env bash",
+             "# Builds the model repository from the container's own inflight_batcher_llm tree:",
+             "#   bash fill_template.sh <new repository dir>     (APP=<dir> for another tree than /app)",
+             "set -euo pipefail",
+             f'APP="${{APP:-{APP}}}"',
+             'rm -rf "$1" && mkdir -p "$1"',
+             '# whole model directories, lib/ of the BLS included',
+             'cp -r "$APP"/all_models/inflight_batcher_llm/. "$1"/']
+    if "tensorrt_llm_draft" in fill_lists:
+        lines.append('# the draft model is upstream\'s tensorrt_llm, copied and renamed (draft-target README)')
+        lines.append('cp -r "$1"/tensorrt_llm "$1"/tensorrt_llm_draft && '
+                     'sed -i \'s/^name: "tensorrt_llm"/name: "tensorrt_llm_draft"/\' "$1"/tensorrt_llm_draft/config.pbtxt')
+    lines += ['for dir in "$1"/*/; do',
+              '  case "$(basename "$dir")" in',
+              f'    {"|".join(fill_lists)}) ;;',
+              '    *) echo "fill_template.sh: removing $(basename "$dir") (trtspec does not serve it)"; rm -rf "$dir" ;;',
+              '  esac',
+              'done',
+              '# fill_template.py asserts every key it is given is in the file: pass only the ones there',
+              'fill() {',
+              '  local file="$1" kv args=()',
+              '  shift',
+              '  for kv in "$@"; do grep -q "\\${${kv%%:*}}" "$file" && args+=("$kv"); done',
+              '  [ ${#args[@]} -eq 0 ] || (IFS=,; python3 "$APP"/tools/fill_template.py -i "$file" "${args[*]}")',
+              '}']
+    for model, values in fill_lists.items():
+        items = " ".join(_quote(f"{key}:{_escaped(value)}") for key, value in values.items())
+        lines.append(f'fill "$1"/{model}/config.pbtxt {items}')
+    lines += ['if grep -n \'\\${\' "$1"/*/config.pbtxt; then',
+              '  echo "fill_template.sh: placeholders above have no value from trtspec; refusing to start" >&2',
+              '  exit 1',
+              'fi']
+    return "\n".join(lines) + "\n"
+
+
+def fill_calls(fill_lists: dict[str, dict[str, Any]], repository: str = FILLED_AT) -> list[str]:
+    """The fill_template.py command per model, as the container runs it (the dry run prints them).
+
+    fill_template.sh passes only the keys that occur in the container's template (the templates
+    differ between releases); these lines show every key trtspec plans.
+    """
+    return [f"python3 {APP}/tools/fill_template.py -i {repository}/{model}/config.pbtxt "
+            + _quote(",".join(f"{key}:{_escaped(value)}" for key, value in values.items()))
+            for model, values in fill_lists.items()]
+
+
+def _escaped(value: Any) -> str:
+    """A value as fill_template.py's argument: booleans lower-case, list commas escaped (`0\\,1`).
+
+    fill_template.py splits the list on commas and then each item on its colon, each split taking
+    one level of backslash escapes, so a comma can be escaped and a colon cannot be carried at all.
+    """
+    text = contract.text(value) if not isinstance(value, list | tuple) else "\\,".join(str(v) for v in value)
+    if ":" in text:
+        raise IncompatibleArtifactError(f"{text!r} has a colon, which tools/fill_template.py cannot carry",
+                                        fix="use a path without ':' for the engine and tokenizer directories")
+    return text.replace(",", "\\,") if not isinstance(value, list | tuple) else text
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "'\\''") + "'"
 
 
 def render(engine: dict[str, Any], spec: Any, engine_path: str, dest: Path, engine_dir: Path) -> list[Path]:
+    """fill_template.sh and fills.json; nothing is written unless the contract check passes."""
     values = plan(engine, spec, engine_path, engine_dir)
-    written = []
-    for name, config in model_configs(values).items():
-        (dest / name / "1").mkdir(parents=True)
-        path = dest / name / "config.pbtxt"
-        path.write_text(pbtxt.render(config))
-        written.append(path)
-    fill = dest / "fill_template.sh"
-    lines = ["#!/usr/bin/env bash",
-             "# Re-fill the container's own templates with the values trtspec rendered (optional):",
-             "#   bash fill_template.sh <new repository dir>",
-             f"set -euo pipefail\ncp -r {CONTAINER_MODELS}/. \"$1\"/"]
-    targets = [("tensorrt_llm", fill_values(values))]
-    if values["draft_target"]:
-        # Upstream: clone tensorrt_llm as tensorrt_llm_draft and rewrite its name (reference §6).
-        lines.append('cp -r "$1"/tensorrt_llm/. "$1"/tensorrt_llm_draft/ && '
-                     'sed -i \'s/^name: "tensorrt_llm"/name: "tensorrt_llm_draft"/\' "$1"/tensorrt_llm_draft/config.pbtxt')
-        targets.append(("tensorrt_llm_draft", fill_values(values, draft=True)))
-    targets += list(other_fill_values(values).items())
-    for model, fills in targets:
-        lines.append(f'python3 /app/tools/fill_template.py -i "$1"/{model}/config.pbtxt '
-                     f"'{pbtxt.fill_template_args(fills)}'")
-    fill.write_text("\n".join(lines) + "\n")
-    return written + [fill]
+    version = values["tensorrt_llm_version"]
+    fill_lists = fills(values, version)
+    check(fill_lists, version)
+    script = dest / FILL_SCRIPT
+    script.write_text(fill_script(fill_lists))
+    data = dest / FILLS_JSON
+    data.write_text(json.dumps({"tensorrt_llm_version": version, "container_models": CONTAINER_MODELS,
+                                "fill_template": f"{APP}/tools/fill_template.py", "models": fill_lists},
+                               indent=1, sort_keys=False) + "\n")
+    return [script, data]

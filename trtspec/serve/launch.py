@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from trtspec import subproc
+from trtspec.repository import trtllm_engine
 
 CONTAINER_TRITONSERVER = "/opt/tritonserver/bin/tritonserver"
 CONTAINER_REPOSITORY = "/models"
@@ -70,12 +71,22 @@ def local_command(spec: Any, binary: Path, repository: Path, backend_dir: Path |
     this server from another on the same port; `shm_prefix` names the Python backend's shared
     memory regions (/dev/shm/<prefix>...) so they can be removed after an abnormal exit.
     """
-    args = tritonserver_args(spec.serve, str(repository.resolve()),
-                             backend_dir=str(backend_dir) if backend_dir else None)
+    engine_repository = spec.build.backend == "trtllm-engine"
+    served = filled_repository(repository) if engine_repository else repository.resolve()
+    args = tritonserver_args(spec.serve, str(served), backend_dir=str(backend_dir) if backend_dir else None)
     if server_id:
         args.append(f"--id={server_id}")
     env, command = gpu_launch(spec, str(binary), args, shm_prefix=shm_prefix)
+    if engine_repository:
+        # inside the GPU container: build the repository from its own tree first (container_prelude)
+        command = ["bash", "-c", f"bash {subproc.format_command([str(repository.resolve() / 'fill_template.sh')])} "
+                   f"{subproc.format_command([str(served)])} && exec {subproc.format_command(command)}"]
     return (["env", *(f"{key}={value}" for key, value in env.items())] if env else []) + command
+
+
+def filled_repository(repository: Path) -> Path:
+    """Where fill_template.sh builds a trtllm-engine repository on this machine: beside the rendered one."""
+    return repository.resolve().with_name(repository.resolve().name + "-filled")
 
 
 def gpu_launch(spec: Any, binary: str, args: list[str], *,
@@ -130,7 +141,7 @@ def container_server(serve: Any, backend: str, spec: Any = None, engine_name: st
         return CPU_CONTAINER_PRELUDE + beside + "exec " + CPU_CONTAINER_SERVER + " " + subproc.format_command(args)
     if openai and backend == "trtllm-engine":
         return container_prelude(backend) + openai_in_container(spec, engine_name)
-    args = tritonserver_args(serve, CONTAINER_REPOSITORY, bind_all=True)
+    args = tritonserver_args(serve, container_repository(backend), bind_all=True)
     env, command = gpu_launch(spec, CONTAINER_TRITONSERVER, args) if spec is not None else ({}, [CONTAINER_TRITONSERVER, *args])
     exports = "".join(f"export {key}={value} && " for key, value in env.items())
     beside = openai_in_container(spec, engine_name) if openai else ""
@@ -178,18 +189,28 @@ def openai_in_container(spec: Any, engine_name: str) -> str:
     tokenizer = f"{engine}/{ENGINE_TOKENIZER_DIR}"
     return (f"cd {TRITON_OPENAI_DIR} && {{ python3 -c 'import tritonserver' 2>/dev/null || "
             f"pip install -q /opt/tritonserver/python/triton*.whl; }} && exec python3 openai_frontend/main.py "
-            f"--model-repository {CONTAINER_REPOSITORY} --tokenizer {tokenizer} --backend tensorrtllm --host 0.0.0.0 "
+            f"--model-repository {container_repository(backend)} --tokenizer {tokenizer} --backend tensorrtllm --host 0.0.0.0 "
             f"--openai-port {serve.openai_port} --enable-kserve-frontends --kserve-http-port {serve.http_port} "
             f"--kserve-grpc-port {serve.grpc_port}")
 
 
+def container_repository(backend: str) -> str:
+    """The repository tritonserver serves inside the container: trtllm-engine's is built at start."""
+    return trtllm_engine.FILLED_AT if backend == "trtllm-engine" else CONTAINER_REPOSITORY
+
+
 def container_prelude(backend: str) -> str:
-    """Shell run in a GPU container before tritonserver: copy the stock model.py files in."""
+    """Shell run in a GPU container before tritonserver.
+
+    trtllm: copy the stock llmapi model.py in. trtllm-engine: build the repository from the
+    container's own inflight_batcher_llm tree, whole model directories (the BLS's 1/lib/ too),
+    filled with /app/tools/fill_template.py by the rendered fill_template.sh (trtspec.repository.
+    trtllm_engine); the mounted repository is only read, and a placeholder left stops the start.
+    """
     if backend == "trtllm":
         return (f"cp -n /app/all_models/llmapi/tensorrt_llm/1/*.py {CONTAINER_REPOSITORY}/tensorrt_llm/1/ && ")
     if backend == "trtllm-engine":
-        return "".join(f"cp -n /app/all_models/inflight_batcher_llm/{m}/1/*.py {CONTAINER_REPOSITORY}/{m}/1/ "
-                       f"2>/dev/null; " for m in ("preprocessing", "postprocessing", "tensorrt_llm_bls"))
+        return f"bash {CONTAINER_REPOSITORY}/fill_template.sh {trtllm_engine.FILLED_AT} && "
     return ""
 
 
