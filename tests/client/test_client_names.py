@@ -1,7 +1,8 @@
 """The client speaks the served model's names: LLM-API (cpu, trtllm) or ensemble/BLS (trtllm-engine).
 
-The model configs are the golden repositories' own config.pbtxt files, in the JSON form Triton's
-get_model_config(as_json=True) returns; no server is needed to build the request tensors.
+The model configs are the golden repositories' own config.pbtxt files (trtllm-engine: upstream's
+templates filled with the golden fills.json), in the JSON form Triton's get_model_config(as_json=True)
+returns; no server is needed to build the request tensors.
 """
 
 from __future__ import annotations
@@ -26,6 +27,22 @@ def _client(config_path: Path) -> TritonLLMClient:
     return client
 
 
+def _filled_client(case: str, model: str) -> TritonLLMClient:
+    """A trtllm-engine model as the container serves it: upstream's template (contract) with the
+    golden fills.json applied."""
+    import json
+
+    from google.protobuf import json_format
+
+    from trtspec.repository import trtllm_engine_contract as contract
+
+    data = json.loads((GOLDEN / case / "fills.json").read_text())
+    config = contract.filled(contract.section(data["tensorrt_llm_version"]), data["models"])[model]
+    client = TritonLLMClient("127.0.0.1:1", "m")
+    client._config = json_format.MessageToDict(pbtxt.to_message(config), preserving_proto_field_name=True)
+    return client
+
+
 def _sent(inputs) -> dict:
     return {i.name(): (i.datatype(), i.shape()) for i in inputs}
 
@@ -42,7 +59,7 @@ def test_llm_api_names_for_the_cpu_model():
 
 @pytest.mark.parametrize("model", ["ensemble", "tensorrt_llm_bls"])
 def test_ensemble_and_bls_names_with_batch_dimension(model):
-    client = _client(GOLDEN / "trtllm-engine-draft-target-tp2" / model / "config.pbtxt")
+    client = _filled_client("trtllm-engine-draft-target-tp2", model)
     assert not client.llm_api
     sent = _sent(client.build_inputs("hi", max_tokens=5, temperature=0.5, top_k=4, num_draft_tokens=4,
                                      streaming=False))
