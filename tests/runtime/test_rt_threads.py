@@ -13,13 +13,22 @@ import subprocess
 import sys
 
 CHILD = """
-import json, os, sys
+import json, os, sys, time
 import torch
 torch.set_num_threads(2)
 from trtspec.runtime.threads import release_idle_openmp_team
 
 def threads():
-    return len(os.listdir("/proc/self/task"))
+    # a released team's threads exit asynchronously: read the count once it has held for 0.2 s
+    last, since, deadline = None, time.monotonic(), time.monotonic() + 3
+    while time.monotonic() < deadline:
+        now = len(os.listdir("/proc/self/task"))
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since > 0.2:
+            break
+        time.sleep(0.02)
+    return last
 
 start = threads()
 torch.randn(256, 256) @ torch.randn(256, 256)       # a parallel region: this thread's team appears
@@ -53,3 +62,27 @@ def test_the_loading_thread_ends_its_openmp_team(tiny_llama):
     # (the tokenizer's own worker threads stay; they are not OpenMP's)
     assert counts["after_engine_released"] == counts["after_engine"]
     assert counts["tokens"] == 4
+
+
+def test_admission_torch_work_runs_in_the_loop_thread_not_the_callers(draft_engine, monkeypatch):
+    """Zeroing an admitted request's KV blocks and opening its draft session are torch work: done
+    in the caller's thread (as submit once did), they gave that thread an OpenMP team of its own, and
+    2 threads decoded no faster than 1 through Engine.generate (docs/BENCHMARKS.md "Threads")."""
+    import threading
+
+    scheduler = draft_engine.scheduler
+    seen: list[tuple[str, str]] = []
+
+    def recorded(name, call):
+        def wrapper(*args, **kwargs):
+            seen.append((name, threading.current_thread().name))
+            return call(*args, **kwargs)
+        return wrapper
+
+    for pool in (scheduler.pool, scheduler.draft_pool):
+        monkeypatch.setattr(pool, "zero_blocks", recorded("zero_blocks", pool.zero_blocks))
+    monkeypatch.setattr(draft_engine.drafter, "session", recorded("session", draft_engine.drafter.session))
+    result = draft_engine.generate("Hello there", max_new_tokens=4, speculative=True)
+    assert len(result.token_ids) >= 1
+    assert {name for name, _ in seen} == {"zero_blocks", "session"}
+    assert {thread for _, thread in seen} == {"trtspec-engine"}, seen

@@ -84,6 +84,7 @@ class Scheduler:
         self.cost_model = CostModel(config.max_draft_len, drafts_cost=drafter_kv is not None)
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
+        self._unprepared: list[Sequence] = []    # admitted, blocks not yet zeroed (_prepare_admitted)
         self.stats = SchedulerStats(kv_blocks_total=self.allocator.num_blocks)
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -158,17 +159,31 @@ class Scheduler:
             return False
         sequence.table = BlockTable(blocks, self.allocator.block_size)
         sequence.kv = SeqKV(self.pool, sequence.table)
-        for pool in (self.pool, self.draft_pool):
-            if pool is not None:
-                pool.zero_blocks(sequence.table)
-        engine = self.engine
-        if sequence.request.speculative and engine.drafter is not None:
-            kv = SeqKV(self.draft_pool, sequence.table) if self.draft_pool is not None else None
-            sequence.session = engine.drafter.session(sequence.tokens, sequence.params, sequence.generator,
-                                                      confidence_threshold=self.config.confidence_threshold,
-                                                      tree=engine.tree, kv=kv)
         self.running.append(sequence)
+        self._unprepared.append(sequence)
         return True
+
+    def _prepare_admitted(self) -> None:
+        """Zero the admitted sequences' blocks and open their draft sessions (loop thread, lock held).
+
+        This is torch work, so it runs in the loop thread and never in a caller's: a caller thread
+        that runs a parallel torch op gets an OpenMP team of its own, and two teams on the same
+        cores made 2 threads no faster than 1 (trtspec/runtime/threads.py, docs/BENCHMARKS.md)."""
+        from trtspec.runtime.paged import SeqKV
+
+        engine = self.engine
+        for sequence in self._unprepared:
+            if sequence not in self.running:
+                continue                      # retired (closed) before its first step
+            for pool in (self.pool, self.draft_pool):
+                if pool is not None:
+                    pool.zero_blocks(sequence.table)
+            if sequence.request.speculative and engine.drafter is not None:
+                kv = SeqKV(self.draft_pool, sequence.table) if self.draft_pool is not None else None
+                sequence.session = engine.drafter.session(sequence.tokens, sequence.params, sequence.generator,
+                                                          confidence_threshold=self.config.confidence_threshold,
+                                                          tree=engine.tree, kv=kv)
+        self._unprepared.clear()
 
     def _admit_waiting(self) -> None:
         """FIFO: admit from the head of the queue while it fits (lock held)."""
@@ -211,12 +226,7 @@ class Scheduler:
 
         while True:
             with self._lock:
-                for sequence in [s for s in self.waiting if s.wants_cancel()]:
-                    self.waiting.remove(sequence)
-                    self.stats.num_cancelled += 1
-                    sequence.fail(RequestCancelled("the request was cancelled while queued"))
-                self._admit_waiting()
-                batch = list(self.running)
+                batch = self._next_batch()
                 if not batch or self._closed:
                     self._thread = None
                     self._refresh_gauges()
@@ -235,6 +245,16 @@ class Scheduler:
                 stats = SchedulerStats(**vars(self.stats))
             if self.on_step is not None:
                 self.on_step(stats)
+
+    def _next_batch(self) -> list[Sequence]:
+        """Drop cancelled queued requests, admit what fits, and return the running batch (lock held)."""
+        for sequence in [s for s in self.waiting if s.wants_cancel()]:
+            self.waiting.remove(sequence)
+            self.stats.num_cancelled += 1
+            sequence.fail(RequestCancelled("the request was cancelled while queued"))
+        self._admit_waiting()
+        self._prepare_admitted()
+        return list(self.running)
 
     def close(self) -> None:
         """Refuse new requests, end queued and running ones with an error, wait for the loop."""

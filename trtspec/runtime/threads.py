@@ -8,6 +8,8 @@ parallel regions (every one of the ~2,000 small regions of a step then waits for
 with OMP_WAIT_POLICY=ACTIVE the idle team spins and takes a core from the working one. Either way
 2 threads decoded slower than 1 (0.95x at batch 1, 0.77x at batch 8). Ending the loading
 thread's idle team once the engine is built leaves one team: 2 threads then give 1.3-1.5x.
+The same holds for every thread that sends requests: the scheduler does a request's torch work
+(zeroing its KV blocks, opening its draft session) in the loop thread, never in the caller's.
 
 `release_idle_openmp_team()` ends the calling thread's team (libgomp's omp_pause_resource_all,
 OpenMP 5.0); it does nothing where torch does not run on libgomp. A later parallel region in that
