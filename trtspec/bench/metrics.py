@@ -14,6 +14,8 @@ Vocabulary (vLLM's definitions, reference/peers-and-benchmarks.md §3.1 and §5)
 - acceptance length (AL, tau): 1 + accepted / drafts, tokens committed per target pass.
 - per-position acceptance rate: drafts whose i-th draft token was accepted / drafts.
 - accepted-per-step histogram: index k counts the steps that accepted exactly k draft tokens.
+- verified tokens per draft: draft tokens the target checks in one pass, a chain's k or a dynamic
+  tree's nodes (a tree's draft tokens count its depth, so AL and acceptance rate stay per level).
 - tokens per target pass: decode tokens / target passes, counting passes with no draft too;
   the theoretical speedup in the memory-bound regime (reference §2.3), against which the
   measured speedup is compared (`measured_over_theoretical`).
@@ -49,6 +51,8 @@ class SpecCounts:
     # source (for example a Triton response) does not report positions.
     accepted_per_position: list[int] | None = None
     fallback: bool = False
+    # draft tokens the target verified: a chain's k, a tree's nodes (0: not reported)
+    num_verified_tokens: int = 0
 
     def add(self, other: SpecCounts) -> SpecCounts:
         """The sum of two counters (positions padded to the longer list)."""
@@ -60,7 +64,7 @@ class SpecCounts:
                          for i in range(size)]
         return SpecCounts(self.num_drafts + other.num_drafts, self.num_draft_tokens + other.num_draft_tokens,
                           self.num_accepted_tokens + other.num_accepted_tokens, positions,
-                          self.fallback or other.fallback)
+                          self.fallback or other.fallback, self.num_verified_tokens + other.num_verified_tokens)
 
 
 @dataclass
@@ -154,6 +158,10 @@ def spec_summary(counts: SpecCounts) -> dict[str, Any]:
         "spec_decode_per_position_acceptance_rates": (
             [p / drafts for p in positions] if positions is not None and drafts else None),
         "spec_decode_accepted_per_step_histogram": accepted_histogram(counts),
+        # nodes the target checks per draft: k for a chain, the node count for a tree (its depth is
+        # what draft_tokens counts); NaN where the source does not report it (Triton responses)
+        "spec_decode_verified_tokens_per_draft": (
+            counts.num_verified_tokens / drafts if drafts and counts.num_verified_tokens else math.nan),
     }
 
 

@@ -23,7 +23,8 @@ def spec_counts_from_stats(stats: Any) -> SpecCounts | None:
     return SpecCounts(num_drafts=int(get("num_drafts", 0) or 0), num_draft_tokens=int(get("num_draft_tokens", 0) or 0),
                       num_accepted_tokens=int(get("num_accepted_tokens", 0) or 0),
                       accepted_per_position=list(positions) if positions is not None else None,
-                      fallback=bool(get("fallback", False)))
+                      fallback=bool(get("fallback", False)),
+                      num_verified_tokens=int(get("num_verified_tokens", 0) or 0))
 
 
 def spec_counts_from_triton(stats: dict[str, Any] | None) -> SpecCounts | None:
@@ -106,11 +107,12 @@ class EngineTarget:
         return flat
 
 
-def engine_variant(engine: Any, max_draft_len: int, eagle_choices: Any = None) -> Any:
+def engine_variant(engine: Any, max_draft_len: int, eagle_choices: Any = None, tree: Any = None) -> Any:
     """A second Engine sharing `engine`'s weights, tokenizer and drafter, proposing `max_draft_len`
     tokens per step at any load; with `eagle_choices` (EAGLE-3 only) it drafts that static tree,
-    without them chains. Close it when done (it hooks the shared target)."""
-    if eagle_choices is not None and engine.mode != "eagle3":
+    with `tree` (topk, depth, num_draft_tokens) dynamic trees, without either chains. Close it when
+    done (it hooks the shared target)."""
+    if (eagle_choices is not None or tree is not None) and engine.mode != "eagle3":
         from trtspec.errors import TrtSpecError
 
         raise TrtSpecError(f"draft trees need an EAGLE-3 engine (this one is {engine.mode})",
@@ -118,4 +120,5 @@ def engine_variant(engine: Any, max_draft_len: int, eagle_choices: Any = None) -
     choices = tuple(tuple(int(i) for i in path) for path in eagle_choices) if eagle_choices else None
     # the draft length fixed at every batch size: tune measures exactly one choice per variant
     return engine.variant(max_draft_len=max_draft_len, eagle_choices=choices, draft_len_schedule=((1, max_draft_len),),
+                          tree=tuple(tree) if tree is not None else None,
                           name=f"{engine.name}-k{max_draft_len}")

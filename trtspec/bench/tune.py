@@ -1,7 +1,8 @@
 """`trtspec tune`: measure tokens/s per draft shape and record the fastest in the spec.
 
 Candidates are chains of max_draft_len tokens and, for EAGLE-3, static draft trees
-(`eagle_choices`, index paths as TensorRT-LLM writes them). Choosing by tokens/s, not by
+(`eagle_choices`, index paths as TensorRT-LLM writes them) and dynamic (EAGLE-2) trees
+(`speculative.tree` shapes: topk, depth, num_draft_tokens). Choosing by tokens/s, not by
 acceptance length: a longer draft or a wider tree always raises the acceptance length but also
 the cost of each verification pass, so the best shape is where the two meet on this machine
 (reference §2.2, Theorem 3.8; vLLM#20780 saw AL rise to K=7 while TPOT was best at K=4). Every
@@ -10,14 +11,16 @@ candidate shares the engine's weights, runs the same prompts in interleaved bloc
 
 With several concurrencies (`--concurrency 1,2,4,8`) every shape runs at each of them and the
 result is a table: per concurrency the fastest draft length, 0 where plain decoding (the
-baseline, measured in the same run) was faster. It goes into `speculative.draft_len_schedule`,
+baseline, measured in the same run) was faster; with dynamic-tree candidates, per concurrency the
+fastest of the chains and the dynamic trees (a tree row: [concurrency, topk, depth, num_draft_tokens]),
+so a tree that wins alone gives way to a chain, or to nothing, as the batch fills. It goes into `speculative.draft_len_schedule`,
 from which the engine picks each step's draft length by its batch size
 (trtspec.runtime.load_policy). Every candidate runs with its draft length fixed at every batch
 size, so the table measures exactly the choice the engine will make.
 
 The spec is rewritten line by line, so comments and layout survive; the old file is kept as
-`<name>.bak`. Only `speculative.max_draft_len` (and, for EAGLE-3, `speculative.eagle_choices`;
-with several concurrencies `speculative.draft_len_schedule`) change.
+`<name>.bak`. Only `speculative.max_draft_len` (and, for EAGLE-3, `speculative.eagle_choices` and
+`speculative.tree`; with several concurrencies `speculative.draft_len_schedule`) change.
 """
 
 from __future__ import annotations
@@ -42,6 +45,9 @@ DEFAULT_TREES: list[list[list[int]]] = [
     [[0], [1], [2], [0, 0], [0, 1], [0, 0, 0], [0, 0, 0, 0]],
 ]
 
+# Dynamic (EAGLE-2) trees for a CPU: (topk, depth, num_draft_tokens); measured in docs/BENCHMARKS.md.
+DEFAULT_TREE_SHAPES: list[list[int]] = [[4, 3, 8], [4, 4, 16]]
+
 
 @dataclass(frozen=True)
 class Candidate:
@@ -50,9 +56,12 @@ class Candidate:
 
     max_draft_len: int
     eagle_choices: tuple[tuple[int, ...], ...] | None = None
+    dynamic: tuple[int, int, int] | None = None  # a dynamic tree (topk, depth, num_draft_tokens); max_draft_len = depth
 
     @property
     def label(self) -> str:
+        if self.dynamic is not None:
+            return "dynamic-tree=" + ",".join(map(str, self.dynamic))
         if self.eagle_choices is None:
             return f"max_draft_len={self.max_draft_len}"
         return "tree=" + json.dumps([list(p) for p in self.eagle_choices], separators=(",", ":"))
@@ -63,8 +72,17 @@ class Candidate:
         return cls(len(unique), unique)
 
 
-def candidates(draft_lens: Sequence[int], trees: Sequence[Sequence[Sequence[int]]] = ()) -> list[Candidate]:
-    return [Candidate(k) for k in draft_lens] + [Candidate.tree(t) for t in trees]
+def candidates(draft_lens: Sequence[int], trees: Sequence[Sequence[Sequence[int]]] = (),
+               shapes: Sequence[Sequence[int]] = ()) -> list[Candidate]:
+    """Chains, static trees and dynamic tree shapes (topk, depth, num_draft_tokens)."""
+    dynamic = [Candidate(int(s[1]), dynamic=(int(s[0]), int(s[1]), int(s[2]))) for s in shapes]
+    return [Candidate(k) for k in draft_lens] + [Candidate.tree(t) for t in trees] + dynamic
+
+
+def schedule_row(row: dict[str, Any], concurrency: int) -> list[int]:
+    """A draft_len_schedule row for a tune row: [concurrency, draft_len] or, for a dynamic tree,
+    [concurrency, topk, depth, num_draft_tokens]."""
+    return [concurrency, *row["tree"]] if row.get("tree") else [concurrency, row["max_draft_len"]]
 
 
 def choose(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -126,10 +144,12 @@ def set_draft_len_text(text: str, draft_len: int) -> str:
 
 
 def write_choice(spec_path: str | Path, draft_len: int, eagle_choices: Sequence[Sequence[int]] | None = None,
-                 set_choices: bool = False, schedule: Sequence[Sequence[int]] | None = None) -> Path:
+                 set_choices: bool = False, schedule: Sequence[Sequence[int]] | None = None,
+                 tree: Sequence[int] | None = None) -> Path:
     """Record the choice in the spec file, keeping the old file as <name>.bak. Returns the backup.
 
-    With `set_choices`, speculative.eagle_choices is written too (null for a chain); with
+    With `set_choices`, speculative.eagle_choices and speculative.tree are written too (null for a
+    chain); with
     `schedule`, speculative.draft_len_schedule. The new text is validated (it must load as a
     valid Spec with the new values) before anything is written; the write is a rename, so an
     interrupted tune never leaves half a spec.
@@ -144,12 +164,15 @@ def write_choice(spec_path: str | Path, draft_len: int, eagle_choices: Sequence[
     choices = [list(p) for p in eagle_choices] if eagle_choices is not None else None
     if set_choices:
         new_text = set_field_text(new_text, "eagle_choices", json.dumps(choices) if choices else "null")
-    table = [[int(b), int(k)] for b, k in schedule] if schedule is not None else None
+        shape = dict(zip(("topk", "depth", "num_draft_tokens"), tree, strict=True)) if tree else None
+        new_text = set_field_text(new_text, "tree", json.dumps(shape) if shape else "null")
+    table = [[int(v) for v in row] for row in schedule] if schedule is not None else None
     if table is not None:
         new_text = set_field_text(new_text, "draft_len_schedule", json.dumps(table))
     resolved = validate_spec(yaml.safe_load(new_text) or {})
     took = resolved.speculative.max_draft_len == draft_len and (
-        not set_choices or (resolved.speculative.eagle_choices or None) == choices) and (
+        not set_choices or ((resolved.speculative.eagle_choices or None) == choices
+                            and _tree_of(resolved.speculative.tree) == (list(tree) if tree else None))) and (
         table is None or resolved.speculative.draft_len_schedule == table)
     if not took:
         raise SpecError([f"speculative.max_draft_len: rewriting {path} did not take effect; edit it by hand "
@@ -161,6 +184,10 @@ def write_choice(spec_path: str | Path, draft_len: int, eagle_choices: Sequence[
     staging.write_text(new_text)
     os.replace(staging, path)
     return backup
+
+
+def _tree_of(spec_tree: Any) -> list[int] | None:
+    return [spec_tree.topk, spec_tree.depth, spec_tree.num_draft_tokens] if spec_tree is not None else None
 
 
 def write_draft_len(spec_path: str | Path, draft_len: int) -> Path:
@@ -182,6 +209,7 @@ def tune_rows(report_results: Sequence[dict[str, Any]], shapes: Sequence[Candida
                 continue
             rows.append({"concurrency": concurrency, "max_draft_len": shape.max_draft_len,
                          "eagle_choices": [list(p) for p in shape.eagle_choices] if shape.eagle_choices else None,
+                         "tree": list(shape.dynamic) if shape.dynamic else None,
                          "output_throughput": result["output_throughput"],
                          "output_throughput_by_repeat": result["output_throughput_by_repeat"],
                          "mean_tpot_ms": result["mean_tpot_ms"],
@@ -195,8 +223,10 @@ def choose_schedule(rows: Sequence[dict[str, Any]], baselines: dict[int, dict[st
                     ) -> tuple[dict[str, Any], list[list[int]]]:
     """(the shape chosen at the lowest concurrency, [[concurrency, draft_len], ...]).
 
-    The lowest concurrency decides chain or tree; at every concurrency the fastest draft length of
-    that kind is taken, or 0 where the baseline measured beside it was faster."""
+    The lowest concurrency decides chain or static tree; at every concurrency the fastest draft
+    length of that kind is taken, or 0 where the baseline measured beside it was faster. Chains and
+    dynamic trees are one kind: at each concurrency the fastest of them (a tree row
+    [concurrency, topk, depth, num_draft_tokens]), or 0."""
     concurrencies = sorted({r["concurrency"] for r in rows})
     first = choose([r for r in rows if r["concurrency"] == concurrencies[0]])
     schedule = []
@@ -205,7 +235,7 @@ def choose_schedule(rows: Sequence[dict[str, Any]], baselines: dict[int, dict[st
         best = choose(same_kind)
         base = baselines.get(concurrency, {}).get("output_throughput", math.nan)
         faster_plain = not math.isnan(base) and base > best["output_throughput"]
-        schedule.append([concurrency, 0 if faster_plain else best["max_draft_len"]])
+        schedule.append([concurrency, 0] if faster_plain else schedule_row(best, concurrency))
     return first, schedule
 
 
@@ -218,7 +248,8 @@ def measure(engine: Any, prompts: Sequence[Any], shapes: Sequence[Candidate], *,
     from trtspec.bench.targets import EngineTarget, engine_variant
 
     concurrencies = [concurrency] if isinstance(concurrency, int) else list(concurrency)
-    engines = {shape.label: engine_variant(engine, shape.max_draft_len, shape.eagle_choices) for shape in shapes}
+    engines = {shape.label: engine_variant(engine, shape.max_draft_len, shape.eagle_choices, shape.dynamic)
+               for shape in shapes}
     variants = {label: (EngineTarget(variant), True) for label, variant in engines.items()}
     variants[BASELINE_LABEL] = (EngineTarget(engine), False)
     try:

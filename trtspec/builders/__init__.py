@@ -123,7 +123,12 @@ def build(spec: Any, *, dry_run: bool = False, verify: bool = False, force: bool
         result.engine = ej.engine_json(spec, name, inputs)
         result.engine["runtime"].update(cpu.runtime_options(spec))
     elif backend == "trtllm":
+        from trtspec.builders.trtllm import tree_note
+
         result.engine, result.files = _trtllm_package(spec, contract, name, inputs, engine_dir)
+        if tree_note(spec, contract):
+            result.messages.append(tree_note(spec, contract))
+            result.engine["trtllm"]["tree_note"] = tree_note(spec, contract)
     else:
         commands = trtllm_engine.engine_commands(spec, contract)
         result.commands = [trtllm_engine.subproc.format_command(command) for command in commands]

@@ -62,10 +62,24 @@ def llm_api_options(spec: Any, contract: Contract, *, target: str, draft: str | 
             speculative[contract.llm_api["speculative_model_field"]] = draft
         if layers_to_capture:
             speculative[contract.head["layers_to_capture_field"]] = list(layers_to_capture)
+        if s.mode == "eagle3" and s.tree is not None and tree_note(spec, contract) is None:
+            # the release's PyTorch flow grows dynamic trees: its names (llm_args.py EagleDecodingConfig)
+            speculative.update(max_draft_len=s.tree.depth, use_dynamic_tree=True,
+                               dynamic_tree_max_topK=s.tree.topk, max_total_draft_tokens=s.tree.num_draft_tokens)
         options["speculative_config"] = speculative
         # "Two-model based speculation implementations do not support overlap scheduler" (TRT-LLM docs).
         options["disable_overlap_scheduler"] = True
     return options
+
+
+def tree_note(spec: Any, contract: Contract) -> str | None:
+    """Why a spec's dynamic tree (speculative.tree) is written as a chain for this release, in one
+    line; None when there is no tree or the release's LLM API grows dynamic trees (contract data)."""
+    s = spec.speculative
+    support = (contract.decoding("eagle3") or {}).get("dynamic_tree") or {}
+    if s.mode != "eagle3" or s.tree is None or support.get("llm_api"):
+        return None
+    return f"speculative.tree written as a chain of max_draft_len {s.max_draft_len}: {support.get('why', 'no dynamic tree in this release')}"
 
 
 def checked_options(spec: Any, contract: Contract, **paths: Any) -> dict[str, Any]:

@@ -28,13 +28,15 @@ Examples:
   trtspec tune --engine engines/smollm2-ngram-cpu --dry-run
   trtspec tune --mode eagle3 --trees '[[[0],[1],[0,0]], [[0],[0,0],[0,0,0]]]'   # EAGLE-3 tree shapes
   trtspec tune --concurrency 1,2,4,8 --draft-lens 1,2,4   # draft length by load: draft_len_schedule
+  trtspec tune --mode eagle3 --concurrency 1,4,8 --tree-shapes '4,3,8;8,4,16'   # dynamic trees by load
 \b
 Runs in-process on the cpu engine (a served engine's draft length is fixed at build time).
 For EAGLE-3, static draft trees are measured beside the chains (three small ones unless
 --trees says otherwise). The choice goes into speculative.max_draft_len (and eagle_choices for
 EAGLE-3) of the spec, the old file kept as <spec>.bak; with several concurrencies the fastest
 draft length at each (0 where plain decoding was faster) goes into
-speculative.draft_len_schedule. Rebuild with `trtspec build` and redeploy to serve it.
+speculative.draft_len_schedule. EAGLE-3 dynamic trees (--tree-shapes topk,depth,num_draft_tokens)
+compete with the chains at every concurrency: a tree row reads [concurrency, topk, depth, nodes]. Rebuild with `trtspec build` and redeploy to serve it.
 """
 
 
@@ -48,6 +50,24 @@ def _int_list(ctx, param, value: str | None) -> list[int] | None:
     if not numbers or min(numbers) < 1:
         raise click.BadParameter(f"expected positive integers (got {value!r})")
     return numbers
+
+
+def _tree_shapes(value: str | None) -> list[list[int]]:
+    """--tree-shapes: 'topk,depth,num_draft_tokens' shapes separated by ';', 'none', or the defaults."""
+    from trtspec.bench.tune import DEFAULT_TREE_SHAPES
+
+    if value is None:
+        return DEFAULT_TREE_SHAPES
+    if value.strip().lower() == "none":
+        return []
+    try:
+        shapes = [[int(v) for v in part.split(",")] for part in value.split(";") if part.strip()]
+        if not shapes or any(len(s) != 3 or min(s) < 1 for s in shapes):
+            raise ValueError
+    except ValueError:
+        raise click.BadParameter("expected shapes like '4,3,8;8,4,16' (topk,depth,num_draft_tokens), or none",
+                                 param_hint="--tree-shapes") from None
+    return shapes
 
 
 def _trees(value: str | None) -> list[list[list[int]]]:
@@ -157,6 +177,9 @@ def bench(config_path, url, engine_dir, prompts, concurrency, max_tokens, num_pr
 @click.option("--trees", default=None,
               help="EAGLE-3: JSON list of eagle_choices trees to measure too; 'none' for chains only "
                    "(default: three small trees).")
+@click.option("--tree-shapes", default=None,
+              help="EAGLE-3: dynamic tree shapes 'topk,depth,num_draft_tokens;...' to measure too; 'none' "
+                   "for none (default: 4,3,8;4,4,16).")
 @mode_option
 @click.option("--max-tokens", type=int, default=None, help="New tokens per request (bench.max_tokens).")
 @click.option("--num-prompts", type=int, default=None, help="Use only the first N prompts.")
@@ -166,8 +189,8 @@ def bench(config_path, url, engine_dir, prompts, concurrency, max_tokens, num_pr
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="Report directory.")
 @dry_run_option
 @json_option
-def tune(config_path, engine_dir, prompts, draft_lens, trees, mode, max_tokens, num_prompts, concurrency, repeats,
-         out_dir, dry_run, as_json) -> None:
+def tune(config_path, engine_dir, prompts, draft_lens, trees, tree_shapes, mode, max_tokens, num_prompts, concurrency,
+         repeats, out_dir, dry_run, as_json) -> None:
     """Measure tokens/s for each max_draft_len and record the fastest in the spec.
 
     Chooses by tokens/s, not by acceptance length: longer drafts accept more tokens per step
@@ -195,14 +218,17 @@ def tune(config_path, engine_dir, prompts, draft_lens, trees, mode, max_tokens, 
     tree_list = _trees(trees) if eagle3 else []
     if trees and trees.strip().lower() != "none" and not eagle3:
         raise click.BadParameter("draft trees are an EAGLE-3 feature; set --mode eagle3", param_hint="--trees")
-    shapes = tuning.candidates(draft_lens, tree_list)
+    shape_list = _tree_shapes(tree_shapes) if eagle3 else []
+    if tree_shapes and tree_shapes.strip().lower() != "none" and not eagle3:
+        raise click.BadParameter("dynamic trees are an EAGLE-3 feature; set --mode eagle3", param_hint="--tree-shapes")
+    shapes = tuning.candidates(draft_lens, tree_list, shape_list)
     prompt_set = load_prompts(spec.bench.prompts, "bench", spec.bench.num_prompts)
     engine_path = Path(engine_dir) if engine_dir else runner.default_engine_dir(spec)
     spec_path = Path(config_path or DEFAULT_CONFIG)
     out = Path(out_dir) if out_dir else runner.default_out_dir(spec, "tune")
     total = len(prompt_set) * repeats * (len(shapes) + 1) * len(concurrency)
     if dry_run:
-        plan = {"engine": str(engine_path), "draft_lens": draft_lens, "trees": tree_list,
+        plan = {"engine": str(engine_path), "draft_lens": draft_lens, "trees": tree_list, "tree_shapes": shape_list,
                 "num_prompts": len(prompt_set),
                 "max_tokens": spec.bench.max_tokens, "concurrency": concurrency, "repeats": repeats,
                 "requests": total, "spec": str(spec_path), "out": str(out)}
@@ -219,11 +245,14 @@ def tune(config_path, engine_dir, prompts, draft_lens, trees, mode, max_tokens, 
         result = tuning.measure(engine, prompt_set, shapes, max_tokens=spec.bench.max_tokens,
                                 concurrency=concurrency, repeats=repeats, on_request=lambda r: progress.advance(task))
     choice, schedule = result["choice"], result["schedule"]
-    draft_len = max([k for _, k in schedule if k] or [choice["max_draft_len"]]) if schedule else choice["max_draft_len"]
-    backup = tuning.write_choice(spec_path, draft_len, choice["eagle_choices"], set_choices=eagle3, schedule=schedule)
+    lengths = [row[1] if len(row) == 2 else row[2] for row in (schedule or []) if row[-1]]  # a tree: its depth
+    draft_len = max(lengths or [choice["max_draft_len"]]) if schedule else choice["max_draft_len"]
+    single_tree = choice.get("tree") if not schedule else None
+    backup = tuning.write_choice(spec_path, draft_len, choice["eagle_choices"], set_choices=eagle3, schedule=schedule,
+                                 tree=single_tree)
     from trtspec.bench.report import clean_json, machine_metadata
 
-    summary = clean_json({"choice": draft_len, "eagle_choices": choice["eagle_choices"],
+    summary = clean_json({"choice": draft_len, "eagle_choices": choice["eagle_choices"], "tree": single_tree,
                           "draft_len_schedule": schedule, "rows": result["rows"],
                       "baseline_output_throughput": (result["baseline"] or {}).get("output_throughput"),
                       "engine": str(engine_path), "num_prompts": len(prompt_set), "repeats": repeats,
@@ -240,16 +269,19 @@ def tune(config_path, engine_dir, prompts, draft_lens, trees, mode, max_tokens, 
                         f"({len(prompt_set)} prompts x {repeats}, concurrency {','.join(map(str, concurrency))})")
     for name in ("conc", "draft shape", "tokens/s", "speedup", "TPOT ms", "AL", "accept %"):
         table.add_column(name, justify="right")
-    chosen = {(c, k) for c, k in schedule} if schedule else {(choice["concurrency"], choice["max_draft_len"])}
+    chosen = [tuple(r) for r in schedule] if schedule else [tuple(tuning.schedule_row(choice, choice["concurrency"]))]
     for row in result["rows"]:
-        mark = " *" if (row["concurrency"], row["max_draft_len"]) in chosen else ""
+        picked = tuple(tuning.schedule_row(row, row["concurrency"])) in chosen
+        mark = " *" if picked and row["eagle_choices"] == choice["eagle_choices"] else ""
         shape = f"tree {json.dumps(row['eagle_choices'])}" if row["eagle_choices"] else f"chain {row['max_draft_len']}"
+        shape = f"dynamic tree {','.join(map(str, row['tree']))}" if row.get("tree") else shape
         table.add_row(str(row["concurrency"]), f"{shape}{mark}", f"{row['output_throughput']:.1f}", f"{row['speedup']:.2f}x",
                       f"{row['mean_tpot_ms']:.1f}", f"{row['spec_decode_acceptance_length']:.2f}",
                       f"{row['spec_decode_acceptance_rate']:.0f}")
     console = Console() if Console().is_terminal else Console(width=150)
     console.print(table)
     what = f" with eagle_choices {json.dumps(choice['eagle_choices'])}" if choice["eagle_choices"] else ""
+    what += f" with tree {json.dumps(single_tree)}" if single_tree else ""
     what += f", draft_len_schedule {json.dumps(schedule)}" if schedule else ""
     click.echo(f"Chose max_draft_len {draft_len}{what} (by tokens/s); wrote {spec_path} "
                f"(old file: {backup}); report {out / 'tune.json'}. Rebuild with `trtspec build` to serve it.")

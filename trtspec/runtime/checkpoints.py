@@ -16,7 +16,7 @@ from trtspec.runtime.threads import release_idle_openmp_team
 
 
 def engine_parts(target_dir, *, mode: str = "ngram", draft_dir=None, max_draft_len: int = 4,
-                 ngram_min: int = 1, ngram_max: int = 3, eagle_choices=None, dtype: str = "float32",
+                 ngram_min: int = 1, ngram_max: int = 3, eagle_choices=None, tree=None, dtype: str = "float32",
                  prepack: bool = True, **options: Any):
     """(target, tokenizer, drafter, EngineConfig) from a target checkpoint and, by `mode`, its drafter:
     what Engine(...) takes.
@@ -58,7 +58,8 @@ def engine_parts(target_dir, *, mode: str = "ngram", draft_dir=None, max_draft_l
         raise IncompatibleArtifactError(f"unknown speculative mode {mode!r}",
                                         fix="use one of eagle3, draft-target, ngram, none")
     config = EngineConfig.from_options(mode=mode, max_draft_len=max_draft_len,
-                                       eagle_choices=eagle_choices if mode == "eagle3" else None, **options)
+                                       eagle_choices=eagle_choices if mode == "eagle3" else None,
+                                       tree=tree if mode == "eagle3" else None, **options)
     # Loading and prepacking ran parallel regions in this thread; the steps run in the engine's loop
     # thread. Two OpenMP teams on the cores make both slow (threads.py), so this one ends here.
     release_idle_openmp_team()

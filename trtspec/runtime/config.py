@@ -34,6 +34,9 @@ class EngineConfig:
     """Decode plainly while a sequence's measured acceptance stays below this rate (0: never)."""
     eagle_choices: tuple[tuple[int, ...], ...] | None = None
     """Static EAGLE-3 draft tree as index paths (trtspec.runtime.tree); None drafts chains."""
+    tree: tuple[int, int, int] | None = None
+    """Dynamic (EAGLE-2) draft tree as (topk, depth, num_draft_tokens) (trtspec.runtime.tree.TreeShape);
+    None: eagle_choices or chains."""
     max_batch_size: int = 8
     """Most sequences in one engine step (running at once)."""
     max_num_tokens: int = 8192
@@ -47,7 +50,8 @@ class EngineConfig:
     """Requests that may wait for a batch slot or KV blocks; beyond, new ones are refused at once."""
     draft_len_schedule: tuple[tuple[int, int], ...] | None = None
     """(batch size, draft length) pairs, ascending: from that many decoding sequences on, draft that
-    many tokens (0: speculation off). None: the cost-model default (trtspec.runtime.policy)."""
+    many tokens (0: speculation off); EAGLE-3 rows may be (batch size, topk, depth, num_draft_tokens):
+    a dynamic tree (trtspec.runtime.draft_shape). None: the cost-model default (trtspec.runtime.policy)."""
 
     @property
     def label(self) -> str:
@@ -64,7 +68,12 @@ class EngineConfig:
         choices = options.get("eagle_choices")
         if choices is not None:
             options["eagle_choices"] = tuple(tuple(int(i) for i in path) for path in choices) or None
+        if options.get("tree") is not None:
+            tree = options["tree"]
+            if isinstance(tree, dict):
+                tree = (tree["topk"], tree["depth"], tree["num_draft_tokens"])
+            options["tree"] = tuple(int(v) for v in tree)
         schedule = options.get("draft_len_schedule")
         if schedule is not None:
-            options["draft_len_schedule"] = tuple(sorted((int(b), int(k)) for b, k in schedule)) or None
+            options["draft_len_schedule"] = tuple(sorted(tuple(int(v) for v in row) for row in schedule)) or None
         return cls(**options)

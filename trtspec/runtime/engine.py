@@ -46,6 +46,11 @@ class Engine:
             from trtspec.runtime.tree import Tree
 
             self.tree = Tree([list(path) for path in self.config.eagle_choices])
+        elif self.config.tree:
+            self.tree = _tree_shape(self.config.tree)
+        for row in self.config.draft_len_schedule or ():
+            if len(row) == 4:
+                _tree_shape(row[1:])
         self.eos_ids = _eos_ids(target, tokenizer)
         self._lock = threading.Lock()
         self._cumulative = GenerationStats()
@@ -180,6 +185,18 @@ def _drain(results: queue.SimpleQueue, sequence: Sequence) -> Iterator[StreamChu
                 return
     finally:
         sequence.cancelled = True  # the loop frees its blocks at the next step (a no-op once finished)
+
+
+def _tree_shape(settings: tuple[int, int, int]) -> Any:
+    """The dynamic tree (topk, depth, num_draft_tokens) as a TreeShape, refused when unusable."""
+    from trtspec.errors import TrtSpecError
+    from trtspec.runtime.tree import TreeShape
+
+    shape = TreeShape(*settings)
+    if shape.problems():
+        raise TrtSpecError(f"speculative.tree {list(settings)}: {shape.problems()[0]}",
+                           fix="e.g. tree: {topk: 4, depth: 4, num_draft_tokens: 16}")
+    return shape
 
 
 def _eos_ids(target: Any, tokenizer: Any) -> set[int]:

@@ -107,8 +107,9 @@ class Scheduler:
 
     def widest_draft(self) -> int:
         """Most tokens a step may write past the committed ones (pending + drafts, or tree nodes)."""
-        tree = self.engine.tree
-        return 1 + max(self.config.max_draft_len, tree.num_nodes if tree is not None else 0)
+        from trtspec.runtime.draft_shape import widest_room
+
+        return 1 + widest_room(self.config, self.engine.tree)
 
     # -- admission -------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ class GenerationStats:
     num_drafts: int = 0
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
+    num_verified_tokens: int = 0  # draft tokens the target checked: a chain's k, a tree's nodes
     accepted_per_position: list[int] = field(default_factory=list)
     draft_time_s: float = 0.0
     verify_time_s: float = 0.0
@@ -33,9 +34,11 @@ class GenerationStats:
     def mean_acceptance_length(self) -> float:
         return 1.0 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else 1.0
 
-    def record_draft(self, num_draft_tokens: int, num_accepted: int) -> None:
-        """Count one verified draft of `num_draft_tokens` of which the first `num_accepted` passed."""
+    def record_draft(self, num_draft_tokens: int, num_accepted: int, num_verified: int | None = None) -> None:
+        """Count one verified draft of `num_draft_tokens` of which the first `num_accepted` passed
+        (a tree: its depth and its accepted path; `num_verified` its nodes)."""
         self.num_drafts += 1
+        self.num_verified_tokens += num_draft_tokens if num_verified is None else num_verified
         self.num_draft_tokens += num_draft_tokens
         self.num_accepted_tokens += num_accepted
         if len(self.accepted_per_position) < num_draft_tokens:
@@ -48,6 +51,7 @@ class GenerationStats:
         self.num_drafts += other.num_drafts
         self.num_draft_tokens += other.num_draft_tokens
         self.num_accepted_tokens += other.num_accepted_tokens
+        self.num_verified_tokens += other.num_verified_tokens
         if len(self.accepted_per_position) < len(other.accepted_per_position):
             self.accepted_per_position.extend(
                 [0] * (len(other.accepted_per_position) - len(self.accepted_per_position)))

@@ -3,11 +3,12 @@
 0. Retire: sequences whose caller went away leave and free their blocks.
 1. Plan: decoding sequences verify [pending] + a draft whose length the load policy picks for
    this batch size (and each sequence's own policy may shorten; a probe while speculation is off
-   drafts for one sequence only); prompt chunks of new sequences fill what is left of the
+   drafts for one sequence only; with a dynamic tree the length is its node budget); prompt chunks of new sequences fill what is left of the
    `max_num_tokens` budget (chunked prefill).
 2. Draft: one drafter call for every decoding sequence that speculates (batched inside).
 3. Verify: ONE target forward over all feeds (ragged: per-sequence positions and masks).
-4. Accept per sequence (greedy prefix or tree path, or lossless rejection sampling), roll back
+4. Accept per sequence (greedy prefix or tree path, or lossless rejection sampling of a chain or
+   a tree), roll back
    the rejected tokens' KV, hand the drafter the hidden states of what was kept.
 5. Commit: stream each sequence's tokens, update statistics and its policy; finished sequences
    leave and free their blocks.
@@ -22,8 +23,9 @@ from typing import Any
 
 from trtspec.runtime import sampling
 from trtspec.runtime.batch import Feed, forward
+from trtspec.runtime.draft_shape import plan_step
 from trtspec.runtime.request import RequestCancelled
-from trtspec.runtime.tree import accept_tree, tree_inputs
+from trtspec.runtime.tree import Tree, TreeShape, accept_tree, rejection_accept_tree, tree_inputs
 
 
 def run_step(scheduler: Any, batch: list[Any]) -> None:
@@ -41,8 +43,8 @@ def run_step(scheduler: Any, batch: list[Any]) -> None:
     decoding = [s for s in live if s.decoding]
     prefilling = [s for s in live if not s.decoding]
     speculating = [s for s in decoding if s.session is not None]
-    step_len, probe = scheduler.draft_length(len(speculating)) if speculating else (0, False)
-    lengths = plan_draft_lengths(step_len, decoding, config.max_num_tokens)
+    step_len, probe, shape = plan_step(scheduler, len(speculating)) if speculating else (0, False, None)
+    lengths = plan_draft_lengths(step_len, decoding, config.max_num_tokens, shape.num_nodes if shape else None)
     if probe:
         lengths = one_prober(lengths, scheduler.stats.num_steps)
     scheduler.stats.last_batch_size = len(live)
@@ -50,7 +52,7 @@ def run_step(scheduler: Any, batch: list[Any]) -> None:
     scheduler.stats.last_draft_len = max(lengths, default=0)
     # 2. Draft for every decoding sequence that speculates.
     started = time.perf_counter()
-    drafts = _draft(engine, decoding, lengths)
+    drafts = _draft(engine, decoding, lengths, shape)
     draft_time = time.perf_counter() - started
     model = scheduler.cost_model
     asked = [d for d, k in zip(drafts, lengths, strict=True) if k > 0]
@@ -90,12 +92,15 @@ def run_step(scheduler: Any, batch: list[Any]) -> None:
             _commit(scheduler, sequence, [choose(logits[index][-1:], sequence.params, sequence.generator)])
 
 
-def plan_draft_lengths(step_len: int, decoding: list[Any], max_num_tokens: int) -> list[int]:
+def plan_draft_lengths(step_len: int, decoding: list[Any], max_num_tokens: int, nodes: int | None = None) -> list[int]:
     """Draft tokens per decoding sequence this step: the load policy's `step_len`, shortened by
-    each sequence's own policy, then cut so that every sequence's [pending] + draft fits the
-    token budget together (one token each at least, whatever the budget)."""
+    each sequence's own policy (with a dynamic tree, `nodes`, its node budget, for every sequence
+    that drafts), then cut so that every sequence's [pending] + draft fits the token budget
+    together (one token each at least, whatever the budget)."""
     lengths = [min(step_len, s.policy.next_length()) if s.session is not None and step_len > 0 else 0
                for s in decoding]
+    if nodes is not None:
+        lengths = [nodes if k > 0 else 0 for k in lengths]
     room = max_num_tokens - len(decoding)
     while sum(lengths) > max(0, room):
         longest = max(lengths)
@@ -113,12 +118,16 @@ def one_prober(lengths: list[int], turn: int) -> list[int]:
     return [k if i == chosen else 0 for i, k in enumerate(lengths)]
 
 
-def _draft(engine: Any, decoding: list[Any], lengths: list[int]) -> list[Any]:
-    """Phase 2: drafts (or None) aligned with `decoding`."""
+def _draft(engine: Any, decoding: list[Any], lengths: list[int], shape: TreeShape | None = None) -> list[Any]:
+    """Phase 2: drafts (or None) aligned with `decoding`; `shape`: this step's dynamic tree (None:
+    chains), for EAGLE-3 sessions whose trees are chosen by load."""
     wanted = [i for i, k in enumerate(lengths) if k > 0]
     drafts: list[Any] = [None] * len(decoding)
     if not wanted:
         return drafts
+    if engine.config.mode == "eagle3" and not isinstance(engine.tree, Tree):
+        for i in wanted:
+            decoding[i].session.tree = shape
     proposed = engine.drafter.propose_batch([decoding[i].session for i in wanted],
                                             [decoding[i].tokens for i in wanted], [lengths[i] for i in wanted])
     for i, draft in zip(wanted, proposed, strict=True):
@@ -145,8 +154,10 @@ def _accept(scheduler: Any, sequence: Any, draft: Any, logits: Any, aux: Any) ->
     tree = draft.tree if draft is not None else None
     if k == 0:
         path, next_token = [], choose(logits, params, generator)
-    elif tree is not None:
+    elif tree is not None and params.greedy:
         path, next_token = accept_tree(tree, draft_ids, logits.argmax(dim=-1).tolist())
+    elif tree is not None:
+        path, next_token = rejection_accept_tree(tree, draft_ids, sampling.logits_to_probs(logits, params), generator)
     elif params.greedy:
         num_accepted, next_token = sampling.greedy_accept(draft.token_ids, logits)
         path = list(range(num_accepted))
@@ -166,7 +177,7 @@ def _accept(scheduler: Any, sequence: Any, draft: Any, logits: Any, aux: Any) ->
         sequence.session.on_verified(aux[[0] + [1 + i for i in path]])
     if k:
         offered = tree.max_depth if tree is not None else k
-        sequence.stats.record_draft(offered, len(path))
+        sequence.stats.record_draft(offered, len(path), k)
         scheduler.cost_model.observe_verify(offered, len(path))
         if sequence.policy.update(offered, len(path)):
             sequence.stats.fallback = True

@@ -97,6 +97,46 @@ class Eagle3Training(_Section):
     float32."""
 
 
+class TreeSpec(_Section):
+    """A dynamic (EAGLE-2) draft tree, grown per sequence and step from the head's own scores."""
+
+    topk: int = Field(4, ge=1, le=64)
+    """Children per expanded node, and nodes expanded per depth (SGLang --speculative-eagle-topk,
+    EAGLE top_k, TensorRT-LLM dynamic_tree_max_topK)."""
+    depth: int = Field(4, ge=1, le=16)
+    """Levels of the tree: the longest path it can accept (SGLang --speculative-num-steps, EAGLE
+    depth + 1, TensorRT-LLM max_draft_len)."""
+    num_draft_tokens: int = Field(16, ge=1, le=512)
+    """Best-scored nodes verified per sequence and step, the root not counted (SGLang
+    --speculative-num-draft-tokens - 1, EAGLE total_token - 1, TensorRT-LLM max_total_draft_tokens)."""
+
+    @model_validator(mode="after")
+    def _check_budget(self) -> TreeSpec:
+        candidates = self.topk + (self.depth - 1) * self.topk * self.topk
+        if not self.depth <= self.num_draft_tokens <= candidates:
+            raise ValueError(problem_line(
+                "speculative.tree.num_draft_tokens", f"must lie between depth ({self.depth}) and the {candidates} "
+                f"candidates that topk {self.topk} and depth {self.depth} score", got=self.num_draft_tokens,
+                fix="verify fewer nodes or raise topk/depth"))
+        return self
+
+
+def _tree_rows_problems(schedule: list[list[int]], mode: str, eagle_choices: Any) -> list[str]:
+    """Dynamic-tree rows of a draft_len_schedule: EAGLE-3 only, no static tree beside them, each
+    shape usable (TreeSpec's checks)."""
+    problems = []
+    if mode != "eagle3" or eagle_choices:
+        problems.append(problem_line("speculative.draft_len_schedule", "tree rows [batch_size, topk, depth, "
+                                     "num_draft_tokens] need mode eagle3 and no eagle_choices", got=schedule))
+    for row in (r for r in schedule if len(r) == 4):
+        try:
+            TreeSpec(topk=row[1], depth=row[2], num_draft_tokens=row[3])
+        except ValidationError as error:
+            problem = error.errors()[0]["msg"].removeprefix("Value error, ").removeprefix("speculative.tree.")
+            problems.append(f"speculative.draft_len_schedule: row {row}: {problem}")
+    return problems
+
+
 class SpeculativeSpec(_Section):
     mode: Mode = "ngram"
     """eagle3 | draft-target | ngram | none (baseline, no speculation)."""
@@ -117,6 +157,10 @@ class SpeculativeSpec(_Section):
     """Fall back to plain decoding while measured acceptance stays below this rate (0 = never)."""
     eagle_choices: list[list[int]] | None = None
     """Static EAGLE-3 draft tree as index paths, like TensorRT-LLM's eagle_choices; empty is a chain."""
+    tree: TreeSpec | None = None
+    """eagle3: a dynamic (EAGLE-2) draft tree, {topk, depth, num_draft_tokens}, instead of chains or
+    eagle_choices. The cpu engine grows one per sequence and step; GPU releases without dynamic
+    trees on the LLM API get a chain (the build says why)."""
     draft_len_schedule: list[list[int]] | None = None
     """cpu backend: draft length by load, as [[batch_size, draft_len], ...]: from that many running
     sequences on, draft that many tokens per sequence (0 turns speculation off). `trtspec tune
@@ -297,10 +341,18 @@ class Spec(_Section):
         if backend == "trtllm-engine" and mode != "none" and self.build.max_batch_size > 512:
             problems.append(f"build.max_batch_size: speculative TensorRT engines allow at most 512 "
                             f"(got {self.build.max_batch_size})")
+        if self.speculative.tree is not None and mode != "eagle3":
+            problems.append(problem_line("speculative.tree", "dynamic draft trees grow from an EAGLE-3 head",
+                                         got=f"mode {mode}", fix="set speculative.mode: eagle3 or remove tree"))
+        if self.speculative.tree is not None and self.speculative.eagle_choices:
+            problems.append(problem_line("speculative.tree", "a dynamic tree and a static eagle_choices tree "
+                                         "exclude each other", fix="keep one of them"))
         schedule = self.speculative.draft_len_schedule or []
-        if any(len(pair) != 2 or pair[0] < 1 or pair[1] < 0 for pair in schedule):
-            problems.append(f"speculative.draft_len_schedule: expected [[batch_size >= 1, draft_len >= 0], ...] "
-                            f"(got {schedule})")
+        if any(len(row) not in (2, 4) or row[0] < 1 or min(row[1:]) < (0 if len(row) == 2 else 1) for row in schedule):
+            problems.append(f"speculative.draft_len_schedule: expected [[batch_size >= 1, draft_len >= 0], ...], "
+                            f"or for a dynamic tree [batch_size, topk, depth, num_draft_tokens] (got {schedule})")
+        elif any(len(row) == 4 for row in schedule):
+            problems.extend(_tree_rows_problems(schedule, mode, self.speculative.eagle_choices))
         if self.quantization.fp8_kv_cache and backend == "cpu":
             problems.append(problem_line("quantization.fp8_kv_cache",
                                          "the cpu backend keeps its KV cache in the model dtype", got="true",

@@ -16,7 +16,8 @@ Llama layers; ModelOpt is never imported at run time. Semantics follow ModelOpt'
 
 With a static tree (eagle_choices) and greedy decoding, the session fills the tree depth by depth
 (one EAGLE pass per depth, tree attention mask over its own cache); under sampling it proposes
-its top chain, which rejection sampling verifies losslessly.
+its top chain, which rejection sampling verifies losslessly. With a dynamic tree (TreeShape) each
+session grows its own EAGLE-2 tree, greedy or sampled (trtspec.runtime.drafters.eagle3_tree).
 
 Batched: `propose_batch` runs ONE head forward per draft position for all sessions (the first
 also catches each session up on the positions the target verified since its last proposal), on
@@ -33,8 +34,9 @@ from pathlib import Path
 from trtspec.errors import ModelSourceError
 from trtspec.runtime import sampling
 from trtspec.runtime.drafters.base import ChainDrafts, Draft, Drafter, DraftSession
-from trtspec.runtime.drafters.eagle3_tree import propose_trees
+from trtspec.runtime.drafters.eagle3_tree import propose_dynamic_trees, propose_trees
 from trtspec.runtime.drafters.head_feed import HeadFeed
+from trtspec.runtime.tree import Tree, TreeShape
 
 CONFIG_DROP = ("architectures", "eagle_config", "draft_vocab_size", "torch_dtype", "transformers_version")
 
@@ -122,8 +124,15 @@ class Eagle3Drafter(Drafter):
             session.committed = session.kv.length
         drafts: list[Draft | None] = [None] * len(sessions)
         try:
-            trees = [i for i, s in enumerate(sessions) if s.tree is not None and s.params.greedy]
-            chains = [i for i in range(len(sessions)) if i not in trees]
+            dynamic = [i for i, s in enumerate(sessions) if isinstance(s.tree, TreeShape)]
+            if dynamic:
+                for i, draft in zip(dynamic, propose_dynamic_trees(
+                        self, [sessions[i] for i in dynamic], [tokens[i] for i in dynamic],
+                        [last[i] for i in dynamic], [max_lens[i] for i in dynamic]), strict=True):
+                    drafts[i] = draft
+            trees = [i for i, s in enumerate(sessions)
+                     if isinstance(s.tree, Tree) and s.params.greedy]
+            chains = [i for i in range(len(sessions)) if i not in trees and i not in dynamic]
             if trees:
                 for i, draft in zip(trees, propose_trees(self, [sessions[i] for i in trees],
                                                          [tokens[i] for i in trees], [last[i] for i in trees]),

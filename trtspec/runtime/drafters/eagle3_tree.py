@@ -1,10 +1,12 @@
-"""EAGLE-3 static-tree drafting (greedy), batched over sessions: one head forward per tree depth.
+"""EAGLE-3 tree drafting, batched over sessions: one head forward per tree depth.
 
-Every session fills the same tree (the engine's eagle_choices). At depth d each node takes the
+Static trees (greedy, `propose_trees`): every session fills the same tree (the engine's eagle_choices). At depth d each node takes the
 rank-th most likely token of its parent's head logits; the nodes of depth d that have children
 are fed to the head in one forward for all sessions, each attending to its committed positions
 and its own ancestors among the nodes fed before (a tree mask over its cache), at EAGLE position
-base + d. The fed nodes leave the cache when the proposal ends (Eagle3Drafter.propose_batch).
+base + d. Dynamic trees (EAGLE-2, greedy and sampled, `propose_dynamic_trees`): each session grows
+its own tree (trtspec.runtime.drafters.dynamic_tree), the frontiers of all sessions in one forward
+per depth. The fed nodes leave the cache when the proposal ends (Eagle3Drafter.propose_batch).
 """
 
 from __future__ import annotations
@@ -53,3 +55,37 @@ def propose_trees(drafter: Any, sessions: list[Any], tokens: list[list[int]], la
                 node_logits[s][node], node_h[s][node] = logits[row], h[row]
         fed.extend(expand)
     return [Draft(torch.tensor(node_tokens[s], dtype=torch.long), tree=tree) for s in range(len(sessions))]
+
+
+def propose_dynamic_trees(drafter: Any, sessions: list[Any], tokens: list[list[int]], last: list[tuple],
+                          budgets: list[int]) -> list[Draft]:
+    """One EAGLE-2 dynamic tree per session (its `tree` is a TreeShape; `budgets`: nodes each may
+    verify). Every depth after the first is ONE head forward over every session's frontier, each
+    frontier node fed with the pre-norm h of the forward that proposed it, at EAGLE position
+    base + depth, under a tree mask over the session's cache."""
+    import torch
+
+    from trtspec.runtime.drafters.dynamic_tree import TreeSearch
+
+    searches = [TreeSearch(s.tree, budget, logits, h, s.to_target_vocab)
+                for s, budget, (logits, h) in zip(sessions, budgets, last, strict=True)]
+    while True:
+        active = [i for i, search in enumerate(searches) if not search.done]
+        if not active:
+            break
+        feeds = []
+        for i in active:
+            search, session = searches[i], sessions[i]
+            nodes = search.to_feed()
+            base = len(tokens[i]) - 2  # EAGLE position of the root (it predicts depth 1)
+            feeds.append(HeadFeed(session.kv, [search.tokens[n] for n in nodes],
+                                  torch.stack([search.state[n] for n in nodes]),
+                                  positions=[base + search.levels_done] * len(nodes),
+                                  mask=search.feed_mask(session.committed), num_logits=len(nodes)))
+        for i, (logits, h) in zip(active, drafter.forward(feeds), strict=True):
+            searches[i].expanded(logits, h)
+    drafts = []
+    for search in searches:
+        tree, node_tokens = search.tree()
+        drafts.append(Draft(torch.tensor(node_tokens, dtype=torch.long), tree=tree))
+    return drafts

@@ -1,0 +1,197 @@
+"""EAGLE-2 dynamic draft trees: the search on hand-built logits, lossless tree sampling
+(chi-square), and greedy engines token for token equal to the target alone, under load too."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.runtime.conftest import TINY_PROMPTS
+from tests.runtime.test_rt_scheduler import PROMPTS, _concurrently
+from trtspec.runtime.drafters.dynamic_tree import TreeSearch
+from trtspec.runtime.tree import Tree, TreeShape, rejection_accept_tree
+
+SHAPE = (3, 4, 10)  # topk, depth, num_draft_tokens
+
+
+def _row(**probs):
+    """Logits over a vocabulary of 8 whose softmax puts `probs` on tokens t0..t7 (the rest share)."""
+    row = torch.full((8,), 1e-6)
+    for name, p in probs.items():
+        row[int(name[1:])] = p
+    return row.log()
+
+
+def _identity(ids):
+    return ids
+
+
+def test_search_scores_paths_and_keeps_a_tree_by_construction():
+    # root: t1 0.6, t2 0.3, t3 0.1 (topk 2 keeps t1, t2)
+    search = TreeSearch(TreeShape(topk=2, depth=3, num_draft_tokens=4), 4, _row(t1=0.6, t2=0.3, t3=0.1), None,
+                        _identity)
+    assert search.to_feed() == [0, 1] and search.tokens == [1, 2]
+    # depth 2: under t1 -> t4 0.5, t5 0.5 (paths 0.30, 0.30); under t2 -> t6 0.9, t7 0.1 (0.27, 0.03)
+    search.expanded(torch.stack([_row(t4=0.5, t5=0.5), _row(t6=0.9, t7=0.1)]), [None, None])
+    # the frontier is the 2 best of the 4 children: t1->t4 and t1->t5 (0.30 each), not t2->t6 (0.27)
+    assert [search.tokens[n] for n in search.to_feed()] == [4, 5]
+    mask = search.feed_mask(committed=3)  # 3 committed, t1 and t2 fed before
+    assert mask.tolist() == [[True] * 3 + [True, False] + [True, False],   # t4 sees t1 (its parent), itself
+                             [True] * 3 + [True, False] + [False, True]]   # t5 sees t1, itself
+    search.expanded(torch.stack([_row(t0=0.99), _row(t0=0.2, t3=0.8)]), [None, None])
+    assert search.done
+    tree, tokens = search.tree()
+    # best 4 scores: t1 0.6, t2 0.3, t1->t4 0.30, t1->t5 0.30 (t1->t4->t0 0.297 is fifth)
+    assert tree.paths == [[0], [1], [0, 0], [0, 1]] and tokens == [1, 2, 4, 5]
+    assert all(tree.parent[n] < n for n in range(tree.num_nodes))
+
+
+def test_search_with_ties_still_keeps_every_parent():
+    # a head certain of its token: children score exactly their parent's score (log 1 = 0)
+    certain = torch.full((8,), -1e9)
+    certain[3] = 0.0
+    search = TreeSearch(TreeShape(topk=2, depth=4, num_draft_tokens=5), 5, certain, None, _identity)
+    while not search.done:
+        search.expanded(certain.expand(len(search.to_feed()), 8), [None] * len(search.to_feed()))
+    tree, _ = search.tree()
+    assert tree.max_depth == 4 and tree.num_nodes == 5
+    for path in tree.paths:
+        assert len(path) == 1 or path[:-1] in tree.paths
+
+
+@pytest.mark.parametrize(("settings", "problem"), [
+    ((0, 3, 4), "topk must be at least 1"),
+    ((2, 3, 2), "num_draft_tokens must lie between depth (3)"),
+    ((2, 3, 11), "the 10 candidates"),
+])
+def test_unusable_shapes_are_named(settings, problem):
+    assert problem in TreeShape(*settings).problems()[0]
+
+
+def test_tree_sampling_is_lossless_chi_square():
+    """Chi-square over 16 tokens: the first committed token, and the second after a given first,
+    follow the target exactly whatever the tree (root children t3, t5, t9; t3 has children t1, t2)."""
+    from scipy.stats import chisquare
+
+    generator = torch.Generator().manual_seed(0)
+    tree = Tree([[0], [1], [2], [0, 0], [0, 1]])
+    node_tokens = [3, 5, 9, 1, 2]
+    target_probs = torch.softmax(torch.randn(1 + tree.num_nodes, 16, generator=torch.Generator().manual_seed(1)), -1)
+    first, second_after_3, trials = torch.zeros(16), torch.zeros(16), 40_000
+    for _ in range(trials):
+        path, next_token = rejection_accept_tree(tree, node_tokens, target_probs, generator)
+        committed = [node_tokens[n] for n in path] + [next_token]
+        first[committed[0]] += 1
+        if committed[0] == 3 and len(committed) > 1:
+            second_after_3[committed[1]] += 1
+    assert chisquare(first.numpy(), (target_probs[0] * trials).numpy()).pvalue > 1e-3
+    row = target_probs[1 + node_tokens.index(3)]  # the target's distribution after t3 (node 0)
+    assert chisquare(second_after_3.numpy(), (row * second_after_3.sum()).numpy()).pvalue > 1e-3
+    # the test can fail: a rule that always takes the first child is rejected
+    lossy = torch.zeros(16)
+    lossy[3] = trials
+    assert chisquare(lossy.numpy() + 1e-9, (target_probs[0] * trials).numpy()).pvalue < 1e-6
+
+
+@pytest.fixture(scope="module")
+def dynamic_engine(tiny_llama, modelopt_eagle3):
+    from trtspec.runtime import Engine
+
+    engine = Engine.from_checkpoints(tiny_llama, mode="eagle3", draft_dir=modelopt_eagle3[1], max_draft_len=4,
+                                     tree=SHAPE)
+    yield engine
+    engine.close()
+
+
+def _spy_drafts(engine):
+    """Record every batch of drafts the drafter returns."""
+    seen, original = [], engine.drafter.propose_batch
+
+    def spy(sessions, tokens, max_lens):
+        drafts = original(sessions, tokens, max_lens)
+        seen.append(drafts)
+        return drafts
+
+    engine.drafter.propose_batch = spy
+    return seen
+
+
+@pytest.mark.parametrize("prompt", TINY_PROMPTS)
+def test_dynamic_tree_greedy_equals_plain_greedy(dynamic_engine, prompt):
+    seen = _spy_drafts(dynamic_engine)
+    try:
+        spec = dynamic_engine.generate(prompt, max_new_tokens=32)
+    finally:
+        del dynamic_engine.drafter.propose_batch
+    assert spec.token_ids == dynamic_engine.generate(prompt, max_new_tokens=32, speculative=False).token_ids
+    trees = [d.tree for batch in seen for d in batch if d is not None]
+    assert trees and all(t.num_nodes == SHAPE[2] and t.max_depth <= SHAPE[1] for t in trees)
+    assert not all(t.is_chain for t in trees)
+    assert spec.stats.num_verified_tokens == SHAPE[2] * spec.stats.num_drafts
+
+
+def test_dynamic_trees_of_different_shapes_share_one_step_and_stay_lossless(dynamic_engine):
+    alone = [dynamic_engine.generate(p, max_new_tokens=20, speculative=False).token_ids for p in PROMPTS]
+    with dynamic_engine.variant(draft_len_schedule=((1, 4),)) as batched:
+        seen = _spy_drafts(batched)
+        results = _concurrently(batched, PROMPTS, max_new_tokens=20)
+    assert [r.token_ids for r in results] == alone
+    shapes = [{tuple(map(tuple, d.tree.paths)) for d in batch if d is not None} for batch in seen]
+    assert max(len(s) for s in shapes) >= 2, "no step verified trees of different shapes side by side"
+
+
+def test_dynamic_tree_sampling_is_seeded_and_accepts(dynamic_engine):
+    kwargs = {"max_new_tokens": 24, "temperature": 0.8, "seed": 3}
+    first = dynamic_engine.generate(TINY_PROMPTS[1], **kwargs)
+    assert first.token_ids == dynamic_engine.generate(TINY_PROMPTS[1], **kwargs).token_ids
+    assert first.stats.num_drafts > 0
+
+
+def test_tree_budget_follows_the_token_budget(dynamic_engine):
+    """With room for fewer nodes than the shape asks, every sequence's tree shrinks to fit."""
+    with dynamic_engine.variant(max_num_tokens=24, draft_len_schedule=((1, 4),)) as tight:
+        seen = _spy_drafts(tight)
+        results = _concurrently(tight, PROMPTS[:4], max_new_tokens=12)
+    alone = [dynamic_engine.generate(p, max_new_tokens=12, speculative=False).token_ids for p in PROMPTS[:4]]
+    assert [r.token_ids for r in results] == alone
+    for batch in seen:
+        assert sum(1 + d.size for d in batch if d is not None) <= 24
+
+
+def test_a_bad_tree_is_refused_in_one_line(tiny_llama, modelopt_eagle3):
+    from trtspec.errors import TrtSpecError
+    from trtspec.runtime import Engine
+
+    with pytest.raises(TrtSpecError, match=r"speculative.tree \[2, 3, 2\]: num_draft_tokens must lie between"):
+        Engine.from_checkpoints(tiny_llama, mode="eagle3", draft_dir=modelopt_eagle3[1], tree=[2, 3, 2])
+
+
+def test_the_schedule_picks_tree_chain_or_off_by_batch_size(tiny_llama, modelopt_eagle3):
+    """draft_len_schedule rows: alone a dynamic tree, from 2 sequences a chain of 2, from 6 nothing;
+    every request still gets exactly its plain greedy output."""
+    from trtspec.runtime import Engine
+
+    engine = Engine.from_checkpoints(tiny_llama, mode="eagle3", draft_dir=modelopt_eagle3[1], max_draft_len=4,
+                                     draft_len_schedule=[[1, 3, 3, 8], [2, 2], [6, 0]])
+    seen, sizes, original = [], [], engine.drafter.propose_batch
+
+    def spy(sessions, tokens, max_lens):
+        drafts = original(sessions, tokens, max_lens)
+        seen.append((len(sessions), drafts))
+        return drafts
+
+    engine.drafter.propose_batch = spy
+    engine.scheduler.on_step = lambda stats: sizes.append(stats.last_num_decoding)
+    alone = engine.generate(TINY_PROMPTS[1], max_new_tokens=12)
+    assert all(d.tree is not None and d.size == 8 for _, batch in seen for d in batch)
+    plain = [engine.generate(p, max_new_tokens=16, speculative=False).token_ids for p in PROMPTS]
+    seen.clear()
+    assert [r.token_ids for r in _concurrently(engine, PROMPTS[:3], max_new_tokens=16)] == plain[:3]
+    chains = [d for n, batch in seen for d in batch if n >= 2 and d is not None]
+    assert chains and all(d.tree is None and d.size <= 2 for d in chains)
+    seen.clear()
+    sizes.clear()
+    assert [r.token_ids for r in _concurrently(engine, PROMPTS, max_new_tokens=16)] == plain
+    assert max(sizes) >= 6 and all(n < 6 for n, _ in seen)  # 6 or more decoding sequences: no drafts
+    assert alone.stats.num_drafts > 0
+    engine.close()

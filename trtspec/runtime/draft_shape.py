@@ -1,0 +1,55 @@
+"""Which draft a step makes by load: off, a chain of k tokens, or a dynamic tree of some shape.
+
+`speculative.draft_len_schedule` rows are [batch_size, draft_len] (a chain, 0: off) and, for
+EAGLE-3, [batch_size, topk, depth, num_draft_tokens] (a dynamic tree): from that many decoding
+sequences on, that draft (`trtspec tune --concurrency 1,2,4,8 --tree-shapes ...` measures them and
+writes the table). Why a table per batch size: at batch 1 a tree of N nodes costs a verify pass of
+about one plain step, so its longer accepted runs pay; in a full batch every node costs nearly its
+full price and a short chain, or no draft, is faster.
+
+A schedule with no tree rows keeps its meaning from before trees: its length gates the engine's
+own draft (chain, static tree or dynamic tree). Without a schedule the cost model decides
+(trtspec.runtime.load_policy), all or nothing for a tree. This module only reads the table; it
+never changes the cost model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trtspec.runtime.tree import TreeShape
+
+
+def has_trees(schedule: Any) -> bool:
+    return any(len(row) == 4 for row in schedule or ())
+
+
+def schedule_row(schedule: Any, batch_size: int) -> tuple[int, ...]:
+    """The table's row for `batch_size`: its last row at or below it (the first row below its own size)."""
+    chosen = tuple(schedule[0])
+    for row in schedule:
+        if row[0] <= batch_size:
+            chosen = tuple(row)
+    return chosen
+
+
+def plan_step(scheduler: Any, batch_size: int) -> tuple[int, bool, TreeShape | None]:
+    """(draft length, probe, dynamic tree or None) for a step with `batch_size` speculating
+    sequences; with a tree the length only says whether to draft (its nodes are the budget)."""
+    config, tree = scheduler.config, scheduler.engine.tree
+    if has_trees(config.draft_len_schedule):
+        row = schedule_row(config.draft_len_schedule, batch_size)
+        if len(row) == 4:
+            shape = TreeShape(*row[1:])
+            return shape.depth, False, shape
+        return min(row[1], config.max_draft_len), False, None
+    length, probe = scheduler.draft_length(batch_size)
+    return length, probe, tree if isinstance(tree, TreeShape) else None
+
+
+def widest_room(config: Any, tree: Any) -> int:
+    """Most cache slots past the committed tokens any step may write: the longest chain, the
+    engine's tree, or the largest tree of the schedule."""
+    rooms = [config.max_draft_len, tree.room if tree is not None else 0]
+    rooms += [TreeShape(*row[1:]).room for row in config.draft_len_schedule or () if len(row) == 4]
+    return max(rooms)
