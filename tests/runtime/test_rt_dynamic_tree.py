@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tests.runtime.conftest import TINY_PROMPTS
-from tests.runtime.test_rt_scheduler import PROMPTS, _concurrently
+from tests.runtime.test_rt_scheduler import PROMPTS, _concurrently, _steer_trees_to_the_target
 from trtspec.runtime.drafters.dynamic_tree import TreeSearch
 from trtspec.runtime.tree import Tree, TreeShape, rejection_accept_tree
 
@@ -138,6 +138,22 @@ def test_dynamic_trees_of_different_shapes_share_one_step_and_stay_lossless(dyna
     assert [r.token_ids for r in results] == alone
     shapes = [{tuple(map(tuple, d.tree.paths)) for d in batch if d is not None} for batch in seen]
     assert max(len(s) for s in shapes) >= 2, "no step verified trees of different shapes side by side"
+
+
+def test_trees_accepted_deep_under_load_stay_lossless(tiny_llama, modelopt_eagle3):
+    """Trees whose nodes carry the target's own ranked tokens (the rank-0 child is always right):
+    every step accepts a path, its KV kept and the rest dropped, 4 sequences side by side, and the
+    head catches up on several verified positions at once; the output is still plain greedy's."""
+    from trtspec.runtime import Engine
+
+    engine = Engine.from_checkpoints(tiny_llama, mode="eagle3", draft_dir=modelopt_eagle3[1], max_draft_len=4,
+                                     draft_len_schedule=[[1, *SHAPE]])
+    alone = [engine.generate(p, max_new_tokens=20, speculative=False).token_ids for p in PROMPTS[:4]]
+    _steer_trees_to_the_target(engine, tiny_llama)
+    results = _concurrently(engine, PROMPTS[:4], max_new_tokens=20)
+    engine.close()
+    assert [r.token_ids for r in results] == alone
+    assert all(r.stats.mean_acceptance_length >= 2.0 for r in results)
 
 
 def test_dynamic_tree_sampling_is_seeded_and_accepts(dynamic_engine):

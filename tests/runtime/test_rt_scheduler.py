@@ -50,10 +50,12 @@ def test_eagle3_tree_under_load_equals_alone(tiny_llama, modelopt_eagle3):
     engine.close()
 
 
-def test_sampling_with_a_full_batch_follows_the_target_distribution(tiny_llama, tiny_llama_draft):
+@pytest.mark.parametrize("drafter", ["draft-model", "eagle3-dynamic-tree"])
+def test_sampling_with_a_full_batch_follows_the_target_distribution(drafter, tiny_llama, tiny_llama_draft, request):
     """Chi-square: the third generated token of 1,600 seeded requests, run 8 at a time with a
-    draft model proposing (rejection sampling at every step), against the target's exact
-    distribution of that token (summed over the first two, computed with plain forwards)."""
+    draft model's chains or EAGLE-2 dynamic trees (multi-candidate rejection over the tree)
+    proposing at every step, against the target's exact distribution of that token (summed over the
+    first two, computed with plain forwards)."""
     import torch
     from scipy.stats import chisquare
 
@@ -61,9 +63,15 @@ def test_sampling_with_a_full_batch_follows_the_target_distribution(tiny_llama, 
     from trtspec.runtime.sampling import SamplingParams, logits_to_probs
 
     params = {"temperature": 1.0, "top_k": 4}
-    # a schedule that always drafts 3: the cost model might turn drafting off for this cheap target
-    engine = Engine.from_checkpoints(tiny_llama, mode="draft-target", draft_dir=tiny_llama_draft, max_draft_len=3,
-                                     max_batch_size=8, max_queue_size=2000, draft_len_schedule=[[1, 3]])
+    # a schedule that always drafts: the cost model might turn drafting off for this cheap target
+    common = {"max_batch_size": 8, "max_queue_size": 2000}
+    if drafter == "draft-model":
+        engine = Engine.from_checkpoints(tiny_llama, mode="draft-target", draft_dir=tiny_llama_draft, max_draft_len=3,
+                                         draft_len_schedule=[[1, 3]], **common)
+    else:  # topk 3, depth 3, 8 nodes: a tree of several children at the root for every sequence
+        engine = Engine.from_checkpoints(tiny_llama, mode="eagle3", draft_dir=request.getfixturevalue(
+            "modelopt_eagle3")[1], max_draft_len=3, draft_len_schedule=[[1, 3, 3, 8]], **common)
+        _steer_trees_to_the_target(engine, tiny_llama)
     prompt = [5, 6, 7, 8, 5, 6]
     steps = []
     engine.scheduler.on_step = steps.append
@@ -83,6 +91,8 @@ def test_sampling_with_a_full_batch_follows_the_target_distribution(tiny_llama, 
             stats.append(sequence.stats)
     assert max(s.last_batch_size for s in steps) == 8
     assert sum(s.num_drafts for s in stats) > 1000 and 0 < sum(s.num_accepted_tokens for s in stats)
+    if drafter != "draft-model":  # 8 nodes of depth 3 at most: trees, never chains
+        assert sum(s.num_verified_tokens for s in stats) == 8 * sum(s.num_drafts for s in stats)
 
     sampling = SamplingParams(**params)
     target = engine.target
@@ -250,3 +260,37 @@ def test_the_interpreter_exits_cleanly_while_the_loop_still_runs(tiny_llama):
         done = subprocess.run([sys.executable, "-c", script, str(tiny_llama)], capture_output=True, text=True,
                               timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
         assert done.returncode == 3, done.stderr[-2000:]
+
+
+def _steer_trees_to_the_target(engine, target_dir):
+    """Give each dynamic tree's nodes the target's own ranked tokens (a node of rank r among its
+    siblings: the r-th likeliest token after its ancestors), the tree's shape kept. The random tiny
+    head's drafts are almost never accepted; these depend on the context only, as a perfect head's
+    would, so rejection sampling accepts and rejects children at every depth. A separate copy of
+    the target computes them (the engine's own carries its hooks)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from trtspec.runtime.drafters.base import Draft
+
+    oracle, ranked = AutoModelForCausalLM.from_pretrained(target_dir), {}
+    original = engine.drafter.propose_batch
+
+    def ranks(context):
+        if tuple(context) not in ranked:
+            with torch.inference_mode():
+                logits = oracle(input_ids=torch.tensor([context])).logits[0, -1]
+            ranked[tuple(context)] = logits.argsort(descending=True).tolist()
+        return ranked[tuple(context)]
+
+    def steered(sessions, tokens, max_lens):
+        drafts = original(sessions, tokens, max_lens)
+        for i, (seq, draft) in enumerate(zip(tokens, drafts, strict=True)):
+            paths, node_tokens = draft.tree.paths, []
+            for path in paths:
+                ancestors = [node_tokens[paths.index(path[:depth])] for depth in range(1, len(path))]
+                node_tokens.append(ranks(list(seq) + ancestors)[path[-1]])
+            drafts[i] = Draft(torch.tensor(node_tokens), tree=draft.tree)
+        return drafts
+
+    engine.drafter.propose_batch = steered
