@@ -10,6 +10,7 @@ turn, so machine noise hits them alike):
   choices             the static tree CHOICES (eagle_choices) at every batch size
   tree:TOPK,DEPTH,N   that dynamic tree at every batch size (a schedule row [1, TOPK, DEPTH, N])
   auto:TOPK,DEPTH,N   speculative.tree with no schedule: the cost model turns it on or off per step
+  auto:K              max_draft_len K with no schedule: the cost model picks 0..K per step
 At concurrency c the prompts run c at a time (a barrier starts each group together). Reported per
 concurrency and variant, medians over repeats: output tokens/s, its ratio to plain (the median of
 the per-repeat ratios), mean acceptance length (1 + accepted / drafts), tokens per target pass,
@@ -60,12 +61,14 @@ def make_engine(base, variant: str):
         depth = max(len(p) for p in CHOICES)
         return base.variant(eagle_choices=CHOICES, max_draft_len=depth, draft_len_schedule=((1, depth),))
     kind, _, shape = variant.partition(":")
+    if kind == "auto" and "," not in shape:
+        return base.variant(max_draft_len=int(shape))
     topk, depth, nodes = (int(x) for x in shape.split(","))
     if kind == "tree":
         return base.variant(max_draft_len=depth, draft_len_schedule=((1, topk, depth, nodes),))
     if kind == "auto":
         return base.variant(tree=(topk, depth, nodes), max_draft_len=depth)
-    raise SystemExit(f"unknown variant {variant!r}: plain, chain:K, choices, tree:T,D,N or auto:T,D,N")
+    raise SystemExit(f"unknown variant {variant!r}: plain, chain:K, choices, tree:T,D,N, auto:K or auto:T,D,N")
 
 
 def run_group(engine, ids: list[list[int]], speculative: bool, concurrency: int, max_tokens: int) -> list:

@@ -91,3 +91,14 @@ def test_a_probe_while_off_drafts_for_one_sequence_taking_turns():
     assert [one_prober([4, 4, 0, 4], turn) for turn in range(4)] == [
         [4, 0, 0, 0], [0, 4, 0, 0], [0, 0, 0, 4], [4, 0, 0, 0]]
     assert one_prober([0, 0], 3) == [0, 0]
+
+
+def test_a_tree_probes_as_much_more_rarely_as_it_has_more_nodes():
+    """A dynamic tree's probe verifies all its nodes: 16 nodes against max_draft_len 4 probe every
+    32nd step, so the probes cost the same share as a chain's every 8th."""
+    from trtspec.runtime.tree import TreeShape
+
+    dear = CostModel(4, drafts_cost=False)
+    _measured(dear, lambda n: 0.001 + 0.01 * n, accepted=0)
+    probes = [dear.best_length(8, TreeShape(4, 4, 16)) and dear.probe for _ in range(64)]
+    assert [i for i, probe in enumerate(probes) if probe] == [31, 63]

@@ -20,7 +20,8 @@ Two sources, in this order:
    T(n): a target forward over n tokens, fitted online as a + b n from the steps' timings;
    D(B): one batched draft position (model drafters; n-gram lookup costs nothing).
    k = 0 (speculation off for the step) when rate(0) is the highest. While off, every
-   PROBE_EVERY-th step one sequence drafts anyway (`probe`), so q_j stays current for the price
+   PROBE_EVERY-th step one sequence drafts anyway (`probe`; a tree's probes come as much more
+   rarely as it has more nodes than max_draft_len), so q_j stays current for the price
    of k tokens, not B k (with all B drafting, a probe step at batch 8 and k = 4 fed 40 tokens
    instead of 12). Before enough steps are measured the
    model assumes a verify pass costs 1 + 0.035 n plain steps (docs/BENCHMARKS-engine.md) and
@@ -132,10 +133,18 @@ class CostModel:
         self.probe = False
         if best == 0:
             self.steps_off += 1
-            if self.steps_off % PROBE_EVERY == 0:  # keep measuring acceptance while off
+            if self.steps_off % probe_every(self.max_draft_len, tree) == 0:  # keep measuring acceptance while off
                 self.probe = True
                 return self.max_draft_len
         return best
+
+
+def probe_every(max_draft_len: int, tree: Any = None) -> int:
+    """Steps between probes while speculation is off: PROBE_EVERY for a chain, proportionally more
+    for a tree, whose probe verifies all its nodes, so probes cost the same share of the steps
+    (at batch 8, 16-node dynamic-tree probes every 8th step cost 0.92x plain, chain probes 0.99x)."""
+    nodes = tree.num_nodes if tree is not None else max_draft_len
+    return PROBE_EVERY * max(1, -(-nodes // max(1, max_draft_len)))
 
 
 def schedule_length(schedule: Any, batch_size: int, max_draft_len: int) -> int:
