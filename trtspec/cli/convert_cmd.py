@@ -231,11 +231,21 @@ def _print_results(results, curve) -> None:
             click.echo(f"{'':<18} mean acceptance length {acc['mean_acceptance_length']} at max_draft_len "
                        f"{acc['max_draft_len']} (bonus included), per position {acc['acceptance_per_position']}, "
                        f"{training['steps']} steps in {training['seconds']} s ({training.get('dtype', 'float32')} "
-                       f"on {training.get('device', 'cpu')}, {training.get('processes', 1)} process(es), "
+                       f"on {training.get('device', 'cpu')}{_machine(training.get('machine'))}, "
+                       f"{training.get('processes', 1)} process(es), "
                        f"{training.get('tokens_per_s') or '-'} tokens/s); method: {acc['method']}")
+        if report.get("warning"):
+            click.secho(f"warning: {report['warning']}", fg="yellow", err=True)
     for point in curve or []:
         click.echo(f"curve: step {point['step']:>5} {point['seconds']:>7.0f} s  mean acceptance length "
                    f"{point['mean_acceptance_length']}  per position {point['acceptance_per_position']}")
+
+
+def _machine(machine: dict | None) -> str:
+    """' (AMD EPYC, AVX2, 2 threads on 2 cores)' for the training line; '' for older reports."""
+    if not machine:
+        return ""
+    return f" ({machine['cpu']}, {machine['isa']}, {machine['threads']} threads on {machine['cores']} cores)"
 
 
 def _curve(spec, eval_prompts, eval_tokens, report):

@@ -125,3 +125,37 @@ def runtime_acceptance(target_dir, head_dir, prompts: list[str], *, max_draft_le
             "mean_acceptance_length": round(stats.mean_acceptance_length, 3),
             "acceptance_rate": round(stats.acceptance_rate, 3), "accepted_per_position": per_position,
             "acceptance_per_position": [round(count / max(1, stats.num_drafts), 3) for count in per_position]}
+
+
+# Below this mean acceptance length (bonus included) a head does not pay on the cpu engine: the
+# demo's head at 1.32 ran 0.99x the baseline through Triton at concurrency 1, a 5-minute head at
+# 1.39 ran 1.11x, and the issue-26 default head at 1.18 was slower than no speculation
+# (docs/BENCHMARKS.md).
+LOW_ACCEPTANCE_LENGTH = 1.3
+
+
+def low_acceptance_warning(acceptance: dict[str, Any]) -> str | None:
+    """One line when the held-out acceptance is too low for the head to speed decoding up."""
+    length = acceptance.get("mean_acceptance_length")
+    if length is None or length >= LOW_ACCEPTANCE_LENGTH:
+        return None
+    return (f"mean acceptance length {length} is below {LOW_ACCEPTANCE_LENGTH}: decoding with this head is "
+            "likely no faster than without it; train longer (speculative.eagle3.max_minutes) or on more data "
+            "(num_samples), or use mode ngram")
+
+
+def machine_summary() -> dict[str, Any]:
+    """Where a training figure was measured: CPU model, vector ISA torch uses, threads, cores."""
+    import os
+    import platform
+
+    import torch
+
+    model = platform.processor() or ""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            model = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), model)
+    except OSError:
+        pass
+    return {"cpu": model or "unknown", "isa": torch.backends.cpu.get_cpu_capability(),
+            "threads": torch.get_num_threads(), "cores": len(os.sched_getaffinity(0))}

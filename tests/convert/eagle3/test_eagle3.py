@@ -78,6 +78,12 @@ def test_manifest_and_acceptance_report(eagle3_run):
     assert 1.0 <= acceptance["mean_acceptance_length"] <= 5.0
     assert len(acceptance["acceptance_per_position"]) == 4
     assert acceptance["method"].startswith("trtspec.runtime")  # the cpu engine loaded and used the head
+    # where the training figures were measured, and the one-line warning for a head that cannot pay
+    machine = training["machine"]
+    assert machine["isa"] and machine["threads"] >= 1 and machine["cores"] >= 1 and machine["cpu"]
+    from trtspec.convert.reports import LOW_ACCEPTANCE_LENGTH
+
+    assert ("warning" in report) == (acceptance["mean_acceptance_length"] < LOW_ACCEPTANCE_LENGTH)
     curve = summary["acceptance_curve"]  # checkpoint_every 2, 3 steps: snapshots at step 2 and the last step
     assert [point["step"] for point in curve] == [2, 3]
     assert all(1.0 <= point["mean_acceptance_length"] <= 5.0 for point in curve)

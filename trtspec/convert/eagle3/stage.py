@@ -118,7 +118,7 @@ def run_eagle3(spec, layout, target_dir: Path, target_sha: str, source: DataSour
     report_data = {"training": {**result.to_dict(), "history": result.history[-20:], "dtype": placement.dtype,
                                 "device": str(placement.device), "processes": dist.world_size,
                                 "backend": dist.backend or "none", "global_batch": batch_size,
-                                "tokens_per_s": _tokens_per_second(result)},
+                                "tokens_per_s": _tokens_per_second(result), "machine": reports.machine_summary()},
                    "timings": timings,
                    "data": {"source": source.label, "records": source.count, "sequences": stats.count,
                             "tokens": stats.tokens, "row_length": min(settings.seq_len, stats.longest),
@@ -131,6 +131,9 @@ def run_eagle3(spec, layout, target_dir: Path, target_sha: str, source: DataSour
         report_data["acceptance"] = measure_acceptance(model, tokenizer, target_dir, staging, eval_prompts,
                                                        max_draft_len=spec.speculative.max_draft_len,
                                                        new_tokens=eval_tokens, report=report)
+        warning = reports.low_acceptance_warning(report_data["acceptance"])
+        if warning:
+            report_data["warning"] = warning
         manifest = artifacts.write_manifest(
             staging, "eagle3", source=str(target_dir), target_sha256=target_sha,
             weights_sha256=artifacts.weights_sha256(staging), inputs=inputs,
