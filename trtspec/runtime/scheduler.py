@@ -274,3 +274,4 @@ class Scheduler:
                 self.allocator.free(sequence.table.blocks)
                 sequence.fail(ServerBusyError("the engine shut down", fix="send it again to a running server"))
             self.running.clear()
+            self._unprepared.clear()
