@@ -72,6 +72,7 @@ class Layout:
     write_slots: Any  # [T] long: pool slot of every packed row
     pool: Any = None
     min_rows: int = 2  # rows per matrix product, at least (trtspec.runtime.gemm_rows)
+    groups: list[Group] | None = None  # built by the first layer that attends (it knows the head counts)
 
     @classmethod
     def build(cls, kvs: list[SeqKV], lengths: list[int], masks: list[Any]) -> Layout:
@@ -117,13 +118,96 @@ class Layout:
             return rows.transpose(0, 1).unsqueeze(0)
         heads, total, head_dim = query.shape[1:]
         out = query.new_empty(total, heads, head_dim)
-        for entry in self.entries:
+        if self.groups is None:
+            self.groups = Group.plan(self.entries, heads, self.pool.keys[0].shape[0], head_dim, self.min_rows,
+                                     query.dtype)
+        grouped = set()
+        for group in self.groups:
+            group.attend(self.pool, layer, query[0], scaling, out)
+            grouped.update(group.members)
+        for index, entry in enumerate(self.entries):
+            if index in grouped:
+                continue
             keys, values = self.pool.read(layer, entry.kv.table, entry.segments[-1].keys, entry.gather)
             for seg in entry.segments:
                 rows = attend_rows(query[0, :, seg.first:seg.last], keys[:, :, :seg.keys], values[:, :seg.keys],
                                    seg.bias, scaling, self.min_rows)
                 out[seg.first:seg.last] = rows.transpose(0, 1)
         return out.unsqueeze(0)
+
+
+
+class Group:
+    """Sequences of one batch whose new rows lie in one key window and have the same row count and
+    key count (a decode batch, mostly): their attention runs as the same per-sequence matrix
+    products attend_rows would run (same shapes, same kernels, so the same numbers), but the
+    steps around the products (padding, scale, bias, softmax, scatter back) run once for the
+    group instead of once per sequence. At batch 8 those small steps were most of attention's
+    time, and attention about 40 % of a decode step (docs/BENCHMARKS.md, "Threads").
+
+    Built once per forward, its buffers reused by every layer. The padding rows of `queries` are
+    zero, as attend_rows pads them."""
+
+    def __init__(self, entries: list[Entry], members: list[int], heads: int, kv_heads: int, head_dim: int,
+                 min_rows: int, dtype: Any):
+        import torch
+
+        first = entries[members[0]].segments[0]
+        self.members = members
+        self.entries = [entries[i] for i in members]
+        self.rows, self.keys = first.last - first.first, first.keys
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
+        self.group = heads // kv_heads
+        real = self.group * self.rows
+        width = max(real, min_rows)
+        n = len(members)
+        # [n * rows] long: the packed rows of every member, member-major
+        self.row_index = torch.tensor([row for e in self.entries for row in range(e.segments[0].first, e.segments[0].last)])
+        # [n, 1, 1, rows, keys]: each member's bias, broadcast over the heads
+        self.bias = torch.stack([e.segments[0].bias for e in self.entries])[:, None, None]
+        self.queries = torch.zeros(n, kv_heads, width, head_dim, dtype=dtype)
+        self.scores = torch.empty(n, kv_heads, width, self.keys, dtype=dtype)
+        self.weights = torch.empty_like(self.scores)
+        self.outputs = torch.empty(n, kv_heads, width, head_dim, dtype=dtype)
+        shape = (n, kv_heads, self.group, self.rows)
+        self.real_queries = self.queries[:, :, :real].view(*shape, head_dim)
+        self.real_scores = self.scores[:, :, :real].view(*shape, self.keys)
+        self.real_outputs = self.outputs[:, :, :real].view(*shape, head_dim)
+        # per-member views, made once: indexing them per layer was a tenth of attention's time
+        self.views = list(zip(self.queries.unbind(0), self.scores.unbind(0), self.weights.unbind(0),
+                              self.outputs.unbind(0), strict=True))
+
+    @classmethod
+    def plan(cls, entries: list[Entry], heads: int, kv_heads: int, head_dim: int, min_rows: int,
+             dtype: Any) -> list[Group]:
+        """Groups of two or more one-window entries with equal (rows, keys); the rest stay single."""
+        alike: dict[tuple[int, int], list[int]] = {}
+        for index, entry in enumerate(entries):
+            if len(entry.segments) == 1:
+                segment = entry.segments[0]
+                alike.setdefault((segment.last - segment.first, segment.keys), []).append(index)
+        return [cls(entries, members, heads, kv_heads, head_dim, min_rows, dtype)
+                for members in alike.values() if len(members) > 1]
+
+    def attend(self, pool: Any, layer: int, query: Any, scaling: float, out: Any) -> None:
+        """Write the group's rows of `out`. # query: [heads, T, head_dim]; out: [T, heads, head_dim]"""
+        import torch
+
+        n = len(self.entries)
+        picked = query.index_select(1, self.row_index)  # [heads, n * rows, head_dim]
+        self.real_queries.copy_(picked.view(self.kv_heads, self.group, n, self.rows, -1).permute(2, 0, 1, 3, 4))
+        values = []
+        for entry, (queries, scores, _, _) in zip(self.entries, self.views, strict=True):
+            keys_t, vals = pool.read(layer, entry.kv.table, self.keys, entry.gather)
+            torch.bmm(queries, keys_t, out=scores)  # [kv_heads, width, keys]
+            values.append(vals)
+        self.scores.mul_(scaling)
+        self.real_scores.add_(self.bias)
+        torch._softmax(self.scores, -1, False, out=self.weights)
+        for vals, (_, _, weights, outputs) in zip(values, self.views, strict=True):
+            torch.bmm(weights, vals, out=outputs)  # [kv_heads, width, head_dim]
+        rows = self.real_outputs.permute(0, 3, 1, 2, 4).reshape(n * self.rows, self.heads, self.head_dim)
+        out.index_copy_(0, self.row_index, rows)
 
 
 def attend_rows(query, keys_t, values, bias, scaling: float, min_rows: int):
