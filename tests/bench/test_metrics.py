@@ -187,3 +187,18 @@ def test_no_theoretical_ceiling_when_both_sides_speculate(records):
     (row,) = speedups(results, "triton", "in-process")
     assert row["output_throughput_speedup"] == pytest.approx(2.0)
     assert math.isnan(row["theoretical_speedup"]) and math.isnan(row["measured_over_theoretical"])
+
+
+def test_the_load_policys_choices_come_from_server_step_counters():
+    """`trtspec:engine_steps{draft=...}` deltas become steps per choice, most frequent first;
+    other counters and zero deltas are ignored; no such counters -> None."""
+    from trtspec.bench.metrics import steps_by_draft
+
+    delta = {'trtspec:engine_steps{draft="chain 4",model="m",version="1"}': 30.0,
+             'trtspec:engine_steps{draft="off",model="m",version="1"}': 50.0,
+             'trtspec:engine_steps{draft="probe",model="m",version="1"}': 6.0,
+             'trtspec:engine_steps{draft="plain",model="m",version="1"}': 0.0,
+             "trtspec:spec_decode_num_drafts": 12.0}
+    assert steps_by_draft(delta) == {"off": 50, "chain 4": 30, "probe": 6}
+    assert steps_by_draft({"trtspec:spec_decode_num_drafts": 3.0}) is None
+    assert steps_by_draft(None) is None

@@ -200,6 +200,20 @@ def spec_counts_from_counters(delta: dict[str, float] | None) -> SpecCounts | No
     return SpecCounts(int(drafts), int(drafted), int(accepted), positions)
 
 
+_DRAFT_LABEL = re.compile(r'draft="([^"]*)"')
+STEPS_METRIC = "trtspec:engine_steps"
+
+
+def steps_by_draft(delta: dict[str, float] | None) -> dict[str, int] | None:
+    """The server's decode steps by the draft its load policy chose (diffed
+    `trtspec:engine_steps{draft="chain 4"}` counters), most frequent first; None without them."""
+    counts: dict[str, int] = {}
+    for key, value in (delta or {}).items():
+        if key.startswith(STEPS_METRIC + "{") and (match := _DRAFT_LABEL.search(key)) and value > 0:
+            counts[match[1]] = counts.get(match[1], 0) + int(value)
+    return dict(sorted(counts.items(), key=lambda item: -item[1])) if counts else None
+
+
 @dataclass
 class Cell:
     """One (variant, concurrency) of a run: its records, each repeat's wall time, and the
@@ -260,6 +274,8 @@ def summarize_cell(cell: Cell) -> dict[str, Any]:
     result.update(describe_ms("tpot", [t for r in ok if (t := r.tpot_s) is not None]))
     result.update(describe_ms("itl", [gap for r in ok for gap in r.itls_s]))
     result.update(describe_ms("e2el", [r.e2e_s for r in ok]))
+    if (steps := steps_by_draft(cell.counters)) is not None:
+        result["engine_steps_by_draft"] = steps  # what the load policy chose, step by step
     counts = sum_counts(ok)
     if counts is not None:
         source = "responses"

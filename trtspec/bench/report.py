@@ -173,6 +173,12 @@ def render_table(report: dict[str, Any]):
             positions = "  ".join(f"pos {i}: {100 * x:.0f}%" for i, x in enumerate(rates))
             who = "" if r["variant"] == SPECULATIVE else f" {r['variant']}"
             parts.append(f"conc {r['max_concurrency']}{who} acceptance per position: {positions}")
+    for r in report["results"]:
+        if steps := r.get("engine_steps_by_draft"):
+            total = sum(steps.values())
+            shares = ", ".join(f"{label} {100 * count / total:.0f}%" for label, count in steps.items())
+            parts.append(f"conc {r['max_concurrency']} {r['variant']} load policy per decode step ({total} steps): "
+                         f"{shares}")
     if report.get("server_counters"):
         parts.append(f"server counters (after - before): {len(report['server_counters'])} keys in bench.json")
     return Group(*parts)

@@ -22,7 +22,8 @@ here, so the serving code is versioned, linted and tested with the rest of trtsp
   _num_draft_tokens, _num_accepted_tokens, _num_accepted_tokens_per_pos (label `position`),
   num_requests_cancelled, num_requests_failed (label `reason`: invalid | busy | internal);
   gauges num_requests_running (the batch), num_requests_waiting (the queue), kv_cache_blocks_used,
-  kv_cache_blocks_total, spec_decode_draft_len (the last step's). Triton's own
+  kv_cache_blocks_total, spec_decode_draft_len (the last step's); counter engine_steps (label
+  `draft`: the load policy's choice per decode step, plain | off | probe | chain K | tree N). Triton's own
   nv_inference_request_success counts error responses of a Python model as successes
   (triton-inference-server/server#7713), so failures are read from num_requests_failed.
 """
@@ -118,6 +119,13 @@ class TritonPythonModel:
                                for name, text in GAUGES.items()}
         self.gauges = {name: family.Metric(labels=labels) for name, family in self.gauge_families.items()}
         self._gauge_values: dict[str, int] = {}  # what each gauge was last set to
+        self.steps_family = pb.MetricFamily(name="trtspec:engine_steps",
+                                            description="Engine decode steps by the draft the load policy chose "
+                                                        "(plain, off, probe, chain K, tree N)",
+                                            kind=pb.MetricFamily.COUNTER)
+        self._labels = labels
+        self.steps: dict[str, Any] = {}            # draft label -> counter
+        self._steps_counted: dict[str, int] = {}   # what each counter was last brought to
 
     def _set_gauges(self, stats: Any) -> None:
         """Scheduler.on_step: the batch, the queue and the cache as the last step left them."""
@@ -130,6 +138,12 @@ class TritonPythonModel:
                 if self._gauge_values.get(name) != value:  # each set() is a message to the server process
                     self.gauges[name].set(float(value))
                     self._gauge_values[name] = value
+            for label, count in stats.steps_by_draft.items():
+                if label not in self.steps:
+                    self.steps[label] = self.steps_family.Metric(labels={**self._labels, "draft": label})
+                if count > self._steps_counted.get(label, 0):
+                    self.steps[label].increment(count - self._steps_counted.get(label, 0))
+                    self._steps_counted[label] = count
 
     def record(self, stats: Any) -> None:
         with self._metrics_lock:
