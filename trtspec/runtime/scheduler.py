@@ -23,7 +23,7 @@ import atexit
 import threading
 import weakref
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from trtspec.runtime.request import RequestCancelled, ServerBusyError
@@ -46,6 +46,9 @@ class SchedulerStats:
     num_failed: int = 0
     num_cancelled: int = 0
     num_finished: int = 0
+    # steps by the draft the load policy chose: off, chain:K, tree:TOPK,DEPTH,NODES, tree:static:NODES
+    # (probe: prefix: one sequence drafted it); steps without a speculating sequence are not counted
+    draft_shapes: dict[str, int] = field(default_factory=dict)
 
 
 # Every scheduler whose loop may run. The loop is a daemon thread (a forgotten engine must not
