@@ -1,7 +1,7 @@
 """Which draft a step makes by load: off, a chain of k tokens, or a dynamic tree of some shape.
 
 `speculative.draft_len_schedule` rows are [batch_size, draft_len] (a chain, 0: off) and, for
-EAGLE-3, [batch_size, topk, depth, num_draft_tokens] (a dynamic tree): from that many decoding
+EAGLE-3 or a draft model, [batch_size, topk, depth, num_draft_tokens] (a dynamic tree): from that many decoding
 sequences on, that draft (`trtspec tune --concurrency 1,2,4,8 --tree-shapes ...` measures them and
 writes the table). Why a table per batch size: at batch 1 a tree of N nodes costs a verify pass of
 about one plain step, so its longer accepted runs pay; in a full batch every node costs nearly its
