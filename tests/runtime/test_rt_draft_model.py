@@ -99,6 +99,34 @@ def test_draft_model_trees_batched_stay_lossless(draft_tree_engine):
     assert max(sum(d is not None and d.tree is not None for d in batch) for batch in seen) >= 2
 
 
+@pytest.mark.parametrize("draft", ["tiny_llama_draft", "sharp_copy"])
+def test_draft_model_trees_chosen_by_load_stay_lossless(tiny_llama, draft, request):
+    """No schedule: the cost model picks off, a chain or the tree (at some budget) per step for 8
+    sequences, from a random draft model (mostly rejected, and as dear as the tiny target: off)
+    or a sharp copy of the target (always right; its cost left out of the model, as if it were
+    free: drafting); whatever it picks, each sequence gets its plain greedy output, and every step
+    that decoded is counted once under its pick."""
+    from tests.runtime.test_rt_scheduler import PROMPTS, _concurrently
+    from trtspec.runtime import Engine
+
+    engine = Engine.from_checkpoints(tiny_llama, mode="draft-target", draft_dir=request.getfixturevalue(draft),
+                                     max_draft_len=4, tree=TREE)
+    with engine.variant() as plain:  # its own scheduler: no step of these runs reaches `steps`
+        alone = [plain.generate(p, max_new_tokens=20, speculative=False).token_ids for p in PROMPTS]
+    steps = []
+    engine.scheduler.on_step = steps.append
+    engine.scheduler.cost_model.drafts_cost = draft == "tiny_llama_draft"
+    results = _concurrently(engine, PROMPTS, max_new_tokens=20)
+    engine.close()  # the loop has ended: every step has been reported
+    assert [r.token_ids for r in results] == alone
+    counted = steps[-1].draft_shapes
+    assert sum(counted.values()) == sum(1 for s in steps if s.last_num_decoding)
+    if draft == "sharp_copy":
+        assert sum(n for key, n in counted.items() if key != "off") > counted.get("off", 0), counted
+    else:
+        assert counted.get("off", 0) > sum(counted.values()) / 2, counted
+
+
 @pytest.fixture(scope="module")
 def sharp_copy(tiny_llama, tmp_path_factory):
     """The target with its final norm scaled by 30: the same argmax everywhere, the top token's
