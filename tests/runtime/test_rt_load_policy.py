@@ -85,23 +85,40 @@ def test_a_probe_while_off_drafts_for_one_sequence_taking_turns():
 
     dear = CostModel(4, drafts_cost=False)
     _measured(dear, lambda n: 0.001 + 0.01 * n, accepted=0)
-    choices = [(dear.best_length(8), dear.probe) for _ in range(32)]
+    choices = [(dear.best_length(8), dear.probe) for _ in range(120)]
     assert {length for length, probe in choices if not probe} == {0}
-    assert [length for length, probe in choices if probe] == [4] * (32 // 8)
+    # the 8th step probes; drafting stays far from paying, so each wait doubles: 16, 32, 64
+    assert [i for i, (length, probe) in enumerate(choices) if probe] == [7, 23, 55, 119]
+    assert {length for length, probe in choices if probe} == {4}
     assert [one_prober([4, 4, 0, 4], turn) for turn in range(4)] == [
         [4, 0, 0, 0], [0, 4, 0, 0], [0, 0, 0, 4], [4, 0, 0, 0]]
     assert one_prober([0, 0], 3) == [0, 0]
 
 
 def test_a_tree_probes_as_much_more_rarely_as_it_has_more_nodes():
-    """A dynamic tree's probe verifies all its nodes: 16 nodes against max_draft_len 4 probe every
-    32nd step, so the probes cost the same share as a chain's every 8th."""
+    """A dynamic tree's probe verifies all its nodes: 16 nodes against max_draft_len 4 probe after
+    32 steps, so the probes cost the same share as a chain's every 8th (then rarer, as above)."""
     from trtspec.runtime.tree import TreeShape
 
     dear = CostModel(4, drafts_cost=False)
     _measured(dear, lambda n: 0.001 + 0.01 * n, accepted=0)
-    probes = [dear.best_length(8, TreeShape(4, 4, 16)) and dear.probe for _ in range(64)]
-    assert [i for i, probe in enumerate(probes) if probe] == [31, 63]
+    probes = [dear.best_length(8, TreeShape(4, 4, 16)) and dear.probe for _ in range(100)]
+    assert [i for i, probe in enumerate(probes) if probe] == [31, 95]
+
+
+def test_probes_stay_frequent_while_the_probed_draft_is_near():
+    """In 8 sequences at 60 ms + 1.5 ms a token, with the tree's branches worth something (one
+    tree in 3 gains 4 tokens off the top path, one 2), a chain of 1 is best and the best tree
+    comes to 0.87 of its rate: near enough that the tree is probed every 32 steps, never rarer."""
+    from trtspec.runtime.tree import TreeShape
+
+    shape = TreeShape(4, 4, 16)
+    near = CostModel(4, drafts_cost=False)
+    _trees_measured(near, lambda n: 0.06 + 0.0015 * n, [BRANCH, SECOND, MISS])
+    rates = {c.key: near.rate(8, c) for c in near.candidates(shape)}
+    assert max(rates, key=rates.get) == "chain:1" and 0.8 < rates["tree:4,4,8"] / rates["chain:1"] < 0.9
+    probes = [i for i in range(96) if near.choose(8, shape).probe]
+    assert probes == [31, 63, 95] and near.backoff == 0
 
 
 # A dynamic tree of topk 4, depth 4, 16 nodes, as a drafter might return it, and the places of its
@@ -184,13 +201,13 @@ def test_the_cost_model_chooses_tree_chain_or_off_by_load():
     top1 = CostModel(4, drafts_cost=False)
     _trees_measured(top1, lambda n: 0.06 + 0.0005 * n, [TOP1, TOP1, MISS])
     assert top1.choose(2, shape).key == "chain:4"
-    # compute-bound (every token 10 ms, a step of one token 11 ms) and little accepted: off; every
-    # 32nd step one sequence probes the full tree (the probe measures the chain too)
+    # compute-bound (every token 10 ms, a step of one token 11 ms) and little accepted: off; after
+    # 32 steps one sequence probes the full tree (the probe measures the chain too), then after 64
     dear = CostModel(4, drafts_cost=False)
     _trees_measured(dear, lambda n: 0.001 + 0.01 * n, [MISS, MISS, SECOND])
-    keys = [dear.choose(8, shape).key for _ in range(64)]
+    keys = [dear.choose(8, shape).key for _ in range(100)]
     assert set(keys) == {"off", "probe:tree:4,4,16"}
-    assert [i for i, key in enumerate(keys) if key.startswith("probe")] == [31, 63]
+    assert [i for i, key in enumerate(keys) if key.startswith("probe")] == [31, 95]
 
 
 def test_a_dear_drafter_tips_the_choice_from_tree_to_chain():

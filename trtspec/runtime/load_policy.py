@@ -46,7 +46,11 @@ R(N) = 1 + 0.3 log2(N / d) (measured last: 1.31 at 8 nodes of depth 4, 1.72 at 1
 Probes (`probe`): while the choice is not the tree, every `probe_every` steps one sequence drafts
 the full tree anyway (a tree probe measures the chain too); without a tree, every PROBE_EVERY-th
 step off, one sequence drafts max_draft_len. A probe adds one sequence's draft to the step, not
-B of them (at batch 8 and k = 4 all B drafting fed 40 tokens instead of 12). Before enough steps
+B of them (at batch 8 and k = 4 all B drafting fed 40 tokens instead of 12). While the probed
+draft's estimate stays far below the best (under PROBE_FAR of its rate), each probe doubles the
+wait for the next, up to 2^MAX_BACKOFF: in a full batch on a CPU, where a 16-node tree is nowhere
+near paying, probes cost almost nothing; when the estimate comes near, they are frequent again.
+The choice itself needs no probe to follow the load: T(n) is measured on every step. Before enough steps
 are measured the model assumes a verify pass costs 1 + 0.035 n plain steps
 (docs/BENCHMARKS-engine.md) and acceptance 0.5 per position.
 """
@@ -63,6 +67,8 @@ PRIOR_SLOPE = 0.035     # cost of each token of a forward relative to one plain 
 PRIOR_ACCEPT = 0.5      # acceptance per draft position before measurements
 PRIOR_TREE_GAIN = 0.3   # a tree's uplift over its top-1 path per doubling of nodes over its depth, before measurements
 PRIOR_TREE_WEIGHT = 1.0  # top-1 accepted tokens the prior uplift counts as
+PROBE_FAR = 0.8         # a probed draft estimated below this share of the best rate: probe it more rarely
+MAX_BACKOFF = 3         # ... at most 2^3 times more rarely
 
 
 class LinearFit:
@@ -168,8 +174,8 @@ class CostModel:
         self.tree_top1: dict[int, float] = {}      # ... and of their top-1 paths
         self.proposed = 2.0  # proposals asked, of which `found` returned a draft (f = found / proposed)
         self.found = 2.0
-        self.steps_off = 0
-        self.steps_without_tree = 0
+        self.steps_waiting = 0  # steps since the last probe that did not draft the probed kind
+        self.backoff = 0        # probes come 2^backoff times rarer (choose)
         self.probe = False   # the last best_length was a probe: one sequence drafts (step.py)
         self.planned: Choice | None = None  # this step's draft, whoever chose it (draft_shape.plan_step)
 
@@ -288,24 +294,30 @@ class CostModel:
 
     def choose(self, batch_size: int, tree: Any = None) -> Choice:
         """The draft for a step of `batch_size` decoding sequences (the highest rate; ties go to
-        the cheaper draft), or a probe of the full draft while it is not chosen."""
+        the cheaper draft), or a probe: one sequence drafts the full tree while no tree is chosen
+        (without a tree, max_draft_len while off). Probes come every `probe_every` such steps, and
+        half as often after each probe while the probed draft's estimate stays below PROBE_FAR of
+        the best (up to 2^MAX_BACKOFF times rarer; back to normal once it comes near)."""
         options = self.candidates(tree)
         rates = [self.rate(batch_size, option) for option in options]
         best = options[rates.index(max(rates))]
         self.probe = False
         if tree is not None:
-            if best.tree is None:
-                self.steps_without_tree += 1
-                if self.steps_without_tree % probe_every(self.max_draft_len, tree) == 0:
-                    self.probe = True
-                    return Choice(tree.max_depth, tree, probe=True)
+            if best.tree is not None:
+                return best
+            probed, kind = Choice(tree.max_depth, tree, probe=True), [o.tree is not None for o in options]
+        else:
+            if best.length != 0:
+                return best
+            probed, kind = Choice(self.max_draft_len, probe=True), [o.length > 0 for o in options]
+        self.steps_waiting += 1
+        if self.steps_waiting < probe_every(self.max_draft_len, tree) * 2 ** self.backoff:
             return best
-        if best.length == 0:
-            self.steps_off += 1
-            if self.steps_off % PROBE_EVERY == 0:  # keep measuring acceptance while off
-                self.probe = True
-                return Choice(self.max_draft_len, probe=True)
-        return best
+        self.steps_waiting = 0
+        far = max(r for r, k in zip(rates, kind, strict=True) if k) < PROBE_FAR * max(rates)
+        self.backoff = min(MAX_BACKOFF, self.backoff + 1) if far else 0
+        self.probe = True
+        return probed
 
     def best_length(self, batch_size: int, tree: Any = None) -> int:
         """`choose` as a draft length (0: plain decoding); a tree's choice is max_draft_len."""
