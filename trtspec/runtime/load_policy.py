@@ -18,8 +18,9 @@ Two sources, in this order:
        chain k:  B (1 + f G(k))  / (T(B + f B k) + k D(B))
        tree N:   B (1 + f E(N))  / (T(B + f B N) + d D(B r))     off: B / T(B)
 
-   G(k) = sum_{j<k} q_j: a chain's expected accepted tokens, q_j how often its j-th token is
-   accepted (per-position acceptance, recent drafts);
+   G(k) = sum_{j<k} q_j: a chain's expected accepted tokens, q_j how often its first j + 1
+   tokens are all accepted (the product of each position's pass rate, measured over the recent
+   drafts where that position was at stake: every earlier one passed);
    E(N) = R(N) G(d): a tree's expected accepted tokens (d its depth), R(N) its measured gain over
    its own top-1 path (below);
    f: how often the drafter proposes anything (n-gram lookup often finds nothing);
@@ -41,7 +42,8 @@ G is. A dynamic tree of N' < N nodes keeps exactly the N' best-scored of the sam
 path cut at the first node whose score rank is N' or more: one tree draft measures every
 smaller budget (Draft.score_rank). Under sampling these are estimates (the chain samples, the
 tree tries its top-k children), which is all a cost model needs. Before tree drafts are seen
-R(N) = 1 + 0.3 log2(N / d) (measured last: 1.31 at 8 nodes of depth 4, 1.72 at 16).
+R(N) = 1 + 0.3 log2(N / d) (SmolLM2's 5-minute head, docs/BENCHMARKS.md: trees of 8 and 16
+nodes, depth 4, accepted 1.31x and 1.72x the chain's tokens).
 
 Probes (`probe`): while the choice is not the tree, every `probe_every` steps one sequence drafts
 the full tree anyway (a tree probe measures the chain too); without a tree, every PROBE_EVERY-th
@@ -50,8 +52,8 @@ B of them (at batch 8 and k = 4 all B drafting fed 40 tokens instead of 12). Whi
 draft's estimate stays far below the best (under PROBE_FAR of its rate), each probe doubles the
 wait for the next, up to 2^MAX_BACKOFF: in a full batch on a CPU, where a 16-node tree is nowhere
 near paying, probes cost almost nothing; when the estimate comes near, they are frequent again.
-The choice itself needs no probe to follow the load: T(n) is measured on every step. Before enough steps
-are measured the model assumes a verify pass costs 1 + 0.035 n plain steps
+The choice itself needs no probe to follow the load: T(n) is measured on every step. Before
+enough steps are measured the model assumes a verify pass costs 1 + 0.035 n plain steps
 (docs/BENCHMARKS-engine.md) and acceptance 0.5 per position.
 """
 
