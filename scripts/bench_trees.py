@@ -9,12 +9,14 @@ turn, so machine noise hits them alike):
   chain:K             a chain of K drafts at every batch size (draft_len_schedule [[1, K]])
   choices             the static tree CHOICES (eagle_choices) at every batch size
   tree:TOPK,DEPTH,N   that dynamic tree at every batch size (a schedule row [1, TOPK, DEPTH, N])
-  auto:TOPK,DEPTH,N   speculative.tree with no schedule: the cost model turns it on or off per step
+  auto:TOPK,DEPTH,N   speculative.tree with no schedule: the cost model picks off, a chain or the
+                      tree (at N, N/2, ... nodes) per step
   auto:K              max_draft_len K with no schedule: the cost model picks 0..K per step
 At concurrency c the prompts run c at a time (a barrier starts each group together). Reported per
 concurrency and variant, medians over repeats: output tokens/s, its ratio to plain (the median of
 the per-repeat ratios), mean acceptance length (1 + accepted / drafts), tokens per target pass,
-nodes verified per draft, and the share of full-batch steps that drafted (what the load choice did). Every speculative variant's
+nodes verified per draft, the share of full-batch steps that drafted, and the steps per draft the
+load policy chose (SchedulerStats.draft_shapes: off, chain:K, tree:T,D,N, probe:...). Every speculative variant's
 tokens are checked equal to plain's.
 
 `--hit-rates D` instead measures the head alone: along the target's own greedy continuation, the
@@ -89,6 +91,7 @@ def measure(engines: dict, ids: list[list[int]], args) -> dict:
     """Per repeat and concurrency, every group of `concurrency` prompts runs under each variant in
     turn (fine interleaving); a variant's figures sum its groups."""
     results: dict = {(c, v): [] for c in args.concurrency for v in engines}
+    steps_by_shape: dict = {}  # (concurrency, variant) -> steps per draft the load policy chose, all repeats
     plain: dict[int, list[int]] = {}
     for variant, engine in engines.items():  # warm-up
         engine.generate(ids[0], max_new_tokens=4, speculative=variant != "plain")
@@ -96,15 +99,19 @@ def measure(engines: dict, ids: list[list[int]], args) -> dict:
         for c in args.concurrency:
             sums = {v: {"seconds": 0.0, "tokens": 0, "num_drafts": 0, "num_accepted_tokens": 0,
                         "num_verified_tokens": 0, "num_target_passes": 0, "full": 0, "drafting": 0} for v in engines}
+            shapes: dict[str, dict[str, int]] = {v: {} for v in engines}  # steps by the draft chosen
             for start in range(0, len(ids), c):
                 for variant, engine in engines.items():
                     total, steps = sums[variant], []
                     engine.scheduler.on_step = lambda stats, steps=steps: steps.append(
                         (stats.last_num_decoding, stats.last_draft_len))
+                    before = engine.scheduler.snapshot().draft_shapes
                     started = time.perf_counter()
                     out = run_group(engine, ids[start:start + c], variant != "plain", c, args.max_tokens)
                     total["seconds"] += time.perf_counter() - started
                     engine.scheduler.on_step = None
+                    for key, count in engine.scheduler.snapshot().draft_shapes.items():
+                        shapes[variant][key] = shapes[variant].get(key, 0) + count - before.get(key, 0)
                     for i, r in enumerate(out, start):
                         if variant == "plain":
                             plain[i] = r.token_ids
@@ -125,7 +132,10 @@ def measure(engines: dict, ids: list[list[int]], args) -> dict:
                     "nodes_per_draft": t["num_verified_tokens"] / drafts if drafts else 0.0,
                     "drafting_full_steps": t["drafting"] / t["full"] if t["full"] else 0.0})
                 print(repeat, c, variant, json.dumps({k: round(x, 3) for k, x in results[(c, variant)][-1].items()}),
-                      flush=True)
+                      json.dumps(dict(sorted(shapes[variant].items()))), flush=True)
+                steps_by_shape.setdefault((c, variant), {})
+                for key, count in shapes[variant].items():
+                    steps_by_shape[(c, variant)][key] = steps_by_shape[(c, variant)].get(key, 0) + count
     summary = {}
     for c in args.concurrency:
         base = [r["tok_s"] for r in results[(c, "plain")]] if "plain" in engines else None
@@ -134,6 +144,7 @@ def measure(engines: dict, ids: list[list[int]], args) -> dict:
             row = {k: round(statistics.median(r[k] for r in runs), 3) for k in runs[0]}
             if base:  # the median of the per-repeat ratios (both taken in the same repeat)
                 row["vs_plain"] = round(statistics.median(r["tok_s"] / b for r, b in zip(runs, base, strict=True)), 3)
+            row["steps_by_shape"] = dict(sorted(steps_by_shape.get((c, variant), {}).items()))
             summary[f"concurrency {c} {variant}"] = row
     return summary
 

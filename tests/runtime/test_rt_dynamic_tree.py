@@ -211,3 +211,51 @@ def test_the_schedule_picks_tree_chain_or_off_by_batch_size(tiny_llama, modelopt
     assert max(sizes) >= 6 and all(n < 6 for n, _ in seen)  # 6 or more decoding sequences: no drafts
     assert alone.stats.num_drafts > 0
     engine.close()
+
+
+def test_the_load_policy_may_pick_off_chain_or_tree_each_step_and_says_which(tiny_llama, modelopt_eagle3):
+    """No schedule: the cost model picks each step's draft. Forced to go round off, a chain of 2,
+    the tree at 5 nodes (half its budget), the full tree and a probe of it, 4 sequences batched
+    still get exactly their plain greedy output, each step drafts what was chosen, and the step
+    counters (SchedulerStats.draft_shapes) say which draft every step made."""
+    from trtspec.runtime import Engine
+    from trtspec.runtime.load_policy import Choice
+
+    engine = Engine.from_checkpoints(tiny_llama, mode="eagle3", draft_dir=modelopt_eagle3[1], max_draft_len=4,
+                                     tree=SHAPE)
+    alone = [engine.generate(p, max_new_tokens=16, speculative=False).token_ids for p in PROMPTS[:4]]
+    full, half = TreeShape(*SHAPE), TreeShape(SHAPE[0], SHAPE[1], 5)
+    rounds = [Choice(0), Choice(2), Choice(4, half), Choice(4, full), Choice(4, full, probe=True)]
+    model, chosen, seen = engine.scheduler.cost_model, [], []
+    original = engine.drafter.propose_batch
+
+    def forced(batch_size, tree):
+        choice = rounds[len(chosen) % len(rounds)]
+        chosen.append(choice)
+        model.probe = choice.probe
+        return choice
+
+    def spy(sessions, tokens, max_lens):
+        drafts = original(sessions, tokens, max_lens)
+        seen.append((model.planned, drafts))
+        return drafts
+
+    model.choose, engine.drafter.propose_batch = forced, spy
+    results = _concurrently(engine, PROMPTS[:4], max_new_tokens=16)
+    engine.close()
+    assert [r.token_ids for r in results] == alone
+    assert len(chosen) >= 2 * len(rounds)
+    for planned, drafts in seen:  # a lone sequence drafts the full tree without asking the model
+        made = [d for d in drafts if d is not None]
+        if planned.tree is None:
+            assert planned.length == 2 and all(d.tree is None and d.size <= 2 for d in made)
+        else:
+            assert all(d.tree is not None and d.size == planned.tree.num_nodes for d in made)
+        if planned.probe:
+            assert len(drafts) == 1
+    assert any(p.tree is None for p, _ in seen) and any(p.tree == half for p, _ in seen)
+    counts = engine.scheduler.snapshot().draft_shapes
+    lone = counts["tree:3,4,10"] - chosen.count(rounds[3])  # steps with one decoding sequence
+    assert {choice.key: counts.get(choice.key, 0) for choice in rounds} == \
+        {choice.key: chosen.count(choice) + (lone if choice == rounds[3] else 0) for choice in rounds}
+    assert lone >= 0 and sum(counts.values()) == len(chosen) + lone

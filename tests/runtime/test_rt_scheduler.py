@@ -50,11 +50,11 @@ def test_eagle3_tree_under_load_equals_alone(tiny_llama, modelopt_eagle3):
     engine.close()
 
 
-@pytest.mark.parametrize("drafter", ["draft-model", "eagle3-dynamic-tree"])
+@pytest.mark.parametrize("drafter", ["draft-model", "eagle3-dynamic-tree", "draft-model-dynamic-tree"])
 def test_sampling_with_a_full_batch_follows_the_target_distribution(drafter, tiny_llama, tiny_llama_draft, request):
     """Chi-square: the third generated token of 1,600 seeded requests, run 8 at a time with a
-    draft model's chains or EAGLE-2 dynamic trees (multi-candidate rejection over the tree)
-    proposing at every step, against the target's exact distribution of that token (summed over the
+    draft model's chains or EAGLE-2 dynamic trees from the head or from a draft model (multi-candidate
+    rejection over the tree) proposing at every step, against the target's exact distribution of that token (summed over the
     first two, computed with plain forwards)."""
     import torch
     from scipy.stats import chisquare
@@ -68,6 +68,10 @@ def test_sampling_with_a_full_batch_follows_the_target_distribution(drafter, tin
     if drafter == "draft-model":
         engine = Engine.from_checkpoints(tiny_llama, mode="draft-target", draft_dir=tiny_llama_draft, max_draft_len=3,
                                          draft_len_schedule=[[1, 3]], **common)
+    elif drafter == "draft-model-dynamic-tree":  # the target drafting for itself: its top-3 tokens are
+        # the target's own likeliest, so children are accepted and rejected at every depth
+        engine = Engine.from_checkpoints(tiny_llama, mode="draft-target", draft_dir=tiny_llama, max_draft_len=3,
+                                         draft_len_schedule=[[1, 3, 3, 8]], **common)
     else:  # topk 3, depth 3, 8 nodes: a tree of several children at the root for every sequence
         engine = Engine.from_checkpoints(tiny_llama, mode="eagle3", draft_dir=request.getfixturevalue(
             "modelopt_eagle3")[1], max_draft_len=3, draft_len_schedule=[[1, 3, 3, 8]], **common)
@@ -91,7 +95,7 @@ def test_sampling_with_a_full_batch_follows_the_target_distribution(drafter, tin
             stats.append(sequence.stats)
     assert max(s.last_batch_size for s in steps) == 8
     assert sum(s.num_drafts for s in stats) > 1000 and 0 < sum(s.num_accepted_tokens for s in stats)
-    if drafter != "draft-model":  # 8 nodes of depth 3 at most: trees, never chains
+    if drafter.endswith("tree"):  # 8 nodes of depth 3 at most: trees, never chains
         assert sum(s.num_verified_tokens for s in stats) == 8 * sum(s.num_drafts for s in stats)
 
     sampling = SamplingParams(**params)

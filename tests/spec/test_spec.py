@@ -25,6 +25,12 @@ MALFORMED = [
     ("build:\n  gpu: a100\n", "build.gpu", "must be one of"),
     ("speculative:\n  mode: eagle3\nbuild:\n  backend: trtllm-engine\n", "speculative.mode", "LLM-API backend"),
     ("speculative:\n  mode: draft-target\n", "speculative.draft", "needs a draft model"),
+    ("speculative:\n  mode: ngram\n  tree: {topk: 2, depth: 2, num_draft_tokens: 4}\n", "speculative.tree",
+     "grow from an EAGLE-3 head or a draft model"),
+    ("speculative:\n  mode: draft-target\n  draft: smollm2\n  tree: {topk: 2, depth: 2, num_draft_tokens: 4}\n"
+     "build:\n  backend: trtllm\n", "speculative.tree", "cpu backend only"),
+    ("speculative:\n  mode: ngram\n  draft_len_schedule: [[1, 2, 2, 4]]\n", "speculative.draft_len_schedule",
+     "need mode eagle3 or draft-target"),
     ("speculative:\n  ngram_min: 4\n  ngram_max: 2\n", "speculative.ngram_min", "must not exceed"),
     ("serve:\n  http_port: 8001\n  grpc_port: 8001\n", "serve", "must differ"),
     ("serve:\n  http_port: 70000\n", "serve.http_port", "less than or equal to 65535"),
@@ -58,6 +64,14 @@ def test_malformed_spec_names_the_field(tmp_path, text, field, fragment):
         if "(got " in line:
             after = line[line.rindex("(got "):]
             assert after.endswith(")") or ")" in after and after[after.index(")") + 1:].startswith("; "), line
+
+
+def test_draft_model_trees_are_taken_on_the_cpu_backend():
+    """A draft model grows dynamic trees like the EAGLE-3 head, in the spec and in schedule rows."""
+    spec = validate_spec({"speculative": {"mode": "draft-target", "draft": "smollm2",
+                                          "tree": {"topk": 3, "depth": 4, "num_draft_tokens": 10},
+                                          "draft_len_schedule": [[1, 3, 4, 10], [4, 2], [8, 0]]}})
+    assert (spec.speculative.tree.topk, spec.speculative.tree.num_draft_tokens) == (3, 10)
 
 
 def test_a_spec_file_in_utf16_is_one_problem(tmp_path):

@@ -59,7 +59,7 @@ def engine_parts(target_dir, *, mode: str = "ngram", draft_dir=None, max_draft_l
                                         fix="use one of eagle3, draft-target, ngram, none")
     config = EngineConfig.from_options(mode=mode, max_draft_len=max_draft_len,
                                        eagle_choices=eagle_choices if mode == "eagle3" else None,
-                                       tree=tree if mode == "eagle3" else None, **options)
+                                       tree=tree if mode in ("eagle3", "draft-target") else None, **options)
     # Loading and prepacking ran parallel regions in this thread; the steps run in the engine's loop
     # thread. Two OpenMP teams on the cores make both slow (threads.py), so this one ends here.
     release_idle_openmp_team()

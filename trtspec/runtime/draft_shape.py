@@ -1,7 +1,7 @@
 """Which draft a step makes by load: off, a chain of k tokens, or a dynamic tree of some shape.
 
 `speculative.draft_len_schedule` rows are [batch_size, draft_len] (a chain, 0: off) and, for
-EAGLE-3, [batch_size, topk, depth, num_draft_tokens] (a dynamic tree): from that many decoding
+EAGLE-3 or a draft model, [batch_size, topk, depth, num_draft_tokens] (a dynamic tree): from that many decoding
 sequences on, that draft (`trtspec tune --concurrency 1,2,4,8 --tree-shapes ...` measures them and
 writes the table). Why a table per batch size: at batch 1 a tree of N nodes costs a verify pass of
 about one plain step, so its longer accepted runs pay; in a full batch every node costs nearly its
@@ -9,8 +9,9 @@ full price and a short chain, or no draft, is faster.
 
 A schedule with no tree rows keeps its meaning from before trees: its length gates the engine's
 own draft (chain, static tree or dynamic tree). Without a schedule the cost model decides
-(trtspec.runtime.load_policy), all or nothing for a tree. This module only reads the table; it
-never changes the cost model.
+(trtspec.runtime.load_policy): off, a chain of any length, or the engine's dynamic tree at one of
+its budgets (a static tree: all or nothing). This module only reads the table and tells the cost
+model what the step drafts; every step's choice is counted in SchedulerStats.draft_shapes.
 """
 
 from __future__ import annotations
@@ -35,16 +36,33 @@ def schedule_row(schedule: Any, batch_size: int) -> tuple[int, ...]:
 
 def plan_step(scheduler: Any, batch_size: int) -> tuple[int, bool, TreeShape | None]:
     """(draft length, probe, dynamic tree or None) for a step with `batch_size` speculating
-    sequences; with a tree the length only says whether to draft (its nodes are the budget)."""
-    config, tree = scheduler.config, scheduler.engine.tree
+    sequences; with a tree the length only says whether to draft (its nodes are the budget).
+    The choice is counted in the scheduler's `draft_shapes` and told to the cost model, which
+    reads the step's drafting time by it."""
+    from trtspec.runtime.load_policy import Choice
+
+    config, tree, model = scheduler.config, scheduler.engine.tree, scheduler.cost_model
     if has_trees(config.draft_len_schedule):
         row = schedule_row(config.draft_len_schedule, batch_size)
         if len(row) == 4:
-            shape = TreeShape(*row[1:])
-            return shape.depth, False, shape
-        return min(row[1], config.max_draft_len), False, None
-    length, probe = scheduler.draft_length(batch_size)
-    return length, probe, tree if isinstance(tree, TreeShape) else None
+            choice = Choice(row[2], TreeShape(*row[1:]))
+        else:
+            choice = Choice(min(row[1], config.max_draft_len))
+    elif isinstance(tree, TreeShape) and not config.draft_len_schedule and batch_size > 1:
+        choice = model.choose(batch_size, tree)  # off, a chain, or the tree at some budget
+    else:
+        length, probe = scheduler.draft_length(batch_size)
+        choice = Choice(length, tree if length > 0 else None, probe)
+    model.planned = choice
+    count_shape(scheduler.stats, choice.key)
+    shape = choice.tree if isinstance(choice.tree, TreeShape) else None
+    return (shape.depth if shape is not None else choice.length), choice.probe, shape
+
+
+def count_shape(stats: Any, key: str) -> None:
+    """One more step that drafted `key` (load_policy.Choice.key). The counters are replaced, never
+    changed in place, so a stats snapshot keeps the counts it was taken with."""
+    stats.draft_shapes = {**stats.draft_shapes, key: stats.draft_shapes.get(key, 0) + 1}
 
 
 def widest_room(config: Any, tree: Any) -> int:

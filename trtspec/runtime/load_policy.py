@@ -1,41 +1,76 @@
-"""Speculation that adapts to load: how many tokens each sequence drafts in a step of B sequences.
+"""Speculation that adapts to load: which draft each sequence makes in a step of B sequences.
 
 Why: verifying k draft tokens per sequence makes a step feed B (k + 1) tokens instead of B. At
 batch 1 on a CPU that costs little more than one token (the weights are read once either way);
 as B grows the step turns compute-bound and the extra tokens cost almost their full price, so
 drafting stops paying (the reason vLLM, SGLang and TensorRT-LLM shorten or drop drafts under load).
+A tree pays the same way, only more so: its N nodes cost what a chain of N would.
 
 Two sources, in this order:
-1. A measured table, `speculative.draft_len_schedule` ([[batch_size, draft_len], ...], written
-   by `trtspec tune --concurrency 1,2,4,8`): from that batch size on, that draft length (0: off).
+1. A measured table, `speculative.draft_len_schedule` ([[batch_size, draft_len], ...] and tree
+   rows, written by `trtspec tune --concurrency 1,2,4,8`; trtspec.runtime.draft_shape).
 2. Otherwise, for two or more sequences, a cost model fed by the engine's own measurements
-   (`CostModel`): per step it picks the k in 0..max_draft_len with the most committed tokens per
-   second (a lone sequence drafts max_draft_len: its verify pass costs about one plain step, and
-   its seeded sampling stays reproducible),
+   (`CostModel.choose`): per step it picks, among off, chains of 1..max_draft_len and the engine's
+   tree (a dynamic tree also at smaller node budgets: N, N/2, N/4, ... down to its depth), the
+   draft with the most committed tokens per second (a lone sequence drafts the engine's own
+   draft: its verify pass costs about one plain step, and its seeded sampling stays reproducible),
 
-       rate(k) = B (1 + f sum_{j<=k} q_j) / (T(B + f B k) + k D(B))
+       chain k:  B (1 + f G(k))  / (T(B + f B k) + k D(B))
+       tree N:   B (1 + f E(N))  / (T(B + f B N) + d D(B r))     off: B / T(B)
 
-   q_j: how often the j-th draft token is accepted (per-position acceptance, recent drafts);
+   G(k) = sum_{j<k} q_j: a chain's expected accepted tokens, q_j how often its first j + 1
+   tokens are all accepted (the product of each position's pass rate, measured over the recent
+   drafts where that position was at stake: every earlier one passed);
+   E(N) = R(N) G(d): a tree's expected accepted tokens (d its depth), R(N) its measured gain over
+   its own top-1 path (below);
    f: how often the drafter proposes anything (n-gram lookup often finds nothing);
    T(n): a target forward over n tokens, fitted online as a + b n from the steps' timings;
-   D(B): one batched draft position (model drafters; n-gram lookup costs nothing).
-   k = 0 (speculation off for the step) when rate(0) is the highest. While off, every
-   PROBE_EVERY-th step one sequence drafts anyway (`probe`; a tree's probes come as much more
-   rarely as it has more nodes than max_draft_len), so q_j stays current for the price
-   of k tokens, not B k (with all B drafting, a probe step at batch 8 and k = 4 fed 40 tokens
-   instead of 12). Before enough steps are measured the
-   model assumes a verify pass costs 1 + 0.035 n plain steps (docs/BENCHMARKS-engine.md) and
-   acceptance 0.5 per position.
+   D(x): one batched draft forward of x rows (model drafters; n-gram lookup costs nothing); a
+   chain of k makes k forwards of B rows, a dynamic tree d forwards of r B rows on average
+   (r = (1 + topk (d - 1)) / d: the catch-up row, then topk frontier nodes per depth).
+
+Chain and tree acceptance, from each other. A tree's top-1 path (the rank-0 child at every depth)
+is the chain the same drafter would have drafted (greedy: the same argmax tokens, fed the same
+way), so every verified tree also measures the chain: its accepted path's leading rank-0 nodes
+were accepted chain tokens; the next chain token was rejected where the path turns to a lower
+rank, or ends below a rank-0 child it did not take; where the tree lacks that rank-0 child the
+chain's fate is unknown and nothing is recorded for it (censored). So G stays current whatever
+runs. The tree's own figure is the ratio R(N) = sum accepted(N) / sum top-1 accepted over recent
+tree drafts (the uplift the other branches bring), which carries over when the text changes what
+G is. A dynamic tree of N' < N nodes keeps exactly the N' best-scored of the same candidates
+(trtspec.runtime.drafters.dynamic_tree), so under greedy its accepted path is the N-tree's
+path cut at the first node whose score rank is N' or more: one tree draft measures every
+smaller budget (Draft.score_rank). Under sampling these are estimates (the chain samples, the
+tree tries its top-k children), which is all a cost model needs. Before tree drafts are seen
+R(N) = 1 + 0.3 log2(N / d) (SmolLM2's 5-minute head, docs/BENCHMARKS.md: trees of 8 and 16
+nodes, depth 4, accepted 1.31x and 1.72x the chain's tokens).
+
+Probes (`probe`): while the choice is not the tree, every `probe_every` steps one sequence drafts
+the full tree anyway (a tree probe measures the chain too); without a tree, every PROBE_EVERY-th
+step off, one sequence drafts max_draft_len. A probe adds one sequence's draft to the step, not
+B of them (at batch 8 and k = 4 all B drafting fed 40 tokens instead of 12). While the probed
+draft's estimate stays far below the best (under PROBE_FAR of its rate), each probe doubles the
+wait for the next, up to 2^MAX_BACKOFF: in a full batch on a CPU, where a 16-node tree is nowhere
+near paying, probes cost almost nothing; when the estimate comes near, they are frequent again.
+The choice itself needs no probe to follow the load: T(n) is measured on every step. Before
+enough steps are measured the model assumes a verify pass costs 1 + 0.035 n plain steps
+(docs/BENCHMARKS-engine.md) and acceptance 0.5 per position.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Any
 
 PROBE_EVERY = 8
 DECAY = 0.98            # forgetting per observation: the machine's speed and the text change
 PRIOR_SLOPE = 0.035     # cost of each token of a forward relative to one plain step, before measurements
 PRIOR_ACCEPT = 0.5      # acceptance per draft position before measurements
+PRIOR_TREE_GAIN = 0.3   # a tree's uplift over its top-1 path per doubling of nodes over its depth, before measurements
+PRIOR_TREE_WEIGHT = 1.0  # top-1 accepted tokens the prior uplift counts as
+PROBE_FAR = 0.8         # a probed draft estimated below this share of the best rate: probe it more rarely
+MAX_BACKOFF = 3         # ... at most 2^3 times more rarely
 
 
 class LinearFit:
@@ -67,81 +102,246 @@ class LinearFit:
         return mean_y * (1 + prior_slope * x) / (1 + prior_slope * mean_x)
 
 
+@dataclass(frozen=True)
+class Choice:
+    """One step's draft: off (length 0), a chain of `length` tokens, or a tree (`tree`: a
+    TreeShape, or the engine's static Tree; `length` its depth). `probe`: only one sequence
+    drafts it (trtspec.runtime.step.one_prober)."""
+
+    length: int
+    tree: Any = None
+    probe: bool = False
+
+    @property
+    def key(self) -> str:
+        """The name the step counters use: off, chain:K, tree:TOPK,DEPTH,NODES, tree:static:NODES,
+        each prefixed probe: for a probe step."""
+        if self.length == 0:
+            name = "off"
+        elif self.tree is None:
+            name = f"chain:{self.length}"
+        elif hasattr(self.tree, "topk"):
+            name = f"tree:{self.tree.topk},{self.tree.depth},{self.tree.num_draft_tokens}"
+        else:
+            name = f"tree:static:{self.tree.num_nodes}"
+        return f"probe:{name}" if self.probe else name
+
+
+def tree_budgets(tree: Any) -> list[int]:
+    """The node budgets the cost model weighs for the engine's tree: a dynamic tree's N, N/2,
+    N/4, ... while not below its depth; a static tree only as it is."""
+    if not hasattr(tree, "topk"):
+        return [tree.num_nodes]
+    budgets, nodes = [], tree.num_draft_tokens
+    while nodes >= tree.depth and nodes not in budgets:
+        budgets.append(nodes)
+        nodes //= 2
+    return sorted(budgets)
+
+
+def with_budget(tree: Any, nodes: int) -> Any:
+    """`tree` verifying `nodes` nodes (a dynamic tree; a static tree stays as it is)."""
+    if not hasattr(tree, "topk") or nodes == tree.num_draft_tokens:
+        return tree
+    from dataclasses import replace
+
+    return replace(tree, num_draft_tokens=nodes)
+
+
+def draft_work(choice: Choice) -> tuple[int, float]:
+    """(forwards, rows per forward per sequence) one draft of `choice` makes: a chain of k, k
+    forwards of one row; a dynamic tree of depth d, d forwards of (1 + topk (d - 1)) / d rows; a
+    static tree, its depth in forwards over the nodes that have children."""
+    tree = choice.tree
+    if tree is None:
+        return choice.length, 1.0
+    depth = tree.max_depth
+    if hasattr(tree, "topk"):
+        return depth, (1 + tree.topk * (depth - 1)) / depth
+    return depth, (1 + sum(1 for n in range(tree.num_nodes) if tree.children[n])) / depth
+
+
 class CostModel:
-    """The engine's measured costs and acceptance; `best_length(B)` picks a step's draft length."""
+    """The engine's measured costs and acceptance; `choose(B, tree)` picks a step's draft."""
 
     def __init__(self, max_draft_len: int, drafts_cost: bool):
         self.max_draft_len = max_draft_len
         self.drafts_cost = drafts_cost
         self.target = LinearFit()   # seconds of a target forward by tokens fed
-        self.draft = LinearFit()    # seconds of one batched draft position by batch size
-        self.offered = [2.0] * max_draft_len  # pseudo-counts: acceptance PRIOR_ACCEPT per position
-        self.accepted = [2.0 * PRIOR_ACCEPT ** (j + 1) for j in range(max_draft_len)]
+        self.draft = LinearFit()    # seconds of one batched draft forward by rows fed
+        self.offered: list[float] = []   # per chain position: decayed drafts where it was at stake
+        self.accepted: list[float] = []  # ... and of them, the ones it passed
+        self._grow(max_draft_len)
+        self.tree_accepted: dict[int, float] = {}  # per node budget: decayed accepted tokens of tree drafts
+        self.tree_top1: dict[int, float] = {}      # ... and of their top-1 paths
         self.proposed = 2.0  # proposals asked, of which `found` returned a draft (f = found / proposed)
         self.found = 2.0
-        self.steps_off = 0
-        self.probe = False  # the last best_length was a probe: one sequence drafts (step.py)
+        self.steps_waiting = 0  # steps since the last probe that did not draft the probed kind
+        self.backoff = 0        # probes come 2^backoff times rarer (choose)
+        self.probe = False   # the last best_length was a probe: one sequence drafts (step.py)
+        self.planned: Choice | None = None  # this step's draft, whoever chose it (draft_shape.plan_step)
+
+    def _grow(self, positions: int) -> None:
+        """Pseudo-counts for positions not seen yet: each passes PRIOR_ACCEPT of the time."""
+        for _ in range(len(self.offered), positions):
+            self.offered.append(2.0)
+            self.accepted.append(2.0 * PRIOR_ACCEPT)
+
+    # -- measurements --------------------------------------------------------------------------
 
     def observe_forward(self, num_tokens: int, seconds: float) -> None:
         self.target.add(float(num_tokens), seconds)
 
     def observe_draft(self, batch_size: int, positions: int, seconds: float) -> None:
-        if positions > 0 and self.drafts_cost:
-            self.draft.add(float(batch_size), seconds / positions)
+        """A step's drafting took `seconds` for `batch_size` sequences; `positions` is the longest
+        draft a chain made (for a tree step the planned tree says how many forwards it made)."""
+        if positions <= 0 or not self.drafts_cost or batch_size <= 0:
+            return
+        plan = self.planned
+        forwards, rows = draft_work(plan) if plan is not None and plan.tree is not None else (positions, 1.0)
+        self.draft.add(batch_size * rows, seconds / max(1, forwards))
 
-    def observe_verify(self, offered: int, accepted: int) -> None:
-        """One sequence's draft: `offered` tokens (a tree: its depth), the first `accepted` kept."""
-        for j in range(min(offered, self.max_draft_len)):
+    def observe_verify(self, offered: int, accepted: int, draft: Any = None, path: list[int] | None = None) -> None:
+        """One sequence's draft was verified: a chain of `offered` tokens, the first `accepted`
+        kept; or a tree `draft` (its depth offered) whose accepted nodes are `path`."""
+        if draft is None or getattr(draft, "tree", None) is None:
+            self._observe_chain(offered, accepted)
+        else:
+            self._observe_tree(draft.tree, path or [], getattr(draft, "score_rank", None))
+
+    def _observe_chain(self, offered: int, accepted: int) -> None:
+        """A chain's position j was at stake when every earlier one passed: positions 0..accepted-1
+        passed, position `accepted` (if offered) failed, the rest were never at stake."""
+        self._grow(offered)
+        for j in range(min(accepted + 1, offered)):
             self.offered[j] = self.offered[j] * DECAY + 1.0
             self.accepted[j] = self.accepted[j] * DECAY + (1.0 if j < accepted else 0.0)
+
+    def _observe_tree(self, tree: Any, path: list[int], score_rank: list[int] | None) -> None:
+        """The chain through the tree's top-1 path, then the tree's accepted tokens at every budget
+        it measures (module docstring)."""
+        top1 = 0
+        while top1 < len(path) and tree.rank[path[top1]] == 0:
+            top1 += 1
+        end = path[top1 - 1] if top1 else -1
+        chain_rejected = top1 < len(path) or any(tree.rank[c] == 0 for c in tree.children[end])
+        self._observe_chain(top1 + 1 if chain_rejected else top1, top1)
+        budgets = {tree.num_nodes}
+        if score_rank is not None:
+            budgets |= {b for b in self.tree_accepted if b < tree.num_nodes}
+        for budget in budgets:
+            kept = len(path) if budget == tree.num_nodes else _kept_at(path, score_rank, budget)
+            self.tree_accepted[budget] = self.tree_accepted.get(budget, 0.0) * DECAY + kept
+            self.tree_top1[budget] = self.tree_top1.get(budget, 0.0) * DECAY + top1
 
     def observe_proposals(self, asked: int, found: int) -> None:
         if asked:
             self.proposed = self.proposed * DECAY + asked
             self.found = self.found * DECAY + found
 
+    # -- predictions ---------------------------------------------------------------------------
+
     def forward_seconds(self, num_tokens: float) -> float:
         measured = self.target.predict(num_tokens, PRIOR_SLOPE)
         return measured if measured is not None else 1.0 + PRIOR_SLOPE * num_tokens
 
-    def draft_seconds(self, batch_size: int) -> float:
+    def draft_seconds(self, rows: float) -> float:
+        """One batched draft forward over `rows` rows."""
         if not self.drafts_cost:
             return 0.0
-        measured = self.draft.predict(batch_size, 0.0)
-        return measured if measured is not None else 0.1 * self.forward_seconds(batch_size)
+        measured = self.draft.predict(rows, 0.0)
+        return measured if measured is not None else 0.1 * self.forward_seconds(rows)
 
-    def rate(self, batch_size: int, k: int, tokens_per_draft: int | None = None) -> float:
-        """Expected committed tokens per second for drafts of k (a tree: tokens_per_draft nodes)."""
+    def chain_gain(self, k: int) -> float:
+        """G(k): a chain of k's expected accepted tokens, sum over j < k of q_j, the product of the
+        pass rates of positions 0..j (each measured where it was at stake)."""
+        self._grow(k)
+        gain, survive = 0.0, 1.0
+        for j in range(k):
+            survive *= self.accepted[j] / self.offered[j]
+            gain += survive
+        return gain
+
+    def tree_gain(self, tree: Any) -> float:
+        """E(N) = R(N) G(depth): a tree's expected accepted tokens."""
+        nodes, depth = tree.num_nodes, tree.max_depth
+        self.tree_accepted.setdefault(nodes, 0.0)  # from now on its tree drafts measure this budget
+        self.tree_top1.setdefault(nodes, 0.0)
+        prior = 1.0 + PRIOR_TREE_GAIN * math.log2(max(1.0, nodes / depth))
+        ratio = (self.tree_accepted[nodes] + PRIOR_TREE_WEIGHT * prior) / (self.tree_top1[nodes] + PRIOR_TREE_WEIGHT)
+        return ratio * self.chain_gain(depth)
+
+    def rate(self, batch_size: int, choice: Choice) -> float:
+        """Expected committed tokens per second when every sequence drafts `choice`."""
         found = self.found / self.proposed
-        gain = sum(self.accepted[j] / self.offered[j] for j in range(k))
-        width = tokens_per_draft if tokens_per_draft is not None else k
-        seconds = self.forward_seconds(batch_size * (1 + found * width)) + k * self.draft_seconds(batch_size)
+        if choice.length == 0:
+            gain, width = 0.0, 0
+        elif choice.tree is None:
+            gain, width = self.chain_gain(choice.length), choice.length
+        else:
+            gain, width = self.tree_gain(choice.tree), choice.tree.num_nodes
+        forwards, rows = draft_work(choice)
+        seconds = self.forward_seconds(batch_size * (1 + found * width)) + forwards * self.draft_seconds(batch_size * rows)
         return batch_size * (1 + found * gain) / seconds
 
+    def candidates(self, tree: Any = None) -> list[Choice]:
+        """What a step may draft, cheapest first: off, every chain (not beside a static tree, which
+        its sessions always draft), the tree at each budget."""
+        options = [Choice(0)]
+        if tree is None or hasattr(tree, "topk"):
+            options += [Choice(k) for k in range(1, self.max_draft_len + 1)]
+        if tree is not None:
+            options += [Choice(tree.max_depth, with_budget(tree, n)) for n in tree_budgets(tree)]
+        return options
+
+    def choose(self, batch_size: int, tree: Any = None) -> Choice:
+        """The draft for a step of `batch_size` decoding sequences (the highest rate; ties go to
+        the cheaper draft), or a probe: one sequence drafts the full tree while no tree is chosen
+        (without a tree, max_draft_len while off). Probes come every `probe_every` such steps, and
+        half as often after each probe while the probed draft's estimate stays below PROBE_FAR of
+        the best (up to 2^MAX_BACKOFF times rarer; back to normal once it comes near)."""
+        options = self.candidates(tree)
+        rates = [self.rate(batch_size, option) for option in options]
+        best = options[rates.index(max(rates))]
+        self.probe = False
+        if tree is not None:
+            if best.tree is not None:
+                return best
+            probed, kind = Choice(tree.max_depth, tree, probe=True), [o.tree is not None for o in options]
+        else:
+            if best.length != 0:
+                return best
+            probed, kind = Choice(self.max_draft_len, probe=True), [o.length > 0 for o in options]
+        self.steps_waiting += 1
+        if self.steps_waiting < probe_every(self.max_draft_len, tree) * 2 ** self.backoff:
+            return best
+        self.steps_waiting = 0
+        far = max(r for r, k in zip(rates, kind, strict=True) if k) < PROBE_FAR * max(rates)
+        self.backoff = min(MAX_BACKOFF, self.backoff + 1) if far else 0
+        self.probe = True
+        return probed
+
     def best_length(self, batch_size: int, tree: Any = None) -> int:
-        """The draft length for a step of `batch_size` decoding sequences (0: plain decoding).
-        With a static tree (trtspec.runtime.tree.Tree) the choice is all (max_draft_len) or nothing."""
+        """`choose` as a draft length (0: plain decoding); a tree's choice is max_draft_len."""
         if batch_size < 1:
             return 0
-        if tree is not None:
-            depth = min(tree.max_depth, self.max_draft_len)
-            choices = {0: self.rate(batch_size, 0),
-                       self.max_draft_len: self.rate(batch_size, depth, tokens_per_draft=tree.num_nodes)}
-        else:
-            choices = {k: self.rate(batch_size, k) for k in range(self.max_draft_len + 1)}
-        best = max(choices, key=lambda k: (choices[k], -k))
-        self.probe = False
-        if best == 0:
-            self.steps_off += 1
-            if self.steps_off % probe_every(self.max_draft_len, tree) == 0:  # keep measuring acceptance while off
-                self.probe = True
-                return self.max_draft_len
-        return best
+        choice = self.choose(batch_size, tree)
+        return self.max_draft_len if choice.tree is not None else choice.length
+
+
+def _kept_at(path: list[int], score_rank: list[int], budget: int) -> int:
+    """How much of `path` a tree of the `budget` best-scored nodes holds: its leading nodes ranked
+    below `budget` (a node's ancestors always rank before it)."""
+    count = 0
+    while count < len(path) and score_rank[path[count]] < budget:
+        count += 1
+    return count
 
 
 def probe_every(max_draft_len: int, tree: Any = None) -> int:
-    """Steps between probes while speculation is off: PROBE_EVERY for a chain, proportionally more
-    for a tree, whose probe verifies all its nodes, so probes cost the same share of the steps
+    """Steps between probes while the draft is not chosen: PROBE_EVERY for a chain (while off),
+    proportionally more for a tree (while off or a chain), whose probe verifies all its nodes, so
+    probes cost the same share of the steps
     (at batch 8, 16-node dynamic-tree probes every 8th step cost 0.92x plain, chain probes 0.99x)."""
     nodes = tree.num_nodes if tree is not None else max_draft_len
     return PROBE_EVERY * max(1, -(-nodes // max(1, max_draft_len)))

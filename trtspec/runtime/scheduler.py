@@ -50,6 +50,9 @@ class SchedulerStats:
     num_failed: int = 0
     num_cancelled: int = 0
     num_finished: int = 0
+    # steps by the draft the load policy chose: off, chain:K, tree:TOPK,DEPTH,NODES, tree:static:NODES
+    # (probe: prefix: one sequence drafted it); steps without a speculating sequence are not counted
+    draft_shapes: dict[str, int] = field(default_factory=dict)
 
 
 # Every scheduler whose loop may run. The loop is a daemon thread (a forgotten engine must not

@@ -136,12 +136,12 @@ def one_prober(lengths: list[int], turn: int) -> list[int]:
 
 def _draft(engine: Any, decoding: list[Any], lengths: list[int], shape: TreeShape | None = None) -> list[Any]:
     """Phase 2: drafts (or None) aligned with `decoding`; `shape`: this step's dynamic tree (None:
-    chains), for EAGLE-3 sessions whose trees are chosen by load."""
+    chains), for EAGLE-3 and draft-model sessions, whose trees are chosen by load."""
     wanted = [i for i, k in enumerate(lengths) if k > 0]
     drafts: list[Any] = [None] * len(decoding)
     if not wanted:
         return drafts
-    if engine.config.mode == "eagle3" and not isinstance(engine.tree, Tree):
+    if engine.config.mode in ("eagle3", "draft-target") and not isinstance(engine.tree, Tree):
         for i in wanted:
             decoding[i].session.tree = shape
     proposed = engine.drafter.propose_batch([decoding[i].session for i in wanted],
@@ -194,7 +194,7 @@ def _accept(scheduler: Any, sequence: Any, draft: Any, logits: Any, aux: Any) ->
     if k:
         offered = tree.max_depth if tree is not None else k
         sequence.stats.record_draft(offered, len(path), k)
-        scheduler.cost_model.observe_verify(offered, len(path))
+        scheduler.cost_model.observe_verify(offered, len(path), draft, path)
         if sequence.policy.update(offered, len(path)):
             sequence.stats.fallback = True
     return [draft_ids[i] for i in path] + [next_token]

@@ -98,7 +98,7 @@ class Eagle3Training(_Section):
 
 
 class TreeSpec(_Section):
-    """A dynamic (EAGLE-2) draft tree, grown per sequence and step from the head's own scores."""
+    """A dynamic (EAGLE-2) draft tree, grown per sequence and step from the drafter's own scores."""
 
     topk: int = Field(4, ge=1, le=64)
     """Children per expanded node, and nodes expanded per depth (SGLang --speculative-eagle-topk,
@@ -121,13 +121,17 @@ class TreeSpec(_Section):
         return self
 
 
+TREE_MODES = ("eagle3", "draft-target")  # the drafters that grow dynamic trees (cpu engine)
+
+
 def _tree_rows_problems(schedule: list[list[int]], mode: str, eagle_choices: Any) -> list[str]:
-    """Dynamic-tree rows of a draft_len_schedule: EAGLE-3 only, no static tree beside them, each
-    shape usable (TreeSpec's checks)."""
+    """Dynamic-tree rows of a draft_len_schedule: EAGLE-3 or a draft model, no static tree beside
+    them, each shape usable (TreeSpec's checks)."""
     problems = []
-    if mode != "eagle3" or eagle_choices:
+    if mode not in TREE_MODES or eagle_choices:
         problems.append(problem_line("speculative.draft_len_schedule", "tree rows [batch_size, topk, depth, "
-                                     "num_draft_tokens] need mode eagle3 and no eagle_choices", got=schedule))
+                                     "num_draft_tokens] need mode eagle3 or draft-target and no eagle_choices",
+                                     got=schedule))
     for row in (r for r in schedule if len(r) == 4):
         try:
             TreeSpec(topk=row[1], depth=row[2], num_draft_tokens=row[3])
@@ -158,9 +162,11 @@ class SpeculativeSpec(_Section):
     eagle_choices: list[list[int]] | None = None
     """Static EAGLE-3 draft tree as index paths, like TensorRT-LLM's eagle_choices; empty is a chain."""
     tree: TreeSpec | None = None
-    """eagle3: a dynamic (EAGLE-2) draft tree, {topk, depth, num_draft_tokens}, instead of chains or
-    eagle_choices. The cpu engine grows one per sequence and step; GPU releases without dynamic
-    trees on the LLM API get a chain (the build says why)."""
+    """eagle3 or draft-target: a dynamic (EAGLE-2) draft tree, {topk, depth, num_draft_tokens},
+    instead of chains or eagle_choices. The cpu engine grows one per sequence and step (or a chain,
+    or nothing, where its cost model says that pays more under the load); for EAGLE-3, GPU releases
+    without dynamic trees on the LLM API get a chain (the build says why); draft-model trees are
+    cpu only."""
     draft_len_schedule: list[list[int]] | None = None
     """cpu backend: draft length by load, as [[batch_size, draft_len], ...]: from that many running
     sequences on, draft that many tokens per sequence (0 turns speculation off). `trtspec tune
@@ -341,9 +347,14 @@ class Spec(_Section):
         if backend == "trtllm-engine" and mode != "none" and self.build.max_batch_size > 512:
             problems.append(f"build.max_batch_size: speculative TensorRT engines allow at most 512 "
                             f"(got {self.build.max_batch_size})")
-        if self.speculative.tree is not None and mode != "eagle3":
-            problems.append(problem_line("speculative.tree", "dynamic draft trees grow from an EAGLE-3 head",
-                                         got=f"mode {mode}", fix="set speculative.mode: eagle3 or remove tree"))
+        if self.speculative.tree is not None and mode not in TREE_MODES:
+            problems.append(problem_line("speculative.tree", "dynamic draft trees grow from an EAGLE-3 head or a "
+                                         "draft model", got=f"mode {mode}",
+                                         fix="set speculative.mode: eagle3 or draft-target, or remove tree"))
+        if self.speculative.tree is not None and mode == "draft-target" and backend != "cpu":
+            problems.append(problem_line("speculative.tree", "draft-model trees run on the cpu backend only "
+                                         "(TensorRT-LLM drafts chains from a draft model)", got=f"backend {backend}",
+                                         fix="remove tree (max_draft_len sets the chain) or use build.backend cpu"))
         if self.speculative.tree is not None and self.speculative.eagle_choices:
             problems.append(problem_line("speculative.tree", "a dynamic tree and a static eagle_choices tree "
                                          "exclude each other", fix="keep one of them"))

@@ -37,6 +37,9 @@ class Draft:
     draft_probs: Any = None
     # for tree drafts: the static tree (trtspec.runtime.tree.Tree) the tokens fill, node by node
     tree: Any = None
+    # for dynamic trees: per node (Tree order) its place in the search's score order, 0 the best
+    # (the N' best-scored nodes are the tree a budget of N' would have kept: load_policy)
+    score_rank: Any = None
 
     @property
     def size(self) -> int:

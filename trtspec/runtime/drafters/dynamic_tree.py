@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from trtspec.runtime.drafters.base import Draft
 from trtspec.runtime.tree import Tree, TreeShape
 
 
@@ -93,6 +94,17 @@ class TreeSearch:
 
     def tree(self) -> tuple[Tree, list[int]]:
         """The `budget` best-scored candidates as a Tree and its node tokens (in Tree order)."""
+        tree, tokens, _ = self._kept()
+        return tree, tokens
+
+    def draft(self) -> Draft:
+        """The kept tree as a Draft, each node's score rank with it (Draft.score_rank)."""
+        import torch
+
+        tree, tokens, score_rank = self._kept()
+        return Draft(torch.tensor(tokens, dtype=torch.long), tree=tree, score_rank=score_rank)
+
+    def _kept(self) -> tuple[Tree, list[int], list[int]]:
         order = sorted(range(len(self.tokens)), key=lambda c: (-self.score[c], self.level[c], c))
         kept = order[: self.budget]
         chosen = set(kept)
@@ -101,5 +113,7 @@ class TreeSearch:
         for c in sorted(kept, key=lambda c: self.level[c]):
             paths[c] = (paths[self.parent[c]] if self.parent[c] >= 0 else ()) + (self.rank[c],)
         tree = Tree([list(p) for p in paths.values()])
-        token_at = {p: self.tokens[c] for c, p in paths.items()}
-        return tree, [token_at[tuple(p)] for p in tree.paths]
+        at = {p: c for c, p in paths.items()}
+        place = {c: i for i, c in enumerate(kept)}
+        candidates = [at[tuple(p)] for p in tree.paths]
+        return tree, [self.tokens[c] for c in candidates], [place[c] for c in candidates]

@@ -84,8 +84,4 @@ def propose_dynamic_trees(drafter: Any, sessions: list[Any], tokens: list[list[i
                                   mask=search.feed_mask(session.committed), num_logits=len(nodes)))
         for i, (logits, h) in zip(active, drafter.forward(feeds), strict=True):
             searches[i].expanded(logits, h)
-    drafts = []
-    for search in searches:
-        tree, node_tokens = search.tree()
-        drafts.append(Draft(torch.tensor(node_tokens, dtype=torch.long), tree=tree))
-    return drafts
+    return [search.draft() for search in searches]
