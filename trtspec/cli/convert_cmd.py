@@ -203,6 +203,11 @@ class Bars:
         self.progress.stop()
 
     def __call__(self, event) -> None:
+        from trtspec.convert.progress import Note
+
+        if isinstance(event, Note):
+            self.console.print(event.text, soft_wrap=True)
+            return
         if event.phase not in self.tasks:
             task = self.progress.add_task(event.phase, total=event.total, unit=event.unit, rate="", info="")
             self.tasks[event.phase] = (task, time.monotonic())

@@ -1,0 +1,149 @@
+"""The draft vocabulary sized to the answers' coverage, and the time budget of the whole eagle3 stage."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from trtspec.convert.eagle3 import budget
+from trtspec.convert.eagle3.budget import Rates, plan_budget, samples_that_fit
+
+
+def counts_of(pairs: dict[int, int], vocab_size: int):
+    import torch
+
+    counts = torch.zeros(vocab_size, dtype=torch.int64)
+    for token, count in pairs.items():
+        counts[token] = count
+    return counts
+
+
+# --- draft vocabulary from coverage -----------------------------------------------------------
+
+def test_the_fewest_most_frequent_tokens_that_reach_the_default_coverage():
+    from trtspec.convert.eagle3.data import coverage_vocab_size
+
+    # 1000 answer tokens: one token said 900 times, then 100 tokens said once each. 99 % is 990
+    # tokens: the frequent one and 90 of the rare ones, so 91 (98 % would give 81, 99.5 % 96).
+    counts = counts_of({7: 900, **{100 + i: 1 for i in range(100)}}, 4096)
+    assert coverage_vocab_size(counts, 4096, multiple=1, floor=1) == 91
+    assert coverage_vocab_size(counts, 4096, coverage=0.98, multiple=1, floor=1) == 81
+    assert coverage_vocab_size(counts, 4096, coverage=0.995, multiple=1, floor=1) == 96
+    # exactly at the share: 900 of 1000 is 90 %, reached by the first token alone
+    assert coverage_vocab_size(counts, 4096, coverage=0.9, multiple=1, floor=1) == 1
+
+
+def test_the_size_is_rounded_up_floored_and_capped():
+    from trtspec.convert.eagle3.data import coverage_vocab_size
+
+    # 1100 tokens said once each: 99 % needs 1089 of them -> 1280, the next multiple of 256
+    counts = counts_of({i: 1 for i in range(1100)}, 8192)
+    assert coverage_vocab_size(counts, 8192) == 1280
+    # a few frequent tokens: the floor (1024) keeps room for what small data did not show
+    assert coverage_vocab_size(counts_of({1: 5, 2: 5}, 8192), 8192) == 1024
+    # never more than the target's vocabulary, and no data gives the floor
+    assert coverage_vocab_size(counts, 1000) == 1000
+    assert coverage_vocab_size(counts_of({}, 8192), 8192) == 1024
+
+
+def test_the_draft_vocabulary_counts_answers_not_prompts_and_keeps_an_explicit_size(tmp_path):
+    from trtspec.convert.eagle3 import prepare
+    from trtspec.convert.eagle3 import store as eagle3_store
+    from trtspec.convert.eagle3.data import Row
+    from trtspec.convert.eagle3.distributed import Dist
+
+    files = prepare.WorkFiles(tmp_path)
+    # prompts of 3 tokens from ids 2000-2999 (a chat template, a system prompt) and answers of
+    # 1100 distinct ids below 1100: only the answers decide the size and the coverage
+    rows = [(i, Row([2000 + i, 2000 + i, 2999] + list(range(i * 110, (i + 1) * 110)), 3)) for i in range(10)]
+    eagle3_store.write_rows(files.rows, rows)
+    vocab = prepare.draft_vocabulary(files, 4096, None, rows=10, dist=Dist())
+    assert (vocab.size, vocab.answer_tokens, vocab.chosen_by) == (1280, 1100, "coverage")
+    assert vocab.coverage == 1.0 and not any(int(t) >= 2000 for t in vocab.kept)
+    assert "1,280 of 4,096 tokens, 100.00% of the 1,100 answer tokens" in vocab.line(4096)
+    # the first 5 rows only (a run that trains on fewer rows than the file holds): 550 answer tokens
+    assert prepare.draft_vocabulary(files, 4096, None, rows=5, dist=Dist()).answer_tokens == 550
+    # an explicit size is kept, and a size of the whole vocabulary means no reduced vocabulary
+    explicit = prepare.draft_vocabulary(files, 4096, 512, rows=10, dist=Dist())
+    assert (explicit.size, explicit.chosen_by) == (512, "spec") and explicit.coverage == pytest.approx(512 / 1100)
+    assert prepare.draft_vocabulary(files, 4096, 4096, rows=10, dist=Dist()).size is None
+    # a rows file from before answer starts were kept counts whole rows
+    eagle3_store.write_rows(files.rows, [(i, row.ids) for i, row in rows])
+    assert prepare.draft_vocabulary(files, 4096, None, rows=10, dist=Dist()).answer_tokens == 1130
+
+
+# --- the budget plan ----------------------------------------------------------------------------
+
+RATES = Rates(answer_s=3.0, feature_s=0.5, finish_s=60.0)
+
+
+def test_the_plan_shrinks_the_samples_to_half_the_budget_and_training_gets_the_rest():
+    # 10 minutes, 30 s spent, 16 answers made: the data step may take 300 - 30 = 270 s; 400
+    # samples would take 384 x 3 + 400 x 0.5 = 1352 s, so 16 + (270 - 8) // 3.5 = 90 fit
+    plan = plan_budget(600, 30, requested=400, on_disk=16, rates=RATES, min_samples=16)
+    assert plan.samples == 90 and plan.shrunk
+    assert plan.answers_s == 74 * 3.0 and plan.features_s == 90 * 0.5
+    assert plan.spent_s + plan.answers_s + plan.features_s <= 0.5 * 600
+    assert 30 + 75 * 3.0 + 91 * 0.5 > 0.5 * 600  # one more would not fit
+    assert plan.training_s == 600 - 30 - 222 - 45 - 60
+    line = plan.line()
+    assert "\n" not in line and "90 samples (of 400" in line and "training gets the rest, ~4.0 min" in line
+
+
+def test_the_plan_keeps_every_sample_that_fits_and_the_rows_on_disk_cost_only_features():
+    plan = plan_budget(600, 30, requested=50, on_disk=16, rates=RATES, min_samples=16)
+    assert (plan.samples, plan.shrunk, plan.answers_s) == (50, False, 34 * 3.0)
+    # all 400 rows made by an earlier run: only their features count (200 s < 270 s)
+    plan = plan_budget(600, 30, requested=400, on_disk=400, rates=RATES, min_samples=16)
+    assert (plan.samples, plan.answers_s, plan.features_s) == (400, 0.0, 200.0)
+    # 1000 rows on disk whose features alone would overrun: the first 540 of them
+    assert samples_that_fit(270, 1000, RATES) == 540
+
+
+def test_a_budget_the_probe_already_spent_keeps_the_minimum_and_training_its_floor():
+    plan = plan_budget(60, 45, requested=400, on_disk=16, rates=RATES, min_samples=16)
+    assert plan.samples == 16
+    assert plan.training_s == budget.MIN_TRAINING_SHARE * 60
+    assert plan_budget(60, 45, requested=8, on_disk=16, rates=RATES, min_samples=16).samples == 8
+
+
+def test_the_probe_is_whole_per_process_and_never_more_than_is_missing():
+    assert budget.probe_size(400, 0, 1) == budget.PROBE_SAMPLES
+    assert budget.probe_size(400, 0, 3) == 18  # 6 per process
+    assert budget.probe_size(400, 395, 1) == 5
+    assert budget.probe_size(400, 400, 1) == 0
+
+
+def test_a_tight_budget_makes_fewer_rows_and_a_larger_one_adds_to_them(tiny_llama, tmp_path, one_torch_thread):
+    """make_rows for real on the tiny target: a budget the probe alone overruns stops at the probe's
+    rows; a re-run with time to spare keeps them and appends the rest; fewer samples read a prefix."""
+    from trtspec.convert.eagle3 import prepare
+    from trtspec.convert.eagle3 import store as eagle3_store
+    from trtspec.convert.eagle3.distributed import Dist
+    from trtspec.convert.eagle3.sources import DataSource
+    from trtspec.convert.target import load_causal_lm
+    from trtspec.spec.schema import Eagle3Training
+
+    model, tokenizer = load_causal_lm(tiny_llama, dtype="float32", trust_remote_code=False)
+    source = DataSource.from_settings(None, None).scan()
+    files, key = prepare.WorkFiles(tmp_path), {"target_sha256": "t", "data_sha256": source.sha256}
+    notes = []
+
+    def rows(samples: int, budget_s: float):
+        settings = Eagle3Training(num_samples=samples, answer_tokens=8, seq_len=64, batch_size=4,
+                                  generate_batch_size=8)
+        return prepare.make_rows(settings, model, tokenizer, source, files, key, dist=Dist(), report=notes.append,
+                                 budget_s=budget_s, started=time.monotonic(), finish_steps=2)
+
+    stats, plan = rows(40, budget_s=0.001)
+    assert (stats.count, plan.samples, plan.on_disk) == (budget.PROBE_SAMPLES, budget.PROBE_SAMPLES, 16)
+    assert any(getattr(n, "text", "").startswith("budget 0.0 min") for n in notes)
+    first = list(eagle3_store.read_rows(files.rows))
+    stats, plan = rows(40, budget_s=1e6)
+    assert (stats.count, plan.samples, plan.on_disk, plan.shrunk) == (40, 40, 32, False)  # 16 + a second probe
+    again = list(eagle3_store.read_rows(files.rows))
+    assert again[:16] == first and [i for i, _ in again] == list(range(40))
+    stats, plan = rows(10, budget_s=1e6)
+    assert (stats.count, plan.on_disk, plan.answers_s) == (10, 40, 0.0)
+    assert len(list(eagle3_store.read_rows(files.rows))) == 40  # nothing thrown away
