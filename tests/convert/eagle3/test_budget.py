@@ -147,3 +147,39 @@ def test_a_tight_budget_makes_fewer_rows_and_a_larger_one_adds_to_them(tiny_llam
     stats, plan = rows(10, budget_s=1e6)
     assert (stats.count, plan.on_disk, plan.answers_s) == (10, 40, 0.0)
     assert len(list(eagle3_store.read_rows(files.rows))) == 40  # nothing thrown away
+
+
+@pytest.mark.slow
+def test_convert_says_its_plan_and_vocabulary_and_reports_both(tiny_llama, tmp_path, eval_prompts_file, monkeypatch):
+    """The default (no draft_vocab_size) end to end on the tiny target, with the floor and the
+    multiple lowered to fit its 512-token vocabulary: a coverage-sized head exports and the cpu
+    engine drafts with it; the plan and the vocabulary are said in one line each and reported."""
+    from tests.convert.conftest import manifest, one_thread, run_cli, write_spec
+    from trtspec.convert.eagle3 import data as eagle3_data
+
+    monkeypatch.setattr(eagle3_data, "DRAFT_VOCAB_FLOOR", 32)
+    monkeypatch.setattr(eagle3_data, "DRAFT_VOCAB_MULTIPLE", 32)
+    spec = write_spec(tmp_path, tiny_llama, speculative={
+        "mode": "eagle3", "eagle3": {"num_samples": 20, "answer_tokens": 12, "max_steps": 3, "batch_size": 4,
+                                      "seq_len": 64, "checkpoint_every": 2}})
+    with one_thread():
+        result = run_cli("-c", str(spec), "--eval-prompts", str(eval_prompts_file), "--eval-tokens", "8")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    plan_lines = [line for line in lines if line.startswith("budget 15.0 min for the whole eagle3 stage")]
+    vocab_lines = [line for line in lines if line.startswith("draft vocabulary: ")]
+    assert len(plan_lines) == 1 and "for 20 samples" in plan_lines[0] and "16 made" in plan_lines[0]
+    assert len(vocab_lines) == 1 and "of 512 tokens" in vocab_lines[0] and "99%" in vocab_lines[0]
+    report = manifest(tmp_path / "work" / "checkpoints" / "eagle3")["report"]
+    data = report["data"]
+    assert data["draft_vocab_chosen_by"] == "coverage" and data["draft_vocab_coverage"] >= 0.99
+    assert data["draft_vocab_size"] % 32 == 0 and 32 <= data["draft_vocab_size"] < 512
+    assert f"{data['draft_vocab_size']:,} of 512 tokens" in vocab_lines[0]
+    plan = report["budget"]["plan"]
+    assert (plan["requested"], plan["samples"], plan["on_disk"], plan["budget_s"]) == (20, 20, 16, 900.0)
+    timings = report["timings"]
+    assert {"data_s", "features_s", "training_s", "finish_s", "total_s"} <= set(timings)
+    assert timings["total_s"] >= timings["data_s"] + timings["training_s"]
+    assert report["acceptance"]["method"].startswith("trtspec.runtime")  # the engine loaded the head
+    took = [line.strip() for line in lines if " of 15.0 min: data " in line]
+    assert len(took) == 1 and "(20 of 20 samples)" in took[0] and f"{data['draft_vocab_size']} tokens" in took[0]

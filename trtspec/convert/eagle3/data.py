@@ -221,14 +221,18 @@ def count_tokens(rows: Iterable[list[int]], vocab_size: int) -> torch.Tensor:
     return counts
 
 
-def coverage_vocab_size(counts: torch.Tensor, vocab_size: int, *, coverage: float = DRAFT_VOCAB_COVERAGE,
-                        multiple: int = DRAFT_VOCAB_MULTIPLE, floor: int = DRAFT_VOCAB_FLOOR) -> int:
+def coverage_vocab_size(counts: torch.Tensor, vocab_size: int, *, coverage: float | None = None,
+                        multiple: int | None = None, floor: int | None = None) -> int:
     """The fewest most-frequent tokens covering `coverage` of `counts`, rounded up to `multiple`,
-    at least `floor`, at most `vocab_size`.
+    at least `floor`, at most `vocab_size` (None: the DRAFT_VOCAB_* constants).
 
     `counts` is a [vocab_size] tensor of token counts (count_tokens over the answers).
     """
     import torch
+
+    coverage = DRAFT_VOCAB_COVERAGE if coverage is None else coverage
+    multiple = multiple or DRAFT_VOCAB_MULTIPLE
+    floor = DRAFT_VOCAB_FLOOR if floor is None else floor
 
     total = int(counts.sum())
     needed = 0

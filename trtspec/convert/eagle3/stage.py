@@ -2,7 +2,9 @@
 
 Runs in one process or in every process of a torchrun launch (`dist`); each phase is shared out
 over the processes (prepare, eagle3_train) and rank 0 alone writes the shared files, the
-export, the manifest and the report. Work files (resumable, not artifacts) live in
+export, the manifest and the report. `max_minutes` is the whole stage's budget (eagle3.budget):
+the data is sized to half of it from timed probes, training gets what is left, and the report
+keeps the plan beside the actual times. Work files (resumable, not artifacts) live in
 `Layout.checkpoint(".eagle3-work")`: the generated rows and target features (reused while what
 they depend on is unchanged), the training state and weight snapshots. The exported head goes
 atomically to `Layout.checkpoint("eagle3")`.
