@@ -89,7 +89,7 @@ class Eagle3Training(_Section):
     """Training sequence length (padded)."""
     draft_vocab_size: int | None = Field(None, ge=16)
     """Reduced draft vocabulary: the most frequent tokens of the target's answers, with a d2t map.
-    Empty: the fewest that cover 99% of the answer tokens, in multiples of 256, at least 1024
+    Empty: the fewest that cover 99% of the answer tokens, in multiples of 256, at least 4096
     (as EAGLE-3 keeps 32 k of Llama-3's 128 k); the target's vocabulary size keeps all of it."""
     checkpoint_every: int = Field(100, ge=1)
     """Save a resumable checkpoint every N steps."""

@@ -37,14 +37,14 @@ def test_the_fewest_most_frequent_tokens_that_reach_the_default_coverage():
 def test_the_size_is_rounded_up_floored_and_capped():
     from trtspec.convert.eagle3.data import coverage_vocab_size
 
-    # 1100 tokens said once each: 99 % needs 1089 of them -> 1280, the next multiple of 256
-    counts = counts_of({i: 1 for i in range(1100)}, 8192)
-    assert coverage_vocab_size(counts, 8192) == 1280
-    # a few frequent tokens: the floor (1024) keeps room for what small data did not show
-    assert coverage_vocab_size(counts_of({1: 5, 2: 5}, 8192), 8192) == 1024
+    # 5000 tokens said once each: 99 % needs 4950 of them -> 5120, the next multiple of 256
+    counts = counts_of({i: 1 for i in range(5000)}, 16384)
+    assert coverage_vocab_size(counts, 16384) == 5120
+    # a few frequent tokens: the floor (4096) keeps room for what small data did not show
+    assert coverage_vocab_size(counts_of({1: 5, 2: 5}, 16384), 16384) == 4096
     # never more than the target's vocabulary, and no data gives the floor
-    assert coverage_vocab_size(counts, 1000) == 1000
-    assert coverage_vocab_size(counts_of({}, 8192), 8192) == 1024
+    assert coverage_vocab_size(counts, 5000) == 5000
+    assert coverage_vocab_size(counts_of({}, 16384), 16384) == 4096
 
 
 def test_the_draft_vocabulary_counts_answers_not_prompts_and_keeps_an_explicit_size(tmp_path):
@@ -54,23 +54,23 @@ def test_the_draft_vocabulary_counts_answers_not_prompts_and_keeps_an_explicit_s
     from trtspec.convert.eagle3.distributed import Dist
 
     files = prepare.WorkFiles(tmp_path)
-    # prompts of 3 tokens from ids 2000-2999 (a chat template, a system prompt) and answers of
-    # 1100 distinct ids below 1100: only the answers decide the size and the coverage
-    rows = [(i, Row([2000 + i, 2000 + i, 2999] + list(range(i * 110, (i + 1) * 110)), 3)) for i in range(10)]
+    # prompts of 3 tokens from ids 10000-10999 (a chat template, a system prompt) and answers of
+    # 5000 distinct ids below 5000: only the answers decide the size and the coverage
+    rows = [(i, Row([10000 + i, 10000 + i, 10999] + list(range(i * 500, (i + 1) * 500)), 3)) for i in range(10)]
     eagle3_store.write_rows(files.rows, rows)
-    vocab = prepare.draft_vocabulary(files, 4096, None, rows=10, dist=Dist())
-    assert (vocab.size, vocab.answer_tokens, vocab.chosen_by) == (1280, 1100, "coverage")
-    assert vocab.coverage == 1.0 and not any(int(t) >= 2000 for t in vocab.kept)
-    assert "1,280 of 4,096 tokens, 100.00% of the 1,100 answer tokens" in vocab.line(4096)
-    # the first 5 rows only (a run that trains on fewer rows than the file holds): 550 answer tokens
-    assert prepare.draft_vocabulary(files, 4096, None, rows=5, dist=Dist()).answer_tokens == 550
+    vocab = prepare.draft_vocabulary(files, 16384, None, rows=10, dist=Dist())
+    assert (vocab.size, vocab.answer_tokens, vocab.chosen_by) == (5120, 5000, "coverage")
+    assert vocab.coverage == 1.0 and not any(int(t) >= 10000 for t in vocab.kept)
+    assert "5,120 of 16,384 tokens, 100.00% of the 5,000 answer tokens" in vocab.line(16384)
+    # the first 5 rows only (a run that trains on fewer rows than the file holds): 2500 answer tokens
+    assert prepare.draft_vocabulary(files, 16384, None, rows=5, dist=Dist()).answer_tokens == 2500
     # an explicit size is kept, and a size of the whole vocabulary means no reduced vocabulary
-    explicit = prepare.draft_vocabulary(files, 4096, 512, rows=10, dist=Dist())
-    assert (explicit.size, explicit.chosen_by) == (512, "spec") and explicit.coverage == pytest.approx(512 / 1100)
-    assert prepare.draft_vocabulary(files, 4096, 4096, rows=10, dist=Dist()).size is None
+    explicit = prepare.draft_vocabulary(files, 16384, 512, rows=10, dist=Dist())
+    assert (explicit.size, explicit.chosen_by) == (512, "spec") and explicit.coverage == pytest.approx(512 / 5000)
+    assert prepare.draft_vocabulary(files, 16384, 16384, rows=10, dist=Dist()).size is None
     # a rows file from before answer starts were kept counts whole rows
     eagle3_store.write_rows(files.rows, [(i, row.ids) for i, row in rows])
-    assert prepare.draft_vocabulary(files, 4096, None, rows=10, dist=Dist()).answer_tokens == 1130
+    assert prepare.draft_vocabulary(files, 16384, None, rows=10, dist=Dist()).answer_tokens == 5030
 
 
 # --- the budget plan ----------------------------------------------------------------------------
