@@ -60,7 +60,8 @@ LAUNCH_OPTIONS = {"nproc_per_node", "nnodes", "rdzv_endpoint", "dry_run"}
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default=None,
               help="Where EAGLE-3 features and training run (overrides speculative.eagle3.device).")
 @click.option("--max-minutes", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="EAGLE-3 training wall-clock budget; every process stops at the same step.")
+              help="Wall-clock budget of the whole EAGLE-3 stage (answers, features, training, report); "
+                   "fewer answers where they would take over half of it; every process stops at the same step.")
 @click.option("--max-steps", type=click.IntRange(min=1), default=None, help="EAGLE-3 optimizer steps at most.")
 @click.option("--nproc-per-node", type=click.IntRange(min=1), default=None,
               help="Run EAGLE-3 training as N data-parallel processes on this node, started by torchrun "
@@ -203,6 +204,11 @@ class Bars:
         self.progress.stop()
 
     def __call__(self, event) -> None:
+        from trtspec.convert.progress import Note
+
+        if isinstance(event, Note):
+            self.console.print(event.text, soft_wrap=True)
+            return
         if event.phase not in self.tasks:
             task = self.progress.add_task(event.phase, total=event.total, unit=event.unit, rate="", info="")
             self.tasks[event.phase] = (task, time.monotonic())
@@ -234,11 +240,26 @@ def _print_results(results, curve) -> None:
                        f"on {training.get('device', 'cpu')}{_machine(training.get('machine'))}, "
                        f"{training.get('processes', 1)} process(es), "
                        f"{training.get('tokens_per_s') or '-'} tokens/s); method: {acc['method']}")
+        if "budget" in report:
+            click.echo(f"{'':<18} {_budget(report)}")
         if report.get("warning"):
             click.secho(f"warning: {report['warning']}", fg="yellow", err=True)
     for point in curve or []:
         click.echo(f"curve: step {point['step']:>5} {point['seconds']:>7.0f} s  mean acceptance length "
                    f"{point['mean_acceptance_length']}  per position {point['acceptance_per_position']}")
+
+
+def _budget(report: dict) -> str:
+    """The eagle3 stage's time against its budget: what was planned, what each part took."""
+    plan, timings, data = report["budget"]["plan"], report.get("timings", {}), report.get("data", {})
+
+    def minutes(name: str) -> str:
+        return f"{timings[name] / 60:.1f}" if name in timings else "-"
+
+    return (f"{minutes('total_s')} of {plan['budget_s'] / 60:.1f} min: data {minutes('data_s')} "
+            f"({plan['samples']} of {plan['requested']} samples), features {minutes('features_s')}, training "
+            f"{minutes('training_s')}, export and acceptance {minutes('finish_s')}; draft vocabulary "
+            f"{data.get('draft_vocab_size', 0):,} tokens ({data.get('draft_vocab_coverage', 0):.2%} of the answers)")
 
 
 def _machine(machine: dict | None) -> str:

@@ -6,6 +6,10 @@ text (loss, accuracy). The callback receives every event; a drawer keeps one bar
 
     counter = Phase(report, "features", total=len(rows), unit="rows")
     counter.advance(8, tokens=8 * 195)
+
+A `Note` is a one-line message through the same callback (a plan, a choice made for the user):
+
+    note(report, "draft vocabulary: 4,096 of 49,152 tokens, 99.0 % of the answer tokens")
 """
 
 from __future__ import annotations
@@ -24,11 +28,20 @@ class ProgressEvent:
     info: str = ""
 
 
-Reporter = Callable[[ProgressEvent], None]
+@dataclass(frozen=True)
+class Note:
+    text: str
 
 
-def silent(event: ProgressEvent) -> None:
+Reporter = Callable[[ProgressEvent | Note], None]
+
+
+def silent(event: ProgressEvent | Note) -> None:
     """A Reporter that draws nothing (tests, processes other than rank 0)."""
+
+
+def note(report: Reporter | None, text: str) -> None:
+    (report or silent)(Note(text))
 
 
 class Phase:

@@ -89,12 +89,15 @@ def test_multi_turn_rows_carry_the_targets_own_earlier_answers(tiny_llama, one_t
     source = _source(SHAREGPT)
     samples = list(iter_samples(source, 5))
     assert [s.index for s in samples] == [0, 1, 2, 3, 4] and [s.sampled for s in samples] == [False] * 4 + [True]
-    rows = dict(generate_rows(model, tokenizer, samples[:1], answer_tokens=6, max_context=10_000))
+    rows = {index: row.ids for index, row in generate_rows(model, tokenizer, samples[:1], answer_tokens=6,
+                                                           max_context=10_000)}
     system, first, _, second, _ = samples[0].conversation.messages
     # the first turn alone, generated the same way
-    [(_, alone)] = generate_rows(model, tokenizer, [Sample(0, Conversation(0, (system, first)), False)],
-                                 answer_tokens=6, max_context=10_000)
+    [(_, alone_row)] = generate_rows(model, tokenizer, [Sample(0, Conversation(0, (system, first)), False)],
+                                     answer_tokens=6, max_context=10_000)
     first_context = conversation_ids(tokenizer, [system, first], add_generation_prompt=True)
+    alone = alone_row.ids
+    assert alone_row.answer_start == len(first_context)  # what the draft vocabulary is counted over
     first_answer = tokenizer.decode(alone[len(first_context):], skip_special_tokens=True)
     context = conversation_ids(tokenizer, [system, first, {"role": "assistant", "content": first_answer}, second],
                                add_generation_prompt=True)
@@ -102,10 +105,11 @@ def test_multi_turn_rows_carry_the_targets_own_earlier_answers(tiny_llama, one_t
     assert rows[0][:len(first_context)] == first_context
     # a context already at max_context tokens: the later turn is not generated
     [(_, short)] = generate_rows(model, tokenizer, samples[:1], answer_tokens=6, max_context=len(first_context))
-    assert short == alone
+    assert short.ids == alone
     # one-turn records keep the one rule of trtspec.chat: prompt_ids is the row's start
     [(_, single)] = generate_rows(model, tokenizer, [samples[1]], answer_tokens=4, max_context=10_000)
-    assert single[:len(prompt_ids(tokenizer, "def add(a, b):"))] == prompt_ids(tokenizer, "def add(a, b):")
+    assert single.ids[:len(prompt_ids(tokenizer, "def add(a, b):"))] == prompt_ids(tokenizer, "def add(a, b):")
+    assert single.answer_start == len(prompt_ids(tokenizer, "def add(a, b):"))
 
 
 @pytest.mark.slow

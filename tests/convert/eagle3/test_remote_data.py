@@ -61,11 +61,12 @@ def test_server_answers_are_the_in_process_targets_greedy_answers(server, tiny_l
     assert [index for index, _ in remote] == list(range(len(PROMPTS)))  # in sample order
     for prompt, (_, by_server), (_, in_process) in zip(PROMPTS, remote, local, strict=True):
         context = prompt_ids(tokenizer, prompt)
-        assert by_server[:len(context)] == in_process[:len(context)] == context
-        served, local_answer = (tokenizer.decode(row[len(context):], skip_special_tokens=True)
+        assert by_server.ids[:len(context)] == in_process.ids[:len(context)] == context
+        assert by_server.answer_start == in_process.answer_start == len(context)
+        served, local_answer = (tokenizer.decode(row.ids[len(context):], skip_special_tokens=True)
                                 for row in (by_server, in_process))
         assert served == local_answer and served
-        assert (by_server[-1] == tokenizer.eos_token_id) == (in_process[-1] == tokenizer.eos_token_id)
+        assert (by_server.ids[-1] == tokenizer.eos_token_id) == (in_process.ids[-1] == tokenizer.eos_token_id)
 
 
 def test_cli_trains_on_answers_generated_by_the_server(server, tiny_llama, prompts_file, tmp_path, eval_prompts_file):

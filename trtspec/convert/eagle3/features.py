@@ -103,3 +103,24 @@ def fill_store(eagle_model, store: FeatureStore, rows: Iterator[tuple[int, list[
             flush()
     if batch:
         flush()
+
+
+def time_forwards(model, rows: list[list[int]], *, seq_len: int, pad_id: int) -> tuple[float, float]:
+    """(seconds per row of a feature pass over `rows`, seconds of a one-row 16-token forward): the
+    target's costs, timed on this machine for the time budget (eagle3.budget)."""
+    import time
+
+    import torch
+
+    length = min(seq_len, max(len(row) for row in rows))
+    input_ids, attention = pack(rows, length, pad_id, model.device)
+    with torch.no_grad():
+        clock = time.perf_counter()
+        model(input_ids=input_ids, attention_mask=attention)
+        per_row = (time.perf_counter() - clock) / len(rows)
+        steps = []
+        for _ in range(2):
+            clock = time.perf_counter()
+            model(input_ids=input_ids[:1, :16])
+            steps.append(time.perf_counter() - clock)
+    return per_row, min(steps)

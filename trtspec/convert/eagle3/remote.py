@@ -24,21 +24,21 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from trtspec.chat import conversation_ids, conversation_text
-from trtspec.convert.eagle3.data import SAMPLED_TEMPERATURE, Dialogue, Sample
+from trtspec.convert.eagle3.data import SAMPLED_TEMPERATURE, Dialogue, Row, Sample
 from trtspec.convert.progress import Phase
 from trtspec.errors import ServerError, TrtSpecError
 
 
 def generate_rows_remote(url: str, tokenizer, samples: Iterable[Sample], *, answer_tokens: int, max_context: int,
                          concurrency: int = 8, phase: Phase | None = None,
-                         model: str = "tensorrt_llm") -> Iterator[tuple[int, list[int]]]:
+                         model: str = "tensorrt_llm") -> Iterator[tuple[int, Row]]:
     """(sample index, row) for every sample, in order, answered by the server at `url` (gRPC host:port)."""
     from trtspec.client.triton import TritonLLMClient
 
     client = TritonLLMClient(url, model)
     one_turn_only = "speculative" in client.input_types  # trtspec's cpu model templates text_input itself
 
-    def answer(sample: Sample) -> tuple[int, list[int]]:
+    def answer(sample: Sample) -> tuple[int, Row]:
         dialogue = Dialogue(sample, max_context)
         while dialogue.wants_answer():
             messages = dialogue.context_messages()
@@ -75,7 +75,7 @@ def generate_rows_remote(url: str, tokenizer, samples: Iterable[Sample], *, answ
             client.close()
 
 
-def _done(future, phase: Phase | None) -> tuple[int, list[int]]:
+def _done(future, phase: Phase | None) -> tuple[int, Row]:
     row = future.result()
     if phase:
         phase.advance(1)

@@ -2,7 +2,9 @@
 
 Runs in one process or in every process of a torchrun launch (`dist`); each phase is shared out
 over the processes (prepare, eagle3_train) and rank 0 alone writes the shared files, the
-export, the manifest and the report. Work files (resumable, not artifacts) live in
+export, the manifest and the report. `max_minutes` is the whole stage's budget (eagle3.budget):
+the data is sized to half of it from timed probes, training gets what is left, and the report
+keeps the plan beside the actual times. Work files (resumable, not artifacts) live in
 `Layout.checkpoint(".eagle3-work")`: the generated rows and target features (reused while what
 they depend on is unchanged), the training state and weight snapshots. The exported head goes
 atomically to `Layout.checkpoint("eagle3")`.
@@ -17,13 +19,14 @@ from typing import Any
 
 from trtspec import artifacts
 from trtspec.convert import reports
+from trtspec.convert.eagle3 import budget, prepare
+from trtspec.convert.eagle3 import data as eagle3_data
 from trtspec.convert.eagle3 import export as eagle3_export
-from trtspec.convert.eagle3 import prepare
 from trtspec.convert.eagle3 import train as eagle3_train
 from trtspec.convert.eagle3.device import Placement
 from trtspec.convert.eagle3.distributed import Dist
 from trtspec.convert.eagle3.sources import DataSource
-from trtspec.convert.progress import Phase, Reporter
+from trtspec.convert.progress import Phase, Reporter, note
 from trtspec.convert.target import StageResult, load_causal_lm
 from trtspec.errors import TrtSpecError
 
@@ -37,16 +40,25 @@ BUDGET_FIELDS = ("max_steps", "max_minutes", "checkpoint_every")
 
 
 def eagle3_inputs(spec, target_sha: str, source: DataSource) -> dict[str, Any]:
-    """What the head depends on: the target, the data and every training setting."""
-    return {"target_sha256": target_sha, "data_sha256": source.sha256,
-            "eagle3": spec.speculative.eagle3.model_dump(mode="json", exclude={"prompts", "data", *PLACEMENT_FIELDS})}
+    """What the head depends on: the target, the data, every training setting, and the rule that
+    sizes the draft vocabulary when the spec leaves it empty."""
+    inputs = {"target_sha256": target_sha, "data_sha256": source.sha256,
+              "eagle3": spec.speculative.eagle3.model_dump(mode="json", exclude={"prompts", "data", *PLACEMENT_FIELDS})}
+    if spec.speculative.eagle3.draft_vocab_size is None:
+        inputs["draft_vocab_rule"] = {"coverage": eagle3_data.DRAFT_VOCAB_COVERAGE,
+                                      "multiple": eagle3_data.DRAFT_VOCAB_MULTIPLE,
+                                      "floor": eagle3_data.DRAFT_VOCAB_FLOOR}
+    return inputs
 
 
-def train_state_key(inputs: dict[str, Any]) -> dict[str, Any]:
-    """The eagle3 inputs minus the budget fields, as JSON-normalised data."""
+def train_state_key(inputs: dict[str, Any], feature_key: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The eagle3 inputs minus the budget fields, plus the draft vocabulary the head was shaped
+    with (it follows the rows a budget made), as JSON-normalised data."""
     key = json.loads(json.dumps(inputs))
     for name in BUDGET_FIELDS:
         key["eagle3"].pop(name, None)
+    if feature_key is not None:
+        key["draft_vocab"] = {"size": feature_key["draft_vocab_size"], "kept_sha256": feature_key["kept_sha256"]}
     return key
 
 
@@ -63,68 +75,86 @@ def run_eagle3(spec, layout, target_dir: Path, target_sha: str, source: DataSour
     if dry_run:
         return StageResult("eagle3", final, "planned")
     dist.check_shared_dir(files.root)
+    started = time.monotonic()  # the budget's clock: max_minutes is the whole stage
+    budget_s = settings.max_minutes * 60
     target_config = json.loads((target_dir / "config.json").read_text())
     model, tokenizer = load_causal_lm(target_dir, dtype=spec.model.dtype, trust_remote_code=spec.model.trust_remote_code)
     model.to(placement.device)
 
-    # 1. self-distilled rows: the target answers the conversations (each rank its share)
-    data_key = {"target_sha256": target_sha, "data_sha256": source.sha256, "num_samples": settings.num_samples,
-                "answer_tokens": settings.answer_tokens, "seq_len": settings.seq_len}
-    started = time.monotonic()
-    stats = prepare.make_rows(settings, model, tokenizer, source, files, data_key, dist=dist, report=report)
+    # 1. self-distilled rows: the target answers the conversations (each rank its share), as many
+    #    as the budget allows (a timed probe of the first answers plans the rest; eagle3.budget)
+    data_key = {"target_sha256": target_sha, "data_sha256": source.sha256, "answer_tokens": settings.answer_tokens,
+                "seq_len": settings.seq_len}
+    stats, plan = prepare.make_rows(settings, model, tokenizer, source, files, data_key, dist=dist, report=report,
+                                    budget_s=budget_s, started=started, finish_steps=len(eval_prompts) * eval_tokens)
     timings = {"data_s": round(time.monotonic() - started, 1)}
     batch_size = min(settings.batch_size, stats.count)
     if batch_size < dist.world_size:
         raise TrtSpecError(f"a global batch of {batch_size} rows cannot be shared by {dist.world_size} processes",
                            fix="raise speculative.eagle3.batch_size (and num_samples) or use fewer processes")
 
-    # 2. ModelOpt EAGLE-3 convert, sized from the target (optional reduced vocabulary + d2t)
+    # 2. ModelOpt EAGLE-3 convert, sized from the target, with a draft vocabulary sized to the
+    #    answers' coverage unless the spec sets one (+ d2t)
     import torch
 
-    draft_vocab, kept, d2t, coverage = prepare.draft_vocabulary(
-        files, target_config["vocab_size"], settings.draft_vocab_size, dist=dist)
+    vocab = prepare.draft_vocabulary(files, target_config["vocab_size"], settings.draft_vocab_size, rows=stats.count,
+                                     dist=dist)
+    note(report, vocab.line(target_config["vocab_size"]))
     torch.manual_seed(settings.seed)
-    eagle3_train.convert_eagle3(model, target_config, draft_vocab_size=draft_vocab, kept_ids=kept, d2t=d2t)
+    eagle3_train.convert_eagle3(model, target_config, draft_vocab_size=vocab.size, kept_ids=vocab.kept, d2t=vocab.d2t)
     model.to(placement.device)
 
     # 3. features: one frozen-target pass over every row, computed only when training has steps left
-    feature_key = {"rows": data_key, "dtype": spec.model.dtype, "aux_layers": model.eagle_config.eagle_aux_hidden_state_layer_ids,
-                   "draft_vocab_size": draft_vocab, "kept_sha256": prepare.ids_sha256(kept)}
+    feature_key = {"rows": {**data_key, "count": stats.count}, "dtype": spec.model.dtype,
+                   "aux_layers": model.eagle_config.eagle_aux_hidden_state_layer_ids,
+                   "draft_vocab_size": vocab.size, "kept_sha256": prepare.ids_sha256(vocab.kept)}
 
     def features():
-        started = time.monotonic()
+        clock = time.monotonic()
         store = prepare.make_features(model, tokenizer, files, stats, feature_key, seq_len=settings.seq_len,
-                                             dist=dist, report=report)
-        timings["features_s"] = round(time.monotonic() - started, 1)
+                                      dist=dist, report=report)
+        timings["features_s"] = round(time.monotonic() - clock, 1)
+        # training gets what the budget has left now that the features are made (or reused)
+        train_settings.max_seconds = dist.broadcast(
+            budget.training_seconds(budget_s, time.monotonic() - started, plan.finish_s))
         return store
 
-    # 4. budgeted training, resumable while everything but the budget is unchanged
-    state_key = files.root / "train-inputs.json"
-    if dist.is_main and (not state_key.exists() or artifacts.read_json(state_key) != train_state_key(inputs)):
+    # 4. budgeted training, resumable while everything but the budget is unchanged; it gets what
+    #    the budget has left once the data is made (the feature pass, when needed, comes out of it)
+    state_key, state_inputs = files.root / "train-inputs.json", train_state_key(inputs, feature_key)
+    if dist.is_main and (not state_key.exists() or artifacts.read_json(state_key) != state_inputs):
         for stale in [files.root / "state.pt", *sorted((files.root / "snapshots").glob("*.pt"))]:
             stale.unlink(missing_ok=True)
-        artifacts.write_json(state_key, train_state_key(inputs))
+        artifacts.write_json(state_key, state_inputs)
     dist.barrier()
+    # until the features are made, training's share assumes the planned feature pass
+    planned_s = budget.training_seconds(budget_s, time.monotonic() - started + plan.features_s, plan.finish_s)
     train_settings = eagle3_train.TrainSettings(
-        max_steps=settings.max_steps, max_seconds=settings.max_minutes * 60, learning_rate=settings.learning_rate,
+        max_steps=settings.max_steps, max_seconds=dist.broadcast(planned_s), learning_rate=settings.learning_rate,
         batch_size=batch_size, micro_batch_size=settings.micro_batch_size, checkpoint_every=settings.checkpoint_every,
         seed=settings.seed)
+    clock = time.monotonic()
     result = eagle3_train.train_eagle3(model, features, train_settings, placement, files.root, dist=dist,
                                        on_step=_training_progress(report, train_settings, dist))
+    timings["training_s"] = round(time.monotonic() - clock - timings.get("features_s", 0.0), 1)
     if not dist.is_main:
         return StageResult("eagle3", final, "written")
 
     # 5. rank 0: export, acceptance on held-out prompts, manifest
+    clock = time.monotonic()
     report_data = {"training": {**result.to_dict(), "history": result.history[-20:], "dtype": placement.dtype,
                                 "device": str(placement.device), "processes": dist.world_size,
                                 "backend": dist.backend or "none", "global_batch": batch_size,
                                 "tokens_per_s": _tokens_per_second(result), "machine": reports.machine_summary()},
                    "timings": timings,
+                   "budget": {"plan": plan.to_dict(), "training_s": round(train_settings.max_seconds, 1)},
                    "data": {"source": source.label, "records": source.count, "sequences": stats.count,
+                            "requested_samples": settings.num_samples,
                             "tokens": stats.tokens, "row_length": min(settings.seq_len, stats.longest),
                             "generated_by": settings.generate_url or "in-process target",
-                            "draft_vocab_size": draft_vocab or target_config["vocab_size"],
-                            "draft_vocab_coverage": round(coverage, 4)}}
+                            "draft_vocab_size": vocab.size or target_config["vocab_size"],
+                            "draft_vocab_coverage": round(vocab.coverage, 4),
+                            "draft_vocab_chosen_by": vocab.chosen_by, "answer_tokens": vocab.answer_tokens}}
     with artifacts.atomic_dir(final) as staging:
         eagle3_export.export_eagle3(model, staging)
         report_data["export"] = eagle3_export.check_eagle3_export(staging, target_config)
@@ -134,6 +164,8 @@ def run_eagle3(spec, layout, target_dir: Path, target_sha: str, source: DataSour
         warning = reports.low_acceptance_warning(report_data["acceptance"])
         if warning:
             report_data["warning"] = warning
+        timings["finish_s"] = round(time.monotonic() - clock, 1)
+        timings["total_s"] = round(time.monotonic() - started, 1)
         manifest = artifacts.write_manifest(
             staging, "eagle3", source=str(target_dir), target_sha256=target_sha,
             weights_sha256=artifacts.weights_sha256(staging), inputs=inputs,

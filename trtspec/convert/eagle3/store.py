@@ -1,8 +1,10 @@
 """On-disk stores of EAGLE-3 training data, read and written a row at a time (nothing loads whole).
 
-Rows file (`sequences.jsonl`): one {"i": sample index, "ids": [...]} per line, in sample order.
-Each rank writes its own shard; rank 0 merges the shards (sample i is in shard i mod world_size)
-and nobody ever holds the whole list.
+Rows file (`sequences.jsonl`): one {"i": sample index, "ids": [...], "a": answer start} per line,
+in sample order. Each rank writes its own shard; rank 0 merges the shards (sample i is in shard i
+mod world_size, counted from the first sample of the round) behind the rows already there, and
+nobody ever holds the whole list. Readers take the first `limit` rows: a file may hold more
+samples than this run trains on.
 
 Feature store (`features/`): one flat binary file per array, `rows x <row shape>` in a fixed
 dtype, plus meta.json (shapes, dtypes, the key it was made from, complete or not). Rows are
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trtspec import artifacts
+from trtspec.convert.eagle3.data import Row
 
 if TYPE_CHECKING:
     import torch
@@ -28,40 +31,66 @@ if TYPE_CHECKING:
 # --- rows (token ids of each training sequence) ---------------------------------------------
 
 
-def write_rows(path: Path, rows: Iterable[tuple[int, list[int]]]) -> int:
-    """Write (index, ids) rows as JSONL through a .partial file renamed at the end; return the count."""
+def write_rows(path: Path, rows: Iterable[tuple[int, Any]]) -> int:
+    """Write (index, row) rows as JSONL through a .partial file renamed at the end; return the count.
+
+    A row is a list of ids or a Row (ids + answer_start, kept as "a")."""
     partial = path.with_name(path.name + ".partial")
     count = 0
     with open(partial, "w") as handle:
-        for index, ids in rows:
-            handle.write(json.dumps({"i": index, "ids": ids}) + "\n")
+        for index, row in rows:
+            record = {"i": index, "ids": row} if isinstance(row, list) else {"i": index, "ids": row.ids,
+                                                                             "a": row.answer_start}
+            handle.write(json.dumps(record) + "\n")
             count += 1
     os.replace(partial, path)
     return count
 
 
-def read_rows(path: Path) -> Iterator[tuple[int, list[int]]]:
+def read_records(path: Path, limit: int | None = None) -> Iterator[dict[str, Any]]:
+    """The first `limit` (all: None) {"i", "ids"[, "a"]} records of a rows file, streamed."""
     with open(path) as handle:
-        for line in handle:
-            record = json.loads(line)
-            yield record["i"], record["ids"]
+        for number, line in enumerate(handle):
+            if limit is not None and number >= limit:
+                return
+            yield json.loads(line)
 
 
-def merge_shards(shards: list[Path], destination: Path) -> int:
-    """Interleave per-rank shards back into sample order (sample i came from shard i mod len(shards))."""
-    readers = [read_rows(shard) for shard in shards]
+def read_rows(path: Path, limit: int | None = None) -> Iterator[tuple[int, list[int]]]:
+    for record in read_records(path, limit):
+        yield record["i"], record["ids"]
 
-    def interleaved() -> Iterator[tuple[int, list[int]]]:
+
+def read_answers(path: Path, limit: int | None = None) -> Iterator[list[int]]:
+    """The answer ids of each row (the whole row where the file predates answer starts)."""
+    for record in read_records(path, limit):
+        yield record["ids"][record.get("a", 0):]
+
+
+def merge_shards(shards: list[Path], destination: Path, *, head: Path | None = None,
+                 head_rows: int = 0) -> int:
+    """Interleave per-rank shards back into sample order (the j-th sample after the head came from
+    shard j mod len(shards)), after the first `head_rows` rows of `head` (rows made earlier)."""
+    readers = [read_records(shard) for shard in shards]
+
+    def interleaved() -> Iterator[tuple[int, Any]]:
+        if head is not None:
+            for record in read_records(head, head_rows):
+                yield record["i"], _stored(record)
         live = list(readers)
         while live:
             for reader in list(live):
-                row = next(reader, None)
-                if row is None:
+                record = next(reader, None)
+                if record is None:
                     live.remove(reader)
                 else:
-                    yield row
+                    yield record["i"], _stored(record)
 
     return write_rows(destination, interleaved())
+
+
+def _stored(record: dict[str, Any]) -> Row | list[int]:
+    return Row(record["ids"], record["a"]) if "a" in record else record["ids"]
 
 
 @dataclass(frozen=True)
@@ -71,9 +100,9 @@ class RowStats:
     tokens: int
 
 
-def scan_rows(path: Path) -> RowStats:
+def scan_rows(path: Path, limit: int | None = None) -> RowStats:
     count = longest = tokens = 0
-    for _, ids in read_rows(path):
+    for _, ids in read_rows(path, limit):
         count, longest, tokens = count + 1, max(longest, len(ids)), tokens + len(ids)
     return RowStats(count, longest, tokens)
 

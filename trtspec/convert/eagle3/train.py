@@ -16,8 +16,9 @@ torch DDP, which all-reduces the head's gradients. Per step:
   # 5. one all-reduce of [loss, accuracy..., rank 0's clock]: every process logs the same figures
   #    and takes the same stop decision at the same step
   # 6. rank 0: every `checkpoint_every` steps a resumable state and a weights snapshot
-It stops at `max_steps` or the wall-clock budget, whichever comes first; a killed run (or one
-given a larger budget, see eagle3.train_state_key) resumes from its last state when called again,
+It stops at `max_steps` or its wall-clock share (what eagle3.budget leaves it), whichever comes
+first; a killed run (or one given a larger budget, see eagle3.train_state_key) resumes from its
+last state when called again,
 with any number of processes: nothing in the state depends on the world size.
 """
 
