@@ -194,11 +194,11 @@ def test_the_load_policys_choices_come_from_server_step_counters():
     other counters and zero deltas are ignored; no such counters -> None."""
     from trtspec.bench.metrics import steps_by_draft
 
-    delta = {'trtspec:engine_steps{draft="chain 4",model="m",version="1"}': 30.0,
+    delta = {'trtspec:engine_steps{draft="chain:4",model="m",version="1"}': 30.0,
              'trtspec:engine_steps{draft="off",model="m",version="1"}': 50.0,
-             'trtspec:engine_steps{draft="probe",model="m",version="1"}': 6.0,
-             'trtspec:engine_steps{draft="plain",model="m",version="1"}': 0.0,
+             'trtspec:engine_steps{draft="probe:chain:4",model="m",version="1"}': 6.0,
+             'trtspec:engine_steps{draft="chain:2",model="m",version="1"}': 0.0,
              "trtspec:spec_decode_num_drafts": 12.0}
-    assert steps_by_draft(delta) == {"off": 50, "chain 4": 30, "probe": 6}
+    assert steps_by_draft(delta) == {"off": 50, "chain:4": 30, "probe:chain:4": 6}
     assert steps_by_draft({"trtspec:spec_decode_num_drafts": 3.0}) is None
     assert steps_by_draft(None) is None

@@ -97,3 +97,23 @@ def test_a_lone_window_forms_no_group():
     _, kvs = _pool_with_sequences([10, 100, 200])
     layout = Layout.build(kvs, [1, 1, 1], [None] * 3)
     assert Group.plan(layout.entries, HEADS, KV_HEADS, HEAD_DIM, layout.min_rows, torch.float32) == []
+
+
+def test_with_autograd_on_every_sequence_takes_the_single_path():
+    """A forward that records gradients (outside inference mode, queries requiring grad) cannot
+    write products into the group's buffers; it gets the per-sequence path and the same numbers."""
+    lengths = [70, 80]
+    generator = torch.Generator().manual_seed(3)
+    queries = torch.randn(1, HEADS, 2, HEAD_DIM, generator=generator)
+    keys = torch.randn(1, KV_HEADS, 2, HEAD_DIM, generator=generator)
+    values = torch.randn(1, KV_HEADS, 2, HEAD_DIM, generator=generator)
+    pool, kvs = _pool_with_sequences(lengths)
+    snapshot = [tensor.clone() for tensor in (pool.keys[0], pool.values[0])]
+    _, grouped = _attend(kvs, [1, 1], [None, None], queries, keys, values)
+    pool.keys[0].copy_(snapshot[0])
+    pool.values[0].copy_(snapshot[1])
+    for kv, length in zip(kvs, lengths, strict=True):
+        kv.length = length
+    layout, recorded = _attend(kvs, [1, 1], [None, None], queries.clone().requires_grad_(), keys, values)
+    assert layout.groups == [] and recorded.requires_grad
+    assert torch.equal(recorded.detach(), grouped)

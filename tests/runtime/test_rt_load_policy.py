@@ -224,3 +224,25 @@ def test_a_dear_drafter_tips_the_choice_from_tree_to_chain():
             paid.observe_draft(rows, 1, 0.004 + 0.001 * rows)
     assert free.choose(2, shape).key == "tree:4,4,8"
     assert paid.choose(2, shape).key == "chain:1"  # 1.08x the 16-node tree, the best of the trees
+
+
+def test_a_draft_must_beat_plain_decoding_by_the_margin():
+    """Estimates within SPEC_MARGIN of plain decoding choose plain decoding: a wrong 'draft' loses,
+    a wrong 'off' does not. Hand-made costs: a target forward costs 1 + 0.02 n (n tokens), at batch
+    8 and acceptance q per position a chain of 1 gives 8 (1 + q) / (1 + 0.02 * 16) against 8 / 1.16
+    for off (8 tokens), i.e. (1 + q) 1.16 / 1.32 times off's rate."""
+    from trtspec.runtime.load_policy import SPEC_MARGIN
+
+    def model_with(q: float) -> CostModel:
+        model = CostModel(1, drafts_cost=False)
+        for n in (8, 16, 24, 32) * 20:
+            model.observe_forward(n, 1.0 + 0.02 * n)
+        for i in range(400):  # accepted evenly spread: a share q of the drafts
+            model.observe_verify(1, int((i + 1) * q) - int(i * q))
+        return model
+
+    # q = 0.20: the chain is estimated 1.06x off, above the margin: draft
+    assert model_with(0.20).best_length(8) == 1
+    # q = 0.16: estimated 1.03x off, inside the margin: plain decoding
+    assert model_with(0.16).best_length(8) == 0
+    assert 0.03 < SPEC_MARGIN < 0.06

@@ -298,22 +298,3 @@ def _steer_trees_to_the_target(engine, target_dir):
         return drafts
 
     engine.drafter.propose_batch = steered
-
-
-def test_steps_are_counted_by_the_draft_the_load_policy_chose(ngram_engine):
-    """steps_by_draft says what each decode step drafted: a lone request with max_draft_len 2
-    drafts chains of 2 (alone the engine always drafts); without speculation every step is
-    'plain'; with a schedule that turns drafting off from 2 sequences, a batch of 4 is 'off'.
-    Snapshots are copies that later steps do not change."""
-    prompt = [9, 8, 7, 9, 8, 7, 9]
-    with ngram_engine.variant(max_draft_len=2) as engine:
-        engine.generate(prompt, max_new_tokens=12)
-        alone = engine.scheduler.snapshot().steps_by_draft
-        engine.generate(prompt, max_new_tokens=12, speculative=False)
-        after_plain = engine.scheduler.snapshot().steps_by_draft
-    assert set(alone) == {"chain 2"} and alone["chain 2"] > 0
-    assert after_plain["chain 2"] == alone["chain 2"] and after_plain["plain"] > 0
-    with ngram_engine.variant(draft_len_schedule=[[1, 4], [2, 0]]) as engine:
-        _concurrently(engine, PROMPTS[:4], max_new_tokens=12)
-        counted = engine.scheduler.snapshot().steps_by_draft
-    assert counted.get("off", 0) > 0 and "plain" not in counted

@@ -124,6 +124,14 @@ def test_metrics_show_speculative_counters_rising(served):
     assert metric_total(after, names[2]) - metric_total(before, names[2]) == result["total_accepted_draft_tokens"]
     assert metric_total(after, names[3]) - metric_total(before, names[3]) == result["total_accepted_draft_tokens"]
     assert any('position="0"' in key for key in after if key.startswith(names[3]))
+    # a lone request drafts max_draft_len every step, so its steps are counted as chains in the
+    # load policy's per-step counter; the engine ran at least one such step per draft
+    from trtspec.bench.metrics import steps_by_draft
+
+    steps = steps_by_draft({key: value - before.get(key, 0) for key, value in after.items()})
+    assert steps is not None and set(steps) <= {"chain:1", "chain:2", "chain:3", "chain:4", "chain:5", "chain:6",
+                                                "chain:7", "chain:8"}
+    assert sum(steps.values()) >= result["num_drafts"]
 
 
 def test_client_that_disconnects_mid_stream_frees_its_sequence(served, expected):

@@ -205,8 +205,9 @@ STEPS_METRIC = "trtspec:engine_steps"
 
 
 def steps_by_draft(delta: dict[str, float] | None) -> dict[str, int] | None:
-    """The server's decode steps by the draft its load policy chose (diffed
-    `trtspec:engine_steps{draft="chain 4"}` counters), most frequent first; None without them."""
+    """The server's steps by the draft its load policy chose (diffed `trtspec:engine_steps{draft="chain:4"}`
+    counters: off, chain:K, tree:..., probe:...), most frequent first; None without them (a baseline
+    cell: steps without speculating sequences are not counted)."""
     counts: dict[str, int] = {}
     for key, value in (delta or {}).items():
         if key.startswith(STEPS_METRIC + "{") and (match := _DRAFT_LABEL.search(key)) and value > 0:

@@ -23,7 +23,7 @@ here, so the serving code is versioned, linted and tested with the rest of trtsp
   num_requests_cancelled, num_requests_failed (label `reason`: invalid | busy | internal);
   gauges num_requests_running (the batch), num_requests_waiting (the queue), kv_cache_blocks_used,
   kv_cache_blocks_total, spec_decode_draft_len (the last step's); counter engine_steps (label
-  `draft`: the load policy's choice per decode step, plain | off | probe | chain K | tree N). Triton's own
+  `draft`: the load policy's choice per step, SchedulerStats.draft_shapes: off | chain:K | tree:... | probe:...). Triton's own
   nv_inference_request_success counts error responses of a Python model as successes
   (triton-inference-server/server#7713), so failures are read from num_requests_failed.
 """
@@ -120,8 +120,9 @@ class TritonPythonModel:
         self.gauges = {name: family.Metric(labels=labels) for name, family in self.gauge_families.items()}
         self._gauge_values: dict[str, int] = {}  # what each gauge was last set to
         self.steps_family = pb.MetricFamily(name="trtspec:engine_steps",
-                                            description="Engine decode steps by the draft the load policy chose "
-                                                        "(plain, off, probe, chain K, tree N)",
+                                            description="Engine steps with speculating sequences, by the draft the load "
+                                                        "policy chose (off, chain:K, tree:TOPK,DEPTH,NODES, "
+                                                        "probe: one sequence drafted it)",
                                             kind=pb.MetricFamily.COUNTER)
         self._labels = labels
         self.steps: dict[str, Any] = {}            # draft label -> counter
@@ -138,7 +139,7 @@ class TritonPythonModel:
                 if self._gauge_values.get(name) != value:  # each set() is a message to the server process
                     self.gauges[name].set(float(value))
                     self._gauge_values[name] = value
-            for label, count in stats.steps_by_draft.items():
+            for label, count in stats.draft_shapes.items():
                 if label not in self.steps:
                     self.steps[label] = self.steps_family.Metric(labels={**self._labels, "draft": label})
                 if count > self._steps_counted.get(label, 0):

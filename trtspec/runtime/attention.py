@@ -118,9 +118,9 @@ class Layout:
             return rows.transpose(0, 1).unsqueeze(0)
         heads, total, head_dim = query.shape[1:]
         out = query.new_empty(total, heads, head_dim)
-        if self.groups is None:
-            self.groups = Group.plan(self.entries, heads, self.pool.keys[0].shape[0], head_dim, self.min_rows,
-                                     query.dtype)
+        if self.groups is None:  # products into preallocated buffers take no gradient: autograd keeps the single path
+            self.groups = [] if query.requires_grad else Group.plan(self.entries, heads, self.pool.keys[0].shape[0],
+                                                                    head_dim, self.min_rows, query.dtype)
         grouped = set()
         for group in self.groups:
             group.attend(self.pool, layer, query[0], scaling, out)

@@ -71,6 +71,11 @@ PRIOR_TREE_GAIN = 0.3   # a tree's uplift over its top-1 path per doubling of no
 PRIOR_TREE_WEIGHT = 1.0  # top-1 accepted tokens the prior uplift counts as
 PROBE_FAR = 0.8         # a probed draft estimated below this share of the best rate: probe it more rarely
 MAX_BACKOFF = 3         # ... at most 2^3 times more rarely
+# A draft must be estimated this much faster than plain decoding to be chosen: the estimates
+# carry a few percent of error, and a wrong "draft" loses that much while a wrong "off" loses
+# nothing (speculation must never lose under load; at concurrency 16 chains estimated just
+# above off measured 0.93-0.98x of it, docs/BENCHMARKS.md)
+SPEC_MARGIN = 0.05
 
 
 class LinearFit:
@@ -296,13 +301,15 @@ class CostModel:
 
     def choose(self, batch_size: int, tree: Any = None) -> Choice:
         """The draft for a step of `batch_size` decoding sequences (the highest rate; ties go to
-        the cheaper draft), or a probe: one sequence drafts the full tree while no tree is chosen
+        the cheaper draft; off unless a draft beats it by SPEC_MARGIN), or a probe: one sequence drafts the full tree while no tree is chosen
         (without a tree, max_draft_len while off). Probes come every `probe_every` such steps, and
         half as often after each probe while the probed draft's estimate stays below PROBE_FAR of
         the best (up to 2^MAX_BACKOFF times rarer; back to normal once it comes near)."""
         options = self.candidates(tree)
         rates = [self.rate(batch_size, option) for option in options]
         best = options[rates.index(max(rates))]
+        if max(rates) < (1 + SPEC_MARGIN) * rates[0]:  # options[0] is off
+            best = options[0]
         self.probe = False
         if tree is not None:
             if best.tree is not None:

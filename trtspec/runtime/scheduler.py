@@ -41,10 +41,6 @@ class SchedulerStats:
     last_batch_size: int = 0     # sequences in the last step (decoding and prefilling)
     last_num_decoding: int = 0   # of which decoding
     last_draft_len: int = 0      # the longest draft the last step asked for
-    # decode steps by the draft the load policy chose: 'plain' (no sequence speculates), 'off'
-    # (speculation turned off for the step), 'probe' (off, one sequence measuring acceptance),
-    # 'chain K' (the longest chain), 'tree N' (N nodes per sequence); step.draft_label
-    steps_by_draft: dict[str, int] = field(default_factory=dict)
     num_steps: int = 0
     num_refused: int = 0
     num_failed: int = 0
@@ -220,14 +216,10 @@ class Scheduler:
         self.stats.waiting = len(self.waiting)
         self.stats.kv_blocks_used = self.allocator.num_used
 
-    def _copy_stats(self) -> SchedulerStats:
-        """A copy of the stats that later steps do not change (lock held)."""
-        return SchedulerStats(**{**vars(self.stats), "steps_by_draft": dict(self.stats.steps_by_draft)})
-
     def snapshot(self) -> SchedulerStats:
         with self._lock:
             self._refresh_gauges()
-            return self._copy_stats()
+            return SchedulerStats(**vars(self.stats))
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -254,7 +246,7 @@ class Scheduler:
             with self._lock:
                 self.stats.num_steps += 1
                 self._refresh_gauges()
-                stats = self._copy_stats()
+                stats = SchedulerStats(**vars(self.stats))
             if self.on_step is not None:
                 self.on_step(stats)
 

@@ -50,10 +50,6 @@ def run_step(scheduler: Any, batch: list[Any]) -> None:
     scheduler.stats.last_batch_size = len(live)
     scheduler.stats.last_num_decoding = len(decoding)
     scheduler.stats.last_draft_len = max(lengths, default=0)
-    if decoding:
-        drafted_tree = shape if shape is not None else engine.tree if isinstance(engine.tree, Tree) else None
-        label = draft_label(lengths, probe, bool(speculating), drafted_tree)
-        scheduler.stats.steps_by_draft[label] = scheduler.stats.steps_by_draft.get(label, 0) + 1
     # 2. Draft for every decoding sequence that speculates.
     started = time.perf_counter()
     drafts = _draft(engine, decoding, lengths, shape)
@@ -110,18 +106,6 @@ def plan_draft_lengths(step_len: int, decoding: list[Any], max_num_tokens: int, 
         longest = max(lengths)
         lengths = [min(k, longest - 1) for k in lengths]
     return lengths
-
-
-def draft_label(lengths: list[int], probe: bool, speculating: bool, tree: Any) -> str:
-    """What the load policy chose for a decode step, as counted in SchedulerStats.steps_by_draft."""
-    if not speculating:
-        return "plain"
-    longest = max(lengths, default=0)
-    if longest == 0:
-        return "off"
-    if probe:
-        return "probe"
-    return f"tree {tree.num_nodes}" if tree is not None else f"chain {longest}"
 
 
 def one_prober(lengths: list[int], turn: int) -> list[int]:
