@@ -45,3 +45,14 @@ def test_a_release_whose_contract_lists_dynamic_trees_gets_the_tree_under_its_na
 def test_no_tree_no_note():
     spec = validate_spec({"speculative": {"mode": "eagle3"}, "build": {"backend": "trtllm"}})
     assert trtllm.tree_note(spec, contracts.load("1.1.0")) is None
+
+
+@pytest.mark.parametrize("backend", ["trtllm", "trtllm-engine"])
+def test_draft_model_trees_become_chains_on_the_gpu_with_a_reason(backend):
+    """TensorRT-LLM's draft-target decoding drafts chains: a draft-model tree (taken by the cpu
+    engine) is written as the chain of max_draft_len, and the build says so in one line."""
+    spec = validate_spec({"speculative": {"mode": "draft-target", "draft": "smollm2", "max_draft_len": 3,
+                                          "tree": TREE}, "build": {"backend": backend}})
+    note = trtllm.tree_note(spec, contracts.load("1.1.0"))
+    assert note.startswith("speculative.tree written as a chain of max_draft_len 3: ") and "draft model" in note
+    assert "\n" not in note

@@ -61,3 +61,16 @@ def eagle_engine(tiny_llama, modelopt_eagle3):
     from trtspec.runtime import Engine
 
     return Engine.from_checkpoints(tiny_llama, mode="eagle3", draft_dir=modelopt_eagle3[1], max_draft_len=4)
+
+
+def spy_drafts(engine):
+    """Record every batch of drafts the engine's drafter returns (a list that grows per call)."""
+    seen, original = [], engine.drafter.propose_batch
+
+    def spy(sessions, tokens, max_lens):
+        drafts = original(sessions, tokens, max_lens)
+        seen.append(drafts)
+        return drafts
+
+    engine.drafter.propose_batch = spy
+    return seen

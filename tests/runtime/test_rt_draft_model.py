@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.runtime.conftest import TINY_PROMPTS
+from tests.runtime.conftest import TINY_PROMPTS, spy_drafts
 
 
 @pytest.mark.parametrize("prompt", TINY_PROMPTS[:3])
@@ -58,23 +58,11 @@ def draft_tree_engine(tiny_llama, tiny_llama_draft):
     engine.close()
 
 
-def _spy_drafts(engine):
-    seen, original = [], engine.drafter.propose_batch
-
-    def spy(sessions, tokens, max_lens):
-        drafts = original(sessions, tokens, max_lens)
-        seen.append(drafts)
-        return drafts
-
-    engine.drafter.propose_batch = spy
-    return seen
-
-
 @pytest.mark.parametrize("prompt", TINY_PROMPTS)
 def test_draft_model_trees_greedy_equal_plain_greedy(draft_tree_engine, prompt):
     """Alone, every step grows a dynamic tree of 10 nodes from the draft model; the output is the
     target's own greedy output."""
-    seen = _spy_drafts(draft_tree_engine)
+    seen = spy_drafts(draft_tree_engine)
     try:
         spec = draft_tree_engine.generate(prompt, max_new_tokens=32)
     finally:
@@ -93,7 +81,7 @@ def test_draft_model_trees_batched_stay_lossless(draft_tree_engine):
 
     alone = [draft_tree_engine.generate(p, max_new_tokens=20, speculative=False).token_ids for p in PROMPTS[:4]]
     with draft_tree_engine.variant(draft_len_schedule=((1, *TREE),)) as batched:
-        seen = _spy_drafts(batched)
+        seen = spy_drafts(batched)
         results = _concurrently(batched, PROMPTS[:4], max_new_tokens=20)
     assert [r.token_ids for r in results] == alone
     assert max(sum(d is not None and d.tree is not None for d in batch) for batch in seen) >= 2
@@ -159,7 +147,7 @@ def test_a_sharp_copy_of_the_target_as_tree_drafter_accepts_every_tree_to_its_de
     engine = Engine.from_checkpoints(tiny_llama, mode="draft-target", draft_dir=sharp_copy, max_draft_len=4,
                                      draft_len_schedule=[[1, *TREE]])
     alone = [engine.generate(p, max_new_tokens=24, speculative=False).token_ids for p in PROMPTS[:4]]
-    seen = _spy_drafts(engine)
+    seen = spy_drafts(engine)
     results = _concurrently(engine, PROMPTS[:4], max_new_tokens=24)
     engine.close()
     assert [r.token_ids for r in results] == alone

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.runtime.conftest import TINY_PROMPTS
+from tests.runtime.conftest import TINY_PROMPTS, spy_drafts
 from tests.runtime.test_rt_scheduler import PROMPTS, _concurrently, _steer_trees_to_the_target
 from trtspec.runtime.drafters.dynamic_tree import TreeSearch
 from trtspec.runtime.tree import Tree, TreeShape, rejection_accept_tree
@@ -103,22 +103,9 @@ def dynamic_engine(tiny_llama, modelopt_eagle3):
     engine.close()
 
 
-def _spy_drafts(engine):
-    """Record every batch of drafts the drafter returns."""
-    seen, original = [], engine.drafter.propose_batch
-
-    def spy(sessions, tokens, max_lens):
-        drafts = original(sessions, tokens, max_lens)
-        seen.append(drafts)
-        return drafts
-
-    engine.drafter.propose_batch = spy
-    return seen
-
-
 @pytest.mark.parametrize("prompt", TINY_PROMPTS)
 def test_dynamic_tree_greedy_equals_plain_greedy(dynamic_engine, prompt):
-    seen = _spy_drafts(dynamic_engine)
+    seen = spy_drafts(dynamic_engine)
     try:
         spec = dynamic_engine.generate(prompt, max_new_tokens=32)
     finally:
@@ -133,7 +120,7 @@ def test_dynamic_tree_greedy_equals_plain_greedy(dynamic_engine, prompt):
 def test_dynamic_trees_of_different_shapes_share_one_step_and_stay_lossless(dynamic_engine):
     alone = [dynamic_engine.generate(p, max_new_tokens=20, speculative=False).token_ids for p in PROMPTS]
     with dynamic_engine.variant(draft_len_schedule=((1, 4),)) as batched:
-        seen = _spy_drafts(batched)
+        seen = spy_drafts(batched)
         results = _concurrently(batched, PROMPTS, max_new_tokens=20)
     assert [r.token_ids for r in results] == alone
     shapes = [{tuple(map(tuple, d.tree.paths)) for d in batch if d is not None} for batch in seen]
@@ -166,7 +153,7 @@ def test_dynamic_tree_sampling_is_seeded_and_accepts(dynamic_engine):
 def test_tree_budget_follows_the_token_budget(dynamic_engine):
     """With room for fewer nodes than the shape asks, every sequence's tree shrinks to fit."""
     with dynamic_engine.variant(max_num_tokens=24, draft_len_schedule=((1, 4),)) as tight:
-        seen = _spy_drafts(tight)
+        seen = spy_drafts(tight)
         results = _concurrently(tight, PROMPTS[:4], max_new_tokens=12)
     alone = [dynamic_engine.generate(p, max_new_tokens=12, speculative=False).token_ids for p in PROMPTS[:4]]
     assert [r.token_ids for r in results] == alone

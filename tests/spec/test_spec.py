@@ -27,8 +27,6 @@ MALFORMED = [
     ("speculative:\n  mode: draft-target\n", "speculative.draft", "needs a draft model"),
     ("speculative:\n  mode: ngram\n  tree: {topk: 2, depth: 2, num_draft_tokens: 4}\n", "speculative.tree",
      "grow from an EAGLE-3 head or a draft model"),
-    ("speculative:\n  mode: draft-target\n  draft: smollm2\n  tree: {topk: 2, depth: 2, num_draft_tokens: 4}\n"
-     "build:\n  backend: trtllm\n", "speculative.tree", "cpu backend only"),
     ("speculative:\n  mode: ngram\n  draft_len_schedule: [[1, 2, 2, 4]]\n", "speculative.draft_len_schedule",
      "need mode eagle3 or draft-target"),
     ("speculative:\n  ngram_min: 4\n  ngram_max: 2\n", "speculative.ngram_min", "must not exceed"),

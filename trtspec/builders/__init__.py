@@ -130,9 +130,13 @@ def build(spec: Any, *, dry_run: bool = False, verify: bool = False, force: bool
             result.messages.append(tree_note(spec, contract))
             result.engine["trtllm"]["tree_note"] = tree_note(spec, contract)
     else:
+        from trtspec.builders.trtllm import tree_note
+
         commands = trtllm_engine.engine_commands(spec, contract)
         result.commands = [trtllm_engine.subproc.format_command(command) for command in commands]
         result.files["build.sh"] = trtllm_engine.render_build_sh(commands, contract)
+        if tree_note(spec, contract):  # draft-target: the BLS drafts chains of max_draft_len
+            result.messages.append(tree_note(spec, contract))
         built = trtllm_engine.trtllm_build_available() and not dry_run
         result.engine = ej.engine_json(spec, name, inputs, target_path="hf/target", draft_path="hf/draft",
                                        trtllm_engine=trtllm_engine.engine_section(spec, contract, commands, built,

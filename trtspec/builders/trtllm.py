@@ -76,10 +76,13 @@ def tree_note(spec: Any, contract: Contract) -> str | None:
     """Why a spec's dynamic tree (speculative.tree) is written as a chain for this release, in one
     line; None when there is no tree or the release's LLM API grows dynamic trees (contract data)."""
     s = spec.speculative
+    chain = f"speculative.tree written as a chain of max_draft_len {s.max_draft_len}"
+    if s.tree is not None and s.mode == "draft-target":  # both GPU backends
+        return f"{chain}: TensorRT-LLM drafts chains from a draft model (no tree setting for draft-target)"
     support = (contract.decoding("eagle3") or {}).get("dynamic_tree") or {}
     if s.mode != "eagle3" or s.tree is None or support.get("llm_api"):
         return None
-    return f"speculative.tree written as a chain of max_draft_len {s.max_draft_len}: {support.get('why', 'no dynamic tree in this release')}"
+    return f"{chain}: {support.get('why', 'no dynamic tree in this release')}"
 
 
 def checked_options(spec: Any, contract: Contract, **paths: Any) -> dict[str, Any]:

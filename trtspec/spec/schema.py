@@ -355,10 +355,6 @@ class Spec(_Section):
             problems.append(problem_line("speculative.tree", "dynamic draft trees grow from an EAGLE-3 head or a "
                                          "draft model", got=f"mode {mode}",
                                          fix="set speculative.mode: eagle3 or draft-target, or remove tree"))
-        if self.speculative.tree is not None and mode == "draft-target" and backend != "cpu":
-            problems.append(problem_line("speculative.tree", "draft-model trees run on the cpu backend only "
-                                         "(TensorRT-LLM drafts chains from a draft model)", got=f"backend {backend}",
-                                         fix="remove tree (max_draft_len sets the chain) or use build.backend cpu"))
         if self.speculative.tree is not None and self.speculative.eagle_choices:
             problems.append(problem_line("speculative.tree", "a dynamic tree and a static eagle_choices tree "
                                          "exclude each other", fix="keep one of them"))
