@@ -111,7 +111,7 @@ FINISH_STEPS_PER_TOKEN = 2.0  # held-out token: a verify pass + max_draft_len he
 def finish_estimate(prompts: int, eval_tokens: int, step_s: float) -> float:
     """Export + the acceptance report: FINISH_STEPS_PER_TOKEN one-row forwards per held-out token
     (a chain that accepts little, drafting included), plus the fixed costs. One SmolLM2 run under
-    load 8 on 2 cores took 65 s a prompt of 48 tokens against 25 s at one forward per token."""
+    load 8 on 2 cores took 65 s a prompt of 48 tokens against 23 s at one forward per token."""
     return FINISH_OVERHEAD_S + prompts * eval_tokens * FINISH_STEPS_PER_TOKEN * step_s
 
 
