@@ -108,11 +108,12 @@ def training_seconds(budget_s: float, elapsed_s: float, finish_s: float) -> floa
 FINISH_STEPS_PER_TOKEN = 2.0  # held-out token: a verify pass + max_draft_len head steps + the engine's own work
 
 
-def finish_estimate(prompts: int, eval_tokens: int, step_s: float) -> float:
+def finish_estimate(held_out_tokens: int, step_s: float) -> float:
     """Export + the acceptance report: FINISH_STEPS_PER_TOKEN one-row forwards per held-out token
-    (a chain that accepts little, drafting included), plus the fixed costs. One SmolLM2 run under
-    load 8 on 2 cores took 65 s a prompt of 48 tokens against 23 s at one forward per token."""
-    return FINISH_OVERHEAD_S + prompts * eval_tokens * FINISH_STEPS_PER_TOKEN * step_s
+    (prompts x eval tokens; a chain that accepts little, drafting included), plus the fixed costs.
+    One SmolLM2 run under load 8 on 2 cores took 65 s a prompt of 48 tokens against 23 s at one
+    forward per token."""
+    return FINISH_OVERHEAD_S + held_out_tokens * FINISH_STEPS_PER_TOKEN * step_s
 
 
 def probe_size(requested: int, on_disk: int, world_size: int) -> int:
