@@ -134,7 +134,7 @@ def test_a_tight_budget_makes_fewer_rows_and_a_larger_one_adds_to_them(tiny_llam
         settings = Eagle3Training(num_samples=samples, answer_tokens=8, seq_len=64, batch_size=4,
                                   generate_batch_size=8)
         return prepare.make_rows(settings, model, tokenizer, source, files, key, dist=Dist(), report=notes.append,
-                                 budget_s=budget_s, started=time.monotonic(), finish_steps=2)
+                                 budget_s=budget_s, started=time.monotonic(), held_out_tokens=2)
 
     stats, plan = rows(40, budget_s=0.001)
     assert (stats.count, plan.samples, plan.on_disk) == (budget.PROBE_SAMPLES, budget.PROBE_SAMPLES, 16)

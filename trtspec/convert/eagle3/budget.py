@@ -105,14 +105,15 @@ def training_seconds(budget_s: float, elapsed_s: float, finish_s: float) -> floa
     return max(MIN_TRAINING_SHARE * budget_s, budget_s - elapsed_s - finish_s)
 
 
-FINISH_STEPS_PER_TOKEN = 2.0  # held-out token: a verify pass + max_draft_len head steps + the engine's own work
+FINISH_STEPS_PER_TOKEN = 3.0  # held-out token: a verify pass + max_draft_len head steps + the engine's own work
 
 
-def finish_estimate(prompts: int, eval_tokens: int, step_s: float) -> float:
+def finish_estimate(held_out_tokens: int, step_s: float) -> float:
     """Export + the acceptance report: FINISH_STEPS_PER_TOKEN one-row forwards per held-out token
-    (a chain that accepts little, drafting included), plus the fixed costs. One SmolLM2 run under
-    load 8 on 2 cores took 65 s a prompt of 48 tokens against 25 s at one forward per token."""
-    return FINISH_OVERHEAD_S + prompts * eval_tokens * FINISH_STEPS_PER_TOKEN * step_s
+    (prompts x eval tokens; a chain that accepts little, drafting included), plus the fixed costs.
+    Measured on SmolLM2 with the 12 default held-out prompts x 48 tokens: 2.7 forwards per token
+    at load 8, 3.1 at load 2.5 (docs/CONVERT.md, issue 26); 4 short dev prompts x 32 took less."""
+    return FINISH_OVERHEAD_S + held_out_tokens * FINISH_STEPS_PER_TOKEN * step_s
 
 
 def probe_size(requested: int, on_disk: int, world_size: int) -> int:

@@ -56,8 +56,9 @@ class WorkFiles:
 
 def make_rows(settings, model, tokenizer, source: DataSource, files: WorkFiles, data_key: dict[str, Any], *,
               dist: Dist, report: Reporter | None, budget_s: float, started: float,
-              finish_steps: int) -> tuple[eagle3_store.RowStats, budget.BudgetPlan]:
-    """Make (or reuse) the self-distilled rows, as many as the time budget allows; every rank
+              held_out_tokens: int) -> tuple[eagle3_store.RowStats, budget.BudgetPlan]:
+    """Make (or reuse) the self-distilled rows, as many as the time budget allows (`started`: the
+    budget's clock; `held_out_tokens`: what the acceptance report will generate); every rank
     returns their stats and the plan (see eagle3.budget)."""
     # 1. the rows already on disk, then the first missing answers, timed
     on_disk = rows_on_disk(files, data_key, dist=dist)
@@ -75,7 +76,7 @@ def make_rows(settings, model, tokenizer, source: DataSource, files: WorkFiles, 
             model, [ids for _, ids in eagle3_store.read_rows(files.rows, budget.PROBE_ROWS)],
             seq_len=settings.seq_len, pad_id=tokenizer.pad_token_id)
         rates = budget.Rates(answer_s=answer_s, feature_s=feature_s / dist.world_size,
-                             finish_s=budget.finish_estimate(finish_steps, 1, step_s))
+                             finish_s=budget.finish_estimate(held_out_tokens, step_s))
         plan = budget.plan_budget(budget_s, time.monotonic() - started, requested=settings.num_samples,
                                   on_disk=on_disk, rates=rates, min_samples=max(settings.batch_size, probe))
     plan = dist.broadcast(plan)

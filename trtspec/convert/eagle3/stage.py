@@ -86,7 +86,7 @@ def run_eagle3(spec, layout, target_dir: Path, target_sha: str, source: DataSour
     data_key = {"target_sha256": target_sha, "data_sha256": source.sha256, "answer_tokens": settings.answer_tokens,
                 "seq_len": settings.seq_len}
     stats, plan = prepare.make_rows(settings, model, tokenizer, source, files, data_key, dist=dist, report=report,
-                                    budget_s=budget_s, started=started, finish_steps=len(eval_prompts) * eval_tokens)
+                                    budget_s=budget_s, started=started, held_out_tokens=len(eval_prompts) * eval_tokens)
     timings = {"data_s": round(time.monotonic() - started, 1)}
     batch_size = min(settings.batch_size, stats.count)
     if batch_size < dist.world_size:
