@@ -183,3 +183,15 @@ def test_convert_says_its_plan_and_vocabulary_and_reports_both(tiny_llama, tmp_p
     assert report["acceptance"]["method"].startswith("trtspec.runtime")  # the engine loaded the head
     took = [line.strip() for line in lines if " of 15.0 min: data " in line]
     assert len(took) == 1 and "(20 of 20 samples)" in took[0] and f"{data['draft_vocab_size']} tokens" in took[0]
+
+
+def test_a_second_finish_estimate_only_ever_shortens_the_finish():
+    """The finish is re-timed after the answers: the faster estimate wins (load only slows a
+    forward) and training's estimate takes the difference; a slower second timing changes nothing."""
+    from trtspec.convert.eagle3.budget import BudgetPlan, with_finish
+
+    plan = BudgetPlan(budget_s=480.0, spent_s=10.0, requested=160, samples=29, on_disk=16, answers_s=90.0,
+                      features_s=30.0, finish_s=490.0, training_s=48.0)
+    faster = with_finish(plan, 40.0)
+    assert faster.finish_s == 40.0 and faster.training_s == 48.0 + 450.0
+    assert with_finish(plan, 600.0) == plan

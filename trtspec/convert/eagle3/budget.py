@@ -23,7 +23,7 @@ held-out 1.2). Both matter and neither dominates, so neither gets less than half
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 DATA_SHARE = 0.5           # the data step's share of the budget, at most
@@ -98,6 +98,13 @@ def plan_budget(budget_s: float, spent_s: float, *, requested: int, on_disk: int
     training_s = training_seconds(budget_s, spent_s + answers_s + features_s, rates.finish_s)
     return BudgetPlan(budget_s=budget_s, spent_s=spent_s, requested=requested, samples=samples, on_disk=on_disk,
                       answers_s=answers_s, features_s=features_s, finish_s=rates.finish_s, training_s=training_s)
+
+
+def with_finish(plan: BudgetPlan, finish_s: float) -> BudgetPlan:
+    """`plan` with the finish re-estimated: the smaller of the two estimates (load only makes a
+    timed forward slower), training's estimate moved by the difference."""
+    better = min(plan.finish_s, finish_s)
+    return replace(plan, finish_s=better, training_s=plan.training_s + plan.finish_s - better)
 
 
 def training_seconds(budget_s: float, elapsed_s: float, finish_s: float) -> float:

@@ -118,9 +118,19 @@ def time_forwards(model, rows: list[list[int]], *, seq_len: int, pad_id: int) ->
         clock = time.perf_counter()
         model(input_ids=input_ids, attention_mask=attention)
         per_row = (time.perf_counter() - clock) / len(rows)
-        steps = []
+    return per_row, time_one_row(model, input_ids[:1, :16])
+
+
+def time_one_row(model, input_ids) -> float:
+    """Seconds of a one-row forward of `input_ids` ([1, tokens] long), the fastest of two."""
+    import time
+
+    import torch
+
+    steps = []
+    with torch.no_grad():
         for _ in range(2):
             clock = time.perf_counter()
-            model(input_ids=input_ids[:1, :16])
+            model(input_ids=input_ids)
             steps.append(time.perf_counter() - clock)
-    return per_row, min(steps)
+    return min(steps)

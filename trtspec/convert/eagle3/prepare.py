@@ -85,6 +85,16 @@ def make_rows(settings, model, tokenizer, source: DataSource, files: WorkFiles, 
     if plan.samples > on_disk:
         extend_rows(settings, model, tokenizer, source, files, data_key, start=on_disk, stop=plan.samples,
                     dist=dist, report=report, done=len(range(dist.rank, probe, dist.world_size)))
+    # 4. the finish estimate once more: one timed forward under a passing load at the start had it
+    #    16x too long (8.2 min for a 0.5 min report, so training got 0.8 of 8 minutes); load only
+    #    slows a forward, so the faster of the two timings is the better estimate
+    if dist.is_main:
+        import torch
+
+        row = next(iter(eagle3_store.read_rows(files.rows, 1)))[1][:16]
+        step_s = eagle3_features.time_one_row(model, torch.tensor([row], device=model.device))
+        plan = budget.with_finish(plan, budget.finish_estimate(held_out_tokens, step_s))
+    plan = dist.broadcast(plan)
     return dist.broadcast(eagle3_store.scan_rows(files.rows, plan.samples) if dist.is_main else None), plan
 
 
