@@ -177,7 +177,7 @@ def render_table(report: dict[str, Any]):
         if steps := r.get("engine_steps_by_draft"):
             total = sum(steps.values())
             shares = ", ".join(f"{label} {100 * count / total:.0f}%" for label, count in steps.items())
-            parts.append(f"conc {r['max_concurrency']} {r['variant']} load policy per decode step ({total} steps): "
+            parts.append(f"conc {r['max_concurrency']} {r['variant']} load policy per step with speculating sequences ({total} steps): "
                          f"{shares}")
     if report.get("server_counters"):
         parts.append(f"server counters (after - before): {len(report['server_counters'])} keys in bench.json")

@@ -142,8 +142,8 @@ class TritonPythonModel:
             for label, count in stats.draft_shapes.items():
                 if label not in self.steps:
                     self.steps[label] = self.steps_family.Metric(labels={**self._labels, "draft": label})
-                if count > self._steps_counted.get(label, 0):
-                    self.steps[label].increment(count - self._steps_counted.get(label, 0))
+                if (new := count - self._steps_counted.get(label, 0)) > 0:
+                    self.steps[label].increment(new)
                     self._steps_counted[label] = count
 
     def record(self, stats: Any) -> None:
