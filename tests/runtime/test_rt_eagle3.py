@@ -143,3 +143,39 @@ def test_tree_verification_keeps_the_accepted_path(tiny_llama, modelopt_eagle3):
         del engine.drafter.propose_batch
     assert prompt + result.token_ids == truth[: len(prompt) + 30]
     assert result.stats.acceptance_rate == 1.0 and result.stats.mean_acceptance_length == 4.0
+
+
+def test_the_head_projects_target_states_once_per_feed_and_never_while_off(eagle_engine):
+    """fc (the aux-state projection) runs once per head catch-up for every session together, and
+    not at all in steps that draft nothing: with the load policy off, the head costs nothing."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    calls = []
+    hook = eagle_engine.drafter.head.fc.register_forward_hook(lambda module, args, out: calls.append(out.shape[0]))
+    proposals = []
+    original = eagle_engine.drafter.propose_batch
+
+    def counting(sessions, tokens, max_lens):
+        proposals.append(len(sessions))
+        return original(sessions, tokens, max_lens)
+
+    eagle_engine.drafter.propose_batch = counting
+    try:
+        with eagle_engine.variant(draft_len_schedule=[[1, 0]]) as off:
+            result = off.generate(TINY_PROMPTS[0], max_new_tokens=16)
+        assert result.stats.num_drafts == 0 and calls == [] and proposals == []
+        barrier = threading.Barrier(3)
+        with eagle_engine.variant(draft_len_schedule=[[1, 4]]) as drafting:
+            def one(prompt):
+                barrier.wait()
+                return drafting.generate(prompt, max_new_tokens=16)
+
+            with ThreadPoolExecutor(3) as pool:
+                results = list(pool.map(one, TINY_PROMPTS[:3]))
+    finally:
+        hook.remove()
+        del eagle_engine.drafter.propose_batch
+    assert sum(r.stats.num_drafts for r in results) > 0
+    assert len(calls) == len(proposals), "one fc per catch-up, whatever the number of sessions"
+    assert max(proposals) > 1, "the sessions never drafted in one batch"

@@ -117,8 +117,12 @@ class Eagle3Drafter(Drafter):
 
     def propose_batch(self, sessions, tokens, max_lens):
         # 1. Catch up every session on its newly verified positions: one head forward.
-        feeds = [HeadFeed(s.kv, seq[s.kv.length + 1:], s.take_pending(len(seq)), num_logits=1)
-                 for s, seq in zip(sessions, tokens, strict=True)]
+        import torch
+
+        aux = [s.take_pending(len(seq)) for s, seq in zip(sessions, tokens, strict=True)]
+        hidden = self.head.fc(torch.cat(aux)).split([rows.shape[0] for rows in aux])
+        feeds = [HeadFeed(s.kv, seq[s.kv.length + 1:], h, num_logits=1)
+                 for s, seq, h in zip(sessions, tokens, hidden, strict=True)]
         last = [(logits[-1], h[-1]) for logits, h in self.forward(feeds)]
         for session in sessions:
             session.committed = session.kv.length
@@ -216,13 +220,17 @@ class Eagle3Session(DraftSession):
         self.generator = generator
         self.threshold = threshold
         self.committed = 0              # EAGLE positions of committed tokens in the cache
-        self.pending: list = []         # fc(aux) rows for target positions not yet fed
+        self.pending: list = []         # the target's aux rows for positions not yet fed
 
     def on_verified(self, kept_hidden) -> None:
-        self.pending.append(self.head.fc(kept_hidden))
+        # Kept as they are and projected by fc only when the head is next fed, for every session
+        # at once (propose_batch): a step that drafts nothing (load policy off) costs the head
+        # nothing, and a batch reads fc's weights once instead of once per sequence. A copy: the
+        # rows may be a view of the whole step's aux tensor, which must not outlive the step.
+        self.pending.append(kept_hidden.clone())
 
     def take_pending(self, num_tokens: int):
-        """The fc(aux) rows not yet fed, as one tensor. # -> [new positions, hidden_size]"""
+        """The aux rows not yet fed, as one tensor. # -> [new positions, sum of aux hidden sizes]"""
         import torch
 
         hidden = torch.cat(self.pending) if len(self.pending) > 1 else self.pending[0]
