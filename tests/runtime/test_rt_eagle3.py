@@ -179,3 +179,14 @@ def test_the_head_projects_target_states_once_per_feed_and_never_while_off(eagle
     assert sum(r.stats.num_drafts for r in results) > 0
     assert len(calls) == len(proposals), "one fc per catch-up, whatever the number of sessions"
     assert max(proposals) > 1, "the sessions never drafted in one batch"
+
+
+def test_the_head_runs_on_prepacked_weights(eagle_engine):
+    """Head forwards take several rows (catch-up, tree frontiers), where MKL's SGEMM would repack
+    every weight per call; the head's linears are prepacked like the target's."""
+    from trtspec.runtime.prepack import available
+
+    if not available():
+        pytest.skip("oneDNN prepacking is not available in this torch build")
+    kinds = {type(m).__name__ for m in eagle_engine.drafter.head.modules()}
+    assert "PackedLinear" in kinds and "Linear" not in kinds

@@ -54,6 +54,10 @@ def engine_parts(target_dir, *, mode: str = "ngram", draft_dir=None, max_draft_l
         from trtspec.runtime.drafters.eagle3 import Eagle3Drafter
 
         drafter = Eagle3Drafter.from_dir(_need(draft_dir, mode), target)
+        if prepack:  # its forwards take 2-20 rows (catch-up, tree frontiers): SGEMM would repack per call
+            from trtspec.runtime.prepack import prepack_linears
+
+            prepack_linears(drafter.head)
     elif mode != "none":
         raise IncompatibleArtifactError(f"unknown speculative mode {mode!r}",
                                         fix="use one of eagle3, draft-target, ngram, none")
