@@ -216,7 +216,7 @@ def test_the_load_policy_may_pick_off_chain_or_tree_each_step_and_says_which(tin
     model, chosen, seen = engine.scheduler.cost_model, [], []
     original = engine.drafter.propose_batch
 
-    def forced(batch_size, tree):
+    def forced(batch_size, tree, backlog=0):
         choice = rounds[len(chosen) % len(rounds)]
         chosen.append(choice)
         model.probe = choice.probe

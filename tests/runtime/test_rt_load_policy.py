@@ -246,3 +246,44 @@ def test_a_draft_must_beat_plain_decoding_by_the_margin():
     # q = 0.16: estimated 1.03x off, inside the margin: plain decoding
     assert model_with(0.16).best_length(8) == 0
     assert 0.03 < SPEC_MARGIN < 0.06
+
+
+def test_the_catch_up_of_a_drafter_left_behind_is_priced():
+    """A model drafter that did not draft for a while must feed every position verified since
+    before its next draft. Hand-made costs: target forward 1 + 0.02 n, one draft forward
+    0.1 + 0.005 rows; at batch 8 a chain of 1 accepted 60 % of the time is estimated
+    8 x 1.6 / (1.32 + 0.14) = 8.8 tokens a second against 8 / 1.16 = 6.9 for off: it drafts. With
+    the 8 drafters 400 rows behind, the catch-up adds 0.005 x 400 / CATCH_UP_HORIZON = 0.5 s to
+    the step: 8.8 -> 6.6, below off. A short backlog (8 rows, one step's accepted tokens) changes
+    nothing."""
+    from trtspec.runtime.load_policy import CATCH_UP_HORIZON
+
+    model = CostModel(1, drafts_cost=True)
+    for n in (8, 16, 24, 32) * 20:
+        model.observe_forward(n, 1.0 + 0.02 * n)
+    for rows in (1, 8, 16, 64) * 20:
+        model.observe_draft(rows, 1, 0.1 + 0.005 * rows)
+    for i in range(400):
+        model.observe_verify(1, 1 if i % 5 < 3 else 0)
+    assert model.best_length(8) == 1 and model.best_length(8, backlog=8) == 1
+    assert model.best_length(8, backlog=400) == 0
+    assert CATCH_UP_HORIZON == 4  # the figures above
+
+
+def test_the_engine_tells_the_policy_how_far_the_head_is_behind(eagle_engine):
+    """The backlog the step hands the load policy is what the EAGLE-3 head's next catch-up feeds
+    beyond one row: the prompt before the first draft, then the tokens accepted since."""
+    with eagle_engine.variant() as engine:
+        seen, original = [], engine.scheduler.draft_length
+
+        def spy(batch_size, backlog=0):
+            seen.append(backlog)
+            return original(batch_size, backlog)
+
+        engine.scheduler.draft_length = spy
+        result = engine.generate(TINY_PROMPTS[0], max_new_tokens=12)
+    assert result.stats.num_drafts > 0
+    assert seen[0] == len(TINY_PROMPTS[0]) - 1
+    # each later step: the tokens the previous draft got accepted (the last draft's are never asked)
+    assert all(0 <= rows <= 4 for rows in seen[1:])
+    assert sum(seen[1:]) <= result.stats.num_accepted_tokens <= sum(seen[1:]) + 4

@@ -34,9 +34,10 @@ def schedule_row(schedule: Any, batch_size: int) -> tuple[int, ...]:
     return chosen
 
 
-def plan_step(scheduler: Any, batch_size: int) -> tuple[int, bool, TreeShape | None]:
+def plan_step(scheduler: Any, batch_size: int, backlog: int = 0) -> tuple[int, bool, TreeShape | None]:
     """(draft length, probe, dynamic tree or None) for a step with `batch_size` speculating
-    sequences; with a tree the length only says whether to draft (its nodes are the budget).
+    sequences, whose drafters are `backlog` rows behind (DraftSession.backlog); with a tree the
+    length only says whether to draft (its nodes are the budget).
     The choice is counted in the scheduler's `draft_shapes` and told to the cost model, which
     reads the step's drafting time by it."""
     from trtspec.runtime.load_policy import Choice
@@ -49,9 +50,9 @@ def plan_step(scheduler: Any, batch_size: int) -> tuple[int, bool, TreeShape | N
         else:
             choice = Choice(min(row[1], config.max_draft_len))
     elif isinstance(tree, TreeShape) and not config.draft_len_schedule and batch_size > 1:
-        choice = model.choose(batch_size, tree)  # off, a chain, or the tree at some budget
+        choice = model.choose(batch_size, tree, backlog)  # off, a chain, or the tree at some budget
     else:
-        length, probe = scheduler.draft_length(batch_size)
+        length, probe = scheduler.draft_length(batch_size, backlog)
         choice = Choice(length, tree if length > 0 else None, probe)
     model.planned = choice
     count_shape(scheduler.stats, choice.key)

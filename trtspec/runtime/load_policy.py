@@ -27,7 +27,9 @@ Two sources, in this order:
    T(n): a target forward over n tokens, fitted online as a + b n from the steps' timings;
    D(x): one batched draft forward of x rows (model drafters; n-gram lookup costs nothing); a
    chain of k makes k forwards of B rows, a dynamic tree d forwards of r B rows on average
-   (r = (1 + topk (d - 1)) / d: the catch-up row, then topk frontier nodes per depth).
+   (r = (1 + topk (d - 1)) / d: the catch-up row, then topk frontier nodes per depth);
+   and a draft of either kind adds (D(B + L) - D(B)) / CATCH_UP_HORIZON, L the rows the drafters
+   are behind (positions verified while they did not draft; 0 for n-gram lookup).
 
 Chain and tree acceptance, from each other. A tree's top-1 path (the rank-0 child at every depth)
 is the chain the same drafter would have drafted (greedy: the same argmax tokens, fed the same
@@ -76,6 +78,12 @@ MAX_BACKOFF = 3         # ... at most 2^3 times more rarely
 # nothing (speculation must never lose under load; at concurrency 16 chains estimated just
 # above off measured 0.93-0.98x of it, docs/BENCHMARKS.md)
 SPEC_MARGIN = 0.05
+# While drafting is off, a model drafter's cache falls behind (the EAGLE-3 head, a draft model):
+# the first draft after plain steps feeds every position verified since, in one forward. That
+# catch-up is priced, spread over this many steps (a resumed draft usually lasts several): at
+# concurrency 8 through Triton, drafts chosen on estimates a few percent above off after long
+# off stretches, catch-up unpriced, made the run 0.94x of plain decoding (docs/BENCHMARKS.md).
+CATCH_UP_HORIZON = 4
 
 
 class LinearFit:
@@ -276,8 +284,9 @@ class CostModel:
         ratio = (self.tree_accepted[nodes] + PRIOR_TREE_WEIGHT * prior) / (self.tree_top1[nodes] + PRIOR_TREE_WEIGHT)
         return ratio * self.chain_gain(depth)
 
-    def rate(self, batch_size: int, choice: Choice) -> float:
-        """Expected committed tokens per second when every sequence drafts `choice`."""
+    def rate(self, batch_size: int, choice: Choice, backlog: int = 0) -> float:
+        """Expected committed tokens per second when every sequence drafts `choice`, its drafters
+        `backlog` rows behind (their catch-up spread over CATCH_UP_HORIZON steps)."""
         found = self.found / self.proposed
         if choice.length == 0:
             gain, width = 0.0, 0
@@ -287,6 +296,9 @@ class CostModel:
             gain, width = self.tree_gain(choice.tree), choice.tree.num_nodes
         forwards, rows = draft_work(choice)
         seconds = self.forward_seconds(batch_size * (1 + found * width)) + forwards * self.draft_seconds(batch_size * rows)
+        if choice.length and backlog:
+            first = batch_size * rows
+            seconds += (self.draft_seconds(first + backlog) - self.draft_seconds(first)) / CATCH_UP_HORIZON
         return batch_size * (1 + found * gain) / seconds
 
     def candidates(self, tree: Any = None) -> list[Choice]:
@@ -299,14 +311,14 @@ class CostModel:
             options += [Choice(tree.max_depth, with_budget(tree, n)) for n in tree_budgets(tree)]
         return options
 
-    def choose(self, batch_size: int, tree: Any = None) -> Choice:
+    def choose(self, batch_size: int, tree: Any = None, backlog: int = 0) -> Choice:
         """The draft for a step of `batch_size` decoding sequences (the highest rate; ties go to
         the cheaper draft; off unless a draft beats it by SPEC_MARGIN), or a probe: one sequence drafts the full tree while no tree is chosen
         (without a tree, max_draft_len while off). Probes come every `probe_every` such steps, and
         half as often after each probe while the probed draft's estimate stays below PROBE_FAR of
         the best (up to 2^MAX_BACKOFF times rarer; back to normal once it comes near)."""
         options = self.candidates(tree)
-        rates = [self.rate(batch_size, option) for option in options]
+        rates = [self.rate(batch_size, option, backlog) for option in options]
         best = options[rates.index(max(rates))]
         if max(rates) < (1 + SPEC_MARGIN) * rates[0]:  # options[0] is off
             best = options[0]
@@ -328,11 +340,11 @@ class CostModel:
         self.probe = True
         return probed
 
-    def best_length(self, batch_size: int, tree: Any = None) -> int:
+    def best_length(self, batch_size: int, tree: Any = None, backlog: int = 0) -> int:
         """`choose` as a draft length (0: plain decoding); a tree's choice is max_draft_len."""
         if batch_size < 1:
             return 0
-        choice = self.choose(batch_size, tree)
+        choice = self.choose(batch_size, tree, backlog)
         return self.max_draft_len if choice.tree is not None else choice.length
 
 

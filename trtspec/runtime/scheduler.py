@@ -94,7 +94,7 @@ class Scheduler:
         self._closed = False
         self.on_step = None  # callback(SchedulerStats) after every step, for gauges
 
-    def draft_length(self, batch_size: int) -> tuple[int, bool]:
+    def draft_length(self, batch_size: int, backlog: int = 0) -> tuple[int, bool]:
         """Draft tokens per sequence in a step with `batch_size` decoding sequences (0: plain):
         the measured table when the spec has one, else the cost model (trtspec.runtime.load_policy).
         Also whether the length is the cost model's probe while speculation is off: then only one
@@ -105,7 +105,7 @@ class Scheduler:
             return schedule_length(self.config.draft_len_schedule, batch_size, self.config.max_draft_len), False
         if batch_size <= 1:  # alone: a verify pass costs about one step, and seeded runs stay reproducible
             return self.config.max_draft_len, False
-        length = self.cost_model.best_length(batch_size, self.engine.tree)
+        length = self.cost_model.best_length(batch_size, self.engine.tree, backlog)
         return length, self.cost_model.probe
 
     def widest_draft(self) -> int:

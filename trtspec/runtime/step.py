@@ -43,7 +43,8 @@ def run_step(scheduler: Any, batch: list[Any]) -> None:
     decoding = [s for s in live if s.decoding]
     prefilling = [s for s in live if not s.decoding]
     speculating = [s for s in decoding if s.session is not None]
-    step_len, probe, shape = plan_step(scheduler, len(speculating)) if speculating else (0, False, None)
+    backlog = sum(s.session.backlog(len(s.tokens)) for s in speculating)
+    step_len, probe, shape = plan_step(scheduler, len(speculating), backlog) if speculating else (0, False, None)
     lengths = plan_draft_lengths(step_len, decoding, config.max_num_tokens, shape.num_nodes if shape else None)
     if probe:
         lengths = one_prober(lengths, scheduler.stats.num_steps)

@@ -83,6 +83,12 @@ class DraftSession:
     def on_verified(self, kept_hidden: Any) -> None:
         """Receive the target's aux hidden states for the positions it kept (EAGLE-3 only)."""
 
+    def backlog(self, num_tokens: int) -> int:
+        """Rows the next draft's first forward feeds beyond the one every draft feeds, for a
+        sequence of `num_tokens` tokens: the positions verified since this session last drafted
+        (0 for drafters without a cache). The load policy prices them (load_policy.CATCH_UP_HORIZON)."""
+        return 0
+
 
 class Drafter:
     """Shared, read-only drafter. `aux_layer_ids` lists target layers whose outputs it needs."""

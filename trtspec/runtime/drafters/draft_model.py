@@ -132,6 +132,9 @@ class DraftModelSession(DraftSession):
         self.threshold = confidence_threshold
         self.cached: list[int] = []  # token ids whose KV is in this session's cache, in order
 
+    def backlog(self, num_tokens: int) -> int:
+        return max(0, num_tokens - 1 - len(self.cached))  # at least the last token is always fed
+
     def catch_up(self, tokens: list[int]) -> list[int]:
         """Roll the cache back to the prefix it shares with `tokens` (keeping >= 1 token to feed);
         return what to feed."""

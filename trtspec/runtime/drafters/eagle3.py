@@ -229,6 +229,9 @@ class Eagle3Session(DraftSession):
         # rows may be a view of the whole step's aux tensor, which must not outlive the step.
         self.pending.append(kept_hidden.clone())
 
+    def backlog(self, num_tokens: int) -> int:
+        return max(0, num_tokens - 2 - self.kv.length)  # the catch-up feeds num_tokens - 1 - kv.length rows
+
     def take_pending(self, num_tokens: int):
         """The aux rows not yet fed, as one tensor. # -> [new positions, sum of aux hidden sizes]"""
         import torch
