@@ -87,8 +87,9 @@ def test_a_probe_while_off_drafts_for_one_sequence_taking_turns():
     _measured(dear, lambda n: 0.001 + 0.01 * n, accepted=0)
     choices = [(dear.best_length(8), dear.probe) for _ in range(120)]
     assert {length for length, probe in choices if not probe} == {0}
-    # the 8th step probes; drafting stays far from paying, so each wait doubles: 16, 32, 64
-    assert [i for i, (length, probe) in enumerate(choices) if probe] == [7, 23, 55, 119]
+    # a probe (4 tokens more) adds 0.04 s to a 0.081 s step: every 25th step keeps probes at
+    # PROBE_SHARE (2 %) of the time; drafting stays far from paying, so the next wait doubles: 50
+    assert [i for i, (length, probe) in enumerate(choices) if probe] == [24, 74]
     assert {length for length, probe in choices if probe} == {4}
     assert [one_prober([4, 4, 0, 4], turn) for turn in range(4)] == [
         [4, 0, 0, 0], [0, 4, 0, 0], [0, 0, 0, 4], [4, 0, 0, 0]]
@@ -96,14 +97,14 @@ def test_a_probe_while_off_drafts_for_one_sequence_taking_turns():
 
 
 def test_a_tree_probes_as_much_more_rarely_as_it_has_more_nodes():
-    """A dynamic tree's probe verifies all its nodes: 16 nodes against max_draft_len 4 probe after
-    32 steps, so the probes cost the same share as a chain's every 8th (then rarer, as above)."""
+    """A dynamic tree's probe verifies all its nodes: 16 nodes add 0.16 s to a 0.081 s step, so
+    they come every 99 steps where a chain of 4 comes every 25th: the same share of the time."""
     from trtspec.runtime.tree import TreeShape
 
     dear = CostModel(4, drafts_cost=False)
     _measured(dear, lambda n: 0.001 + 0.01 * n, accepted=0)
     probes = [dear.best_length(8, TreeShape(4, 4, 16)) and dear.probe for _ in range(100)]
-    assert [i for i, probe in enumerate(probes) if probe] == [31, 95]
+    assert [i for i, probe in enumerate(probes) if probe] == [98]
 
 
 def test_probes_stay_frequent_while_the_probed_draft_is_near():
@@ -202,12 +203,14 @@ def test_the_cost_model_chooses_tree_chain_or_off_by_load():
     _trees_measured(top1, lambda n: 0.06 + 0.0005 * n, [TOP1, TOP1, MISS])
     assert top1.choose(2, shape).key == "chain:4"
     # compute-bound (every token 10 ms, a step of one token 11 ms) and little accepted: off; after
-    # 32 steps one sequence probes the full tree (the probe measures the chain too), then after 64
+    # 99 steps (16 nodes add twice a step's cost: PROBE_SHARE) one sequence probes the full tree
+    # (the probe measures the chain too), then twice as long after
     dear = CostModel(4, drafts_cost=False)
     _trees_measured(dear, lambda n: 0.001 + 0.01 * n, [MISS, MISS, SECOND])
     keys = [dear.choose(8, shape).key for _ in range(100)]
     assert set(keys) == {"off", "probe:tree:4,4,16"}
-    assert [i for i, key in enumerate(keys) if key.startswith("probe")] == [31, 95]
+    keys += [dear.choose(8, shape).key for _ in range(200)]
+    assert [i for i, key in enumerate(keys) if key.startswith("probe")] == [98, 296]
 
 
 def test_a_dear_drafter_tips_the_choice_from_tree_to_chain():
@@ -268,6 +271,12 @@ def test_the_catch_up_of_a_drafter_left_behind_is_priced():
     assert model.best_length(8) == 1 and model.best_length(8, backlog=8) == 1
     assert model.best_length(8, backlog=400) == 0
     assert CATCH_UP_HORIZON == 4  # the figures above
+    # a probe catches up one sequence's share of the backlog: (0.02 + 0.105 + 0.25) s against
+    # 2 % of a 1.16 s step -> every 17th step, where without a backlog (0.125 s) every 6th
+    from trtspec.runtime.load_policy import Choice
+
+    assert model.probe_spacing(8, Choice(1, probe=True)) == 6
+    assert model.probe_spacing(8, Choice(1, probe=True), backlog=400) == 17
 
 
 def test_the_engine_tells_the_policy_how_far_the_head_is_behind(eagle_engine):

@@ -50,7 +50,9 @@ nodes, depth 4, accepted 1.31x and 1.72x the chain's tokens).
 Probes (`probe`): while the choice is not the tree, every `probe_every` steps one sequence drafts
 the full tree anyway (a tree probe measures the chain too); without a tree, every PROBE_EVERY-th
 step off, one sequence drafts max_draft_len. A probe adds one sequence's draft to the step, not
-B of them (at batch 8 and k = 4 all B drafting fed 40 tokens instead of 12). While the probed
+B of them (at batch 8 and k = 4 all B drafting fed 40 tokens instead of 12), and probes are
+spaced further where they are dear, so that they cost at most PROBE_SHARE of the time (their
+verified tokens, draft forwards and catch-up, from the same fits). While the probed
 draft's estimate stays far below the best (under PROBE_FAR of its rate), each probe doubles the
 wait for the next, up to 2^MAX_BACKOFF: in a full batch on a CPU, where a 16-node tree is nowhere
 near paying, probes cost almost nothing; when the estimate comes near, they are frequent again.
@@ -84,6 +86,11 @@ SPEC_MARGIN = 0.05
 # concurrency 8 through Triton, drafts chosen on estimates a few percent above off after long
 # off stretches, catch-up unpriced, made the run 0.94x of plain decoding (docs/BENCHMARKS.md).
 CATCH_UP_HORIZON = 4
+# Probes (one sequence drafts while the choice is off) are spaced so that they cost at most this
+# share of the engine's time, at least every probe_every() steps: at concurrency 8 through Triton,
+# EAGLE-3 chain probes every 8th step (10 % of the steps, each a catch-up and 4 head forwards)
+# made the run 0.93x of plain decoding with drafting off for 87 % of the steps.
+PROBE_SHARE = 0.02
 
 
 class LinearFit:
@@ -332,13 +339,25 @@ class CostModel:
                 return best
             probed, kind = Choice(self.max_draft_len, probe=True), [o.length > 0 for o in options]
         self.steps_waiting += 1
-        if self.steps_waiting < probe_every(self.max_draft_len, tree) * 2 ** self.backoff:
+        wait = max(probe_every(self.max_draft_len, tree), self.probe_spacing(batch_size, probed, backlog))
+        if self.steps_waiting < wait * 2 ** self.backoff:
             return best
         self.steps_waiting = 0
         far = max(r for r, k in zip(rates, kind, strict=True) if k) < PROBE_FAR * max(rates)
         self.backoff = min(MAX_BACKOFF, self.backoff + 1) if far else 0
         self.probe = True
         return probed
+
+    def probe_spacing(self, batch_size: int, probed: Choice, backlog: int = 0) -> int:
+        """Steps between probes of `probed` such that they cost at most PROBE_SHARE of the time:
+        a probe adds one sequence's draft to a step of `batch_size` (its verified tokens, its draft
+        forwards, and its share of the `backlog` to catch up)."""
+        width = probed.tree.num_nodes if probed.tree is not None else probed.length
+        forwards, rows = draft_work(probed)
+        step = self.forward_seconds(batch_size)
+        extra = self.forward_seconds(batch_size + width) - step + forwards * self.draft_seconds(rows)
+        extra += self.draft_seconds(rows + backlog / max(1, batch_size)) - self.draft_seconds(rows)
+        return math.ceil(extra / (PROBE_SHARE * step))
 
     def best_length(self, batch_size: int, tree: Any = None, backlog: int = 0) -> int:
         """`choose` as a draft length (0: plain decoding); a tree's choice is max_draft_len."""
