@@ -15,7 +15,8 @@ turn, so machine noise hits them alike):
 At concurrency c the prompts run c at a time (a barrier starts each group together). Reported per
 concurrency and variant, medians over repeats: output tokens/s, its ratio to plain (the median of
 the per-repeat ratios), mean acceptance length (1 + accepted / drafts), tokens per target pass,
-nodes verified per draft, the share of full-batch steps that drafted, and the steps per draft the
+nodes verified per draft, drafting and target-forward milliseconds per target pass, the share of
+full-batch steps that drafted, and the steps per draft the
 load policy chose (SchedulerStats.draft_shapes: off, chain:K, tree:T,D,N, probe:...). Every speculative variant's
 tokens are checked equal to plain's.
 
@@ -98,7 +99,8 @@ def measure(engines: dict, ids: list[list[int]], args) -> dict:
     for repeat in range(args.repeats):
         for c in args.concurrency:
             sums = {v: {"seconds": 0.0, "tokens": 0, "num_drafts": 0, "num_accepted_tokens": 0,
-                        "num_verified_tokens": 0, "num_target_passes": 0, "full": 0, "drafting": 0} for v in engines}
+                        "num_verified_tokens": 0, "num_target_passes": 0, "full": 0, "drafting": 0,
+                        "draft_time_s": 0.0, "verify_time_s": 0.0} for v in engines}
             shapes: dict[str, dict[str, int]] = {v: {} for v in engines}  # steps by the draft chosen
             for start in range(0, len(ids), c):
                 for variant, engine in engines.items():
@@ -118,7 +120,8 @@ def measure(engines: dict, ids: list[list[int]], args) -> dict:
                         elif i in plain and r.token_ids != plain[i]:
                             raise SystemExit(f"{variant} at concurrency {c} differs from plain on prompt {i}")
                         total["tokens"] += len(r.token_ids)
-                        for key in ("num_drafts", "num_accepted_tokens", "num_verified_tokens", "num_target_passes"):
+                        for key in ("num_drafts", "num_accepted_tokens", "num_verified_tokens", "num_target_passes",
+                                    "draft_time_s", "verify_time_s"):
                             total[key] += getattr(r.stats, key)
                     full = [k for n, k in steps if n == c]
                     total["full"] += len(full)
@@ -130,7 +133,10 @@ def measure(engines: dict, ids: list[list[int]], args) -> dict:
                     "acceptance_length": 1 + t["num_accepted_tokens"] / drafts if drafts else 1.0,
                     "tokens_per_pass": t["tokens"] / max(1, t["num_target_passes"]),
                     "nodes_per_draft": t["num_verified_tokens"] / drafts if drafts else 0.0,
-                    "drafting_full_steps": t["drafting"] / t["full"] if t["full"] else 0.0})
+                    "drafting_full_steps": t["drafting"] / t["full"] if t["full"] else 0.0,
+                    # a request's share of its steps' drafting and target forward, per target pass
+                    "draft_ms_per_pass": 1e3 * t["draft_time_s"] / max(1, t["num_target_passes"]),
+                    "verify_ms_per_pass": 1e3 * t["verify_time_s"] / max(1, t["num_target_passes"])})
                 print(repeat, c, variant, json.dumps({k: round(x, 3) for k, x in results[(c, variant)][-1].items()}),
                       json.dumps(dict(sorted(shapes[variant].items()))), flush=True)
                 steps_by_shape.setdefault((c, variant), {})
