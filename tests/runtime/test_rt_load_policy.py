@@ -282,7 +282,22 @@ def test_the_catch_up_of_a_drafter_left_behind_is_priced():
 def test_the_engine_tells_the_policy_how_far_the_head_is_behind(eagle_engine):
     """The backlog the step hands the load policy is what the EAGLE-3 head's next catch-up feeds
     beyond one row: the prompt before the first draft, then the tokens accepted since."""
-    with eagle_engine.variant() as engine:
+    seen, result = _backlogs_seen(eagle_engine)
+    assert seen[0] == len(TINY_PROMPTS[0]) - 1  # the head's positions start at the second token
+    # each later step: the tokens the previous draft got accepted (the last draft's are never asked)
+    assert all(0 <= rows <= 4 for rows in seen[1:])
+    assert sum(seen[1:]) <= result.stats.num_accepted_tokens <= sum(seen[1:]) + 4
+
+
+def test_a_draft_model_is_behind_by_the_prompt_before_its_first_draft(draft_engine):
+    seen, _ = _backlogs_seen(draft_engine)
+    assert seen[0] == len(TINY_PROMPTS[0])  # prompt + first token to feed, one row counted as usual
+    assert all(0 <= rows <= 4 for rows in seen[1:])
+
+
+def _backlogs_seen(engine_fixture):
+    """(the backlog handed to the policy at every step of one greedy request, its result)."""
+    with engine_fixture.variant() as engine:
         seen, original = [], engine.scheduler.draft_length
 
         def spy(batch_size, backlog=0):
@@ -291,8 +306,5 @@ def test_the_engine_tells_the_policy_how_far_the_head_is_behind(eagle_engine):
 
         engine.scheduler.draft_length = spy
         result = engine.generate(TINY_PROMPTS[0], max_new_tokens=12)
-    assert result.stats.num_drafts > 0
-    assert seen[0] == len(TINY_PROMPTS[0]) - 1
-    # each later step: the tokens the previous draft got accepted (the last draft's are never asked)
-    assert all(0 <= rows <= 4 for rows in seen[1:])
-    assert sum(seen[1:]) <= result.stats.num_accepted_tokens <= sum(seen[1:]) + 4
+    assert result.stats.num_drafts > 0 and len(seen) > 1
+    return seen, result
