@@ -125,3 +125,30 @@ def test_bench_json_is_strict_json_on_stdout(tiny_engine, tmp_path):
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout, parse_constant=lambda name: pytest.fail(f"{name} in --json output"))
     assert data["report"]["results"][0]["completed"] == 1 and data["files"]["json"].endswith("bench.json")
+
+
+def test_tune_measures_a_draft_models_dynamic_trees_and_writes_the_winner(tiny_llama, tiny_llama_draft, tmp_path):
+    """draft-target engines grow dynamic trees too: --tree-shapes puts them beside the chains, and
+    the spec gets speculative.tree when a tree wins, a null tree (and the chain) when a chain does."""
+    from tests.builders.conftest import write_workspace
+
+    spec = write_workspace(tmp_path, tiny_llama, draft=tiny_llama_draft, build={"output_dir": str(tmp_path / "engines")})
+    spec.write_text(spec.read_text() + f"workdir: {tmp_path / 'work'}\n")
+    built = CliRunner().invoke(main, ["build", "-c", str(spec), "--backend", "cpu", "--mode", "draft-target"])
+    assert built.exit_code == 0, built.output
+    spec.write_text(spec.read_text().replace("speculative:\n", "speculative:\n  mode: draft-target\n"))
+    out = tmp_path / "tune"
+    result = CliRunner().invoke(main, ["tune", "-c", str(spec), "--engine", str(tmp_path / "engines" / "tiny-draft-target-cpu"),
+                                       "--draft-lens", "2", "--tree-shapes", "2,2,3", "--num-prompts", "2",
+                                       "--max-tokens", "8", "--out", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "tune.json").read_text())
+    assert sorted(str(r["tree"]) for r in summary["rows"]) == ["None", "[2, 2, 3]"]
+    assert all(r["spec_decode_acceptance_length"] >= 1.0 for r in summary["rows"])
+    written = yaml.safe_load(spec.read_text())["speculative"]
+    best = max(summary["rows"], key=lambda r: r["output_throughput"])
+    if best["tree"]:
+        assert written["tree"] == {"topk": 2, "depth": 2, "num_draft_tokens": 3} and written["max_draft_len"] == 2
+    else:
+        assert written.get("tree") is None and written["max_draft_len"] == 2
+    assert "eagle_choices" not in written

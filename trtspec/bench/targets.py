@@ -110,13 +110,17 @@ class EngineTarget:
 def engine_variant(engine: Any, max_draft_len: int, eagle_choices: Any = None, tree: Any = None) -> Any:
     """A second Engine sharing `engine`'s weights, tokenizer and drafter, proposing `max_draft_len`
     tokens per step at any load; with `eagle_choices` (EAGLE-3 only) it drafts that static tree,
-    with `tree` (topk, depth, num_draft_tokens) dynamic trees, without either chains. Close it when
-    done (it hooks the shared target)."""
-    if (eagle_choices is not None or tree is not None) and engine.mode != "eagle3":
-        from trtspec.errors import TrtSpecError
+    with `tree` (topk, depth, num_draft_tokens) dynamic trees (EAGLE-3 or a draft model), without
+    either chains. Close it when done (it hooks the shared target)."""
+    from trtspec.errors import TrtSpecError
+    from trtspec.spec.schema import TREE_MODES
 
-        raise TrtSpecError(f"draft trees need an EAGLE-3 engine (this one is {engine.mode})",
-                           fix="tune trees only with speculative.mode eagle3")
+    if eagle_choices is not None and engine.mode != "eagle3":
+        raise TrtSpecError(f"static draft trees need an EAGLE-3 engine (this one is {engine.mode})",
+                           fix="tune eagle_choices trees only with speculative.mode eagle3")
+    if tree is not None and engine.mode not in TREE_MODES:
+        raise TrtSpecError(f"dynamic draft trees need an EAGLE-3 or draft-model engine (this one is {engine.mode})",
+                           fix="tune --tree-shapes only with speculative.mode eagle3 or draft-target")
     choices = tuple(tuple(int(i) for i in path) for path in eagle_choices) if eagle_choices else None
     # the draft length fixed at every batch size: tune measures exactly one choice per variant
     return engine.variant(max_draft_len=max_draft_len, eagle_choices=choices, draft_len_schedule=((1, max_draft_len),),

@@ -2,7 +2,7 @@
 
 Candidates are chains of max_draft_len tokens and, for EAGLE-3, static draft trees
 (`eagle_choices`, index paths as TensorRT-LLM writes them) and dynamic (EAGLE-2) trees
-(`speculative.tree` shapes: topk, depth, num_draft_tokens). Choosing by tokens/s, not by
+(`speculative.tree` shapes: topk, depth, num_draft_tokens; a draft model grows them too). Choosing by tokens/s, not by
 acceptance length: a longer draft or a wider tree always raises the acceptance length but also
 the cost of each verification pass, so the best shape is where the two meet on this machine
 (reference §2.2, Theorem 3.8; vLLM#20780 saw AL rise to K=7 while TPOT was best at K=4). Every
@@ -145,11 +145,12 @@ def set_draft_len_text(text: str, draft_len: int) -> str:
 
 def write_choice(spec_path: str | Path, draft_len: int, eagle_choices: Sequence[Sequence[int]] | None = None,
                  set_choices: bool = False, schedule: Sequence[Sequence[int]] | None = None,
-                 tree: Sequence[int] | None = None) -> Path:
+                 tree: Sequence[int] | None = None, set_tree: bool | None = None) -> Path:
     """Record the choice in the spec file, keeping the old file as <name>.bak. Returns the backup.
 
-    With `set_choices`, speculative.eagle_choices and speculative.tree are written too (null for a
-    chain); with
+    With `set_choices`, speculative.eagle_choices is written too (null for a chain), and so is
+    speculative.tree with `set_tree` (default: as `set_choices`; a draft model grows dynamic trees
+    but has no static ones); with
     `schedule`, speculative.draft_len_schedule. The new text is validated (it must load as a
     valid Spec with the new values) before anything is written; the write is a rename, so an
     interrupted tune never leaves half a spec.
@@ -162,8 +163,10 @@ def write_choice(spec_path: str | Path, draft_len: int, eagle_choices: Sequence[
     text = path.read_text() if path.exists() else ""
     new_text = set_draft_len_text(text, draft_len)
     choices = [list(p) for p in eagle_choices] if eagle_choices is not None else None
+    set_tree = set_choices if set_tree is None else set_tree
     if set_choices:
         new_text = set_field_text(new_text, "eagle_choices", json.dumps(choices) if choices else "null")
+    if set_tree:
         shape = dict(zip(("topk", "depth", "num_draft_tokens"), tree, strict=True)) if tree else None
         new_text = set_field_text(new_text, "tree", json.dumps(shape) if shape else "null")
     table = [[int(v) for v in row] for row in schedule] if schedule is not None else None
@@ -171,8 +174,8 @@ def write_choice(spec_path: str | Path, draft_len: int, eagle_choices: Sequence[
         new_text = set_field_text(new_text, "draft_len_schedule", json.dumps(table))
     resolved = validate_spec(yaml.safe_load(new_text) or {})
     took = resolved.speculative.max_draft_len == draft_len and (
-        not set_choices or ((resolved.speculative.eagle_choices or None) == choices
-                            and _tree_of(resolved.speculative.tree) == (list(tree) if tree else None))) and (
+        not set_choices or (resolved.speculative.eagle_choices or None) == choices) and (
+        not set_tree or _tree_of(resolved.speculative.tree) == (list(tree) if tree else None)) and (
         table is None or resolved.speculative.draft_len_schedule == table)
     if not took:
         raise SpecError([f"speculative.max_draft_len: rewriting {path} did not take effect; edit it by hand "

@@ -35,8 +35,8 @@ For EAGLE-3, static draft trees are measured beside the chains (three small ones
 --trees says otherwise). The choice goes into speculative.max_draft_len (and eagle_choices for
 EAGLE-3) of the spec, the old file kept as <spec>.bak; with several concurrencies the fastest
 draft length at each (0 where plain decoding was faster) goes into
-speculative.draft_len_schedule. EAGLE-3 dynamic trees (--tree-shapes topk,depth,num_draft_tokens)
-compete with the chains at every concurrency: a tree row reads [concurrency, topk, depth, nodes]. Rebuild with `trtspec build` and redeploy to serve it.
+speculative.draft_len_schedule. Dynamic trees (--tree-shapes topk,depth,num_draft_tokens; EAGLE-3,
+or a draft model when given) compete with the chains at every concurrency: a tree row reads [concurrency, topk, depth, nodes]. Rebuild with `trtspec build` and redeploy to serve it.
 """
 
 
@@ -178,8 +178,8 @@ def bench(config_path, url, engine_dir, prompts, concurrency, max_tokens, num_pr
               help="EAGLE-3: JSON list of eagle_choices trees to measure too; 'none' for chains only "
                    "(default: three small trees).")
 @click.option("--tree-shapes", default=None,
-              help="EAGLE-3: dynamic tree shapes 'topk,depth,num_draft_tokens;...' to measure too; 'none' "
-                   "for none (default: 4,3,8;4,4,16).")
+              help="Dynamic tree shapes 'topk,depth,num_draft_tokens;...' to measure too; 'none' for none "
+                   "(EAGLE-3 default: 4,3,8;4,4,16; draft-target: none unless given).")
 @mode_option
 @click.option("--max-tokens", type=int, default=None, help="New tokens per request (bench.max_tokens).")
 @click.option("--num-prompts", type=int, default=None, help="Use only the first N prompts.")
@@ -204,7 +204,7 @@ def tune(config_path, engine_dir, prompts, draft_lens, trees, tree_shapes, mode,
     from trtspec.bench import tune as tuning
     from trtspec.errors import TrtSpecError
     from trtspec.prompts import load_prompts
-    from trtspec.spec.schema import DEFAULT_CONFIG
+    from trtspec.spec.schema import DEFAULT_CONFIG, TREE_MODES
 
     spec = resolve_spec(config_path, bench__prompts=prompts, bench__max_tokens=max_tokens,
                         bench__num_prompts=num_prompts, speculative__mode=mode)
@@ -218,9 +218,13 @@ def tune(config_path, engine_dir, prompts, draft_lens, trees, tree_shapes, mode,
     tree_list = _trees(trees) if eagle3 else []
     if trees and trees.strip().lower() != "none" and not eagle3:
         raise click.BadParameter("draft trees are an EAGLE-3 feature; set --mode eagle3", param_hint="--trees")
-    shape_list = _tree_shapes(tree_shapes) if eagle3 else []
-    if tree_shapes and tree_shapes.strip().lower() != "none" and not eagle3:
-        raise click.BadParameter("dynamic trees are an EAGLE-3 feature; set --mode eagle3", param_hint="--tree-shapes")
+    # dynamic trees: EAGLE-3 measures the default shapes unless told otherwise; a draft model only
+    # the shapes asked for (each of its tree depths is a forward of the whole draft model)
+    grows_trees = spec.speculative.mode in TREE_MODES
+    shape_list = _tree_shapes(tree_shapes) if eagle3 or (grows_trees and tree_shapes) else []
+    if tree_shapes and tree_shapes.strip().lower() != "none" and not grows_trees:
+        raise click.BadParameter("dynamic trees grow from an EAGLE-3 head or a draft model; set --mode eagle3 "
+                                 "or draft-target", param_hint="--tree-shapes")
     shapes = tuning.candidates(draft_lens, tree_list, shape_list)
     prompt_set = load_prompts(spec.bench.prompts, "bench", spec.bench.num_prompts)
     engine_path = Path(engine_dir) if engine_dir else runner.default_engine_dir(spec)
@@ -249,7 +253,7 @@ def tune(config_path, engine_dir, prompts, draft_lens, trees, tree_shapes, mode,
     draft_len = max(lengths or [choice["max_draft_len"]]) if schedule else choice["max_draft_len"]
     single_tree = choice.get("tree") if not schedule else None
     backup = tuning.write_choice(spec_path, draft_len, choice["eagle_choices"], set_choices=eagle3, schedule=schedule,
-                                 tree=single_tree)
+                                 tree=single_tree, set_tree=grows_trees)
     from trtspec.bench.report import clean_json, machine_metadata
 
     summary = clean_json({"choice": draft_len, "eagle_choices": choice["eagle_choices"], "tree": single_tree,
