@@ -74,3 +74,19 @@ def spy_drafts(engine):
 
     engine.drafter.propose_batch = spy
     return seen
+
+
+def assert_dynamic_trees_lossless(engine, prompt, shape) -> None:
+    """Alone, every step of `engine` grows a dynamic tree of `shape` (topk, depth, nodes): the
+    output is the target's own greedy output, every draft verifies all its nodes, and not every
+    tree is a chain."""
+    seen = spy_drafts(engine)
+    try:
+        spec = engine.generate(prompt, max_new_tokens=32)
+    finally:
+        del engine.drafter.propose_batch
+    assert spec.token_ids == engine.generate(prompt, max_new_tokens=32, speculative=False).token_ids
+    trees = [d.tree for batch in seen for d in batch if d is not None]
+    assert trees and all(t.num_nodes == shape[2] and t.max_depth <= shape[1] for t in trees)
+    assert not all(t.is_chain for t in trees)
+    assert spec.stats.num_verified_tokens == shape[2] * spec.stats.num_drafts

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.runtime.conftest import TINY_PROMPTS, spy_drafts
+from tests.runtime.conftest import TINY_PROMPTS, assert_dynamic_trees_lossless, spy_drafts
 
 
 @pytest.mark.parametrize("prompt", TINY_PROMPTS[:3])
@@ -62,16 +62,7 @@ def draft_tree_engine(tiny_llama, tiny_llama_draft):
 def test_draft_model_trees_greedy_equal_plain_greedy(draft_tree_engine, prompt):
     """Alone, every step grows a dynamic tree of 10 nodes from the draft model; the output is the
     target's own greedy output."""
-    seen = spy_drafts(draft_tree_engine)
-    try:
-        spec = draft_tree_engine.generate(prompt, max_new_tokens=32)
-    finally:
-        del draft_tree_engine.drafter.propose_batch
-    assert spec.token_ids == draft_tree_engine.generate(prompt, max_new_tokens=32, speculative=False).token_ids
-    trees = [d.tree for batch in seen for d in batch if d is not None]
-    assert trees and all(t.num_nodes == TREE[2] and t.max_depth <= TREE[1] for t in trees)
-    assert not all(t.is_chain for t in trees)
-    assert spec.stats.num_verified_tokens == TREE[2] * spec.stats.num_drafts
+    assert_dynamic_trees_lossless(draft_tree_engine, prompt, TREE)
 
 
 def test_draft_model_trees_batched_stay_lossless(draft_tree_engine):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.runtime.conftest import TINY_PROMPTS, spy_drafts
+from tests.runtime.conftest import TINY_PROMPTS, assert_dynamic_trees_lossless, spy_drafts
 from tests.runtime.test_rt_scheduler import PROMPTS, _concurrently, _steer_trees_to_the_target
 from trtspec.runtime.drafters.dynamic_tree import TreeSearch
 from trtspec.runtime.tree import Tree, TreeShape, rejection_accept_tree
@@ -105,16 +105,7 @@ def dynamic_engine(tiny_llama, modelopt_eagle3):
 
 @pytest.mark.parametrize("prompt", TINY_PROMPTS)
 def test_dynamic_tree_greedy_equals_plain_greedy(dynamic_engine, prompt):
-    seen = spy_drafts(dynamic_engine)
-    try:
-        spec = dynamic_engine.generate(prompt, max_new_tokens=32)
-    finally:
-        del dynamic_engine.drafter.propose_batch
-    assert spec.token_ids == dynamic_engine.generate(prompt, max_new_tokens=32, speculative=False).token_ids
-    trees = [d.tree for batch in seen for d in batch if d is not None]
-    assert trees and all(t.num_nodes == SHAPE[2] and t.max_depth <= SHAPE[1] for t in trees)
-    assert not all(t.is_chain for t in trees)
-    assert spec.stats.num_verified_tokens == SHAPE[2] * spec.stats.num_drafts
+    assert_dynamic_trees_lossless(dynamic_engine, prompt, SHAPE)
 
 
 def test_dynamic_trees_of_different_shapes_share_one_step_and_stay_lossless(dynamic_engine):

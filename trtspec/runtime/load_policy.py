@@ -339,8 +339,9 @@ class CostModel:
                 return best
             probed, kind = Choice(self.max_draft_len, probe=True), [o.length > 0 for o in options]
         self.steps_waiting += 1
-        wait = max(probe_every(self.max_draft_len, tree), self.probe_spacing(batch_size, probed, backlog))
-        if self.steps_waiting < wait * 2 ** self.backoff:
+        stretch = 2 ** self.backoff  # the priced spacing is only worked out once the plain wait is over
+        if (self.steps_waiting < probe_every(self.max_draft_len, tree) * stretch
+                or self.steps_waiting < self.probe_spacing(batch_size, probed, backlog) * stretch):
             return best
         self.steps_waiting = 0
         far = max(r for r, k in zip(rates, kind, strict=True) if k) < PROBE_FAR * max(rates)

@@ -92,29 +92,25 @@ class DraftModelDrafter(Drafter):
         """One EAGLE-2 tree per session (`budgets`: nodes each may verify); the expanded nodes
         leave the cache at the end. # roots: per session [vocab_size] logits"""
         from trtspec.runtime.batch import Feed, forward
-        from trtspec.runtime.drafters.dynamic_tree import TreeSearch
+        from trtspec.runtime.drafters.dynamic_tree import TreeSearch, grow
 
         searches = [TreeSearch(s.tree, budget, root, None, _same_vocab)
                     for s, budget, root in zip(sessions, budgets, roots, strict=True)]
         committed = [s.kv.length for s in sessions]
+
+        def feed(i, search, nodes):
+            return Feed(sessions[i].kv, [search.tokens[n] for n in nodes],
+                        positions=[committed[i] + search.levels_done - 1] * len(nodes),
+                        mask=search.feed_mask(committed[i]), num_logits=len(nodes))
+
+        def draft_forward(feeds):  # a draft model carries no state between depths
+            return [(rows, [None] * rows.shape[0]) for rows in forward(self.model, feeds)[0]]
+
         try:
-            while True:
-                active = [i for i, search in enumerate(searches) if not search.done]
-                if not active:
-                    break
-                feeds = []
-                for i in active:
-                    search, nodes = searches[i], searches[i].to_feed()
-                    feeds.append(Feed(sessions[i].kv, [search.tokens[n] for n in nodes],
-                                      positions=[committed[i] + search.levels_done - 1] * len(nodes),
-                                      mask=search.feed_mask(committed[i]), num_logits=len(nodes)))
-                logits, _ = forward(self.model, feeds)
-                for i, rows in zip(active, logits, strict=True):
-                    searches[i].expanded(rows, [None] * rows.shape[0])
+            return grow(searches, feed, draft_forward)
         finally:
             for session, length in zip(sessions, committed, strict=True):
                 session.kv.length = length  # cached still lists exactly the committed tokens
-        return [search.draft() for search in searches]
 
 
 def _same_vocab(ids):

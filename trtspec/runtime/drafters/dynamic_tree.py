@@ -117,3 +117,18 @@ class TreeSearch:
         place = {c: i for i, c in enumerate(kept)}
         candidates = [at[tuple(p)] for p in tree.paths]
         return tree, [self.tokens[c] for c in candidates], [place[c] for c in candidates]
+
+
+def grow(searches: list[TreeSearch], feed: Any, forward: Any) -> list[Draft]:
+    """Expand every search depth by depth until each is done, and return their drafts.
+    `feed(i, search, nodes)`: session i's input for its frontier `nodes`; `forward(feeds)`: one
+    batched forward over the feeds of the searches still growing, per feed (logits rows, states
+    rows or None each)."""
+    while True:
+        active = [i for i, search in enumerate(searches) if not search.done]
+        if not active:
+            break
+        feeds = [feed(i, searches[i], searches[i].to_feed()) for i in active]
+        for i, (logits, states) in zip(active, forward(feeds), strict=True):
+            searches[i].expanded(logits, states)
+    return [search.draft() for search in searches]

@@ -65,23 +65,15 @@ def propose_dynamic_trees(drafter: Any, sessions: list[Any], tokens: list[list[i
     base + depth, under a tree mask over the session's cache."""
     import torch
 
-    from trtspec.runtime.drafters.dynamic_tree import TreeSearch
+    from trtspec.runtime.drafters.dynamic_tree import TreeSearch, grow
 
     searches = [TreeSearch(s.tree, budget, logits, h, s.to_target_vocab)
                 for s, budget, (logits, h) in zip(sessions, budgets, last, strict=True)]
-    while True:
-        active = [i for i, search in enumerate(searches) if not search.done]
-        if not active:
-            break
-        feeds = []
-        for i in active:
-            search, session = searches[i], sessions[i]
-            nodes = search.to_feed()
-            base = len(tokens[i]) - 2  # EAGLE position of the root (it predicts depth 1)
-            feeds.append(HeadFeed(session.kv, [search.tokens[n] for n in nodes],
-                                  torch.stack([search.state[n] for n in nodes]),
-                                  positions=[base + search.levels_done] * len(nodes),
-                                  mask=search.feed_mask(session.committed), num_logits=len(nodes)))
-        for i, (logits, h) in zip(active, drafter.forward(feeds), strict=True):
-            searches[i].expanded(logits, h)
-    return [search.draft() for search in searches]
+
+    def feed(i, search, nodes):
+        base = len(tokens[i]) - 2  # EAGLE position of the root (it predicts depth 1)
+        return HeadFeed(sessions[i].kv, [search.tokens[n] for n in nodes], torch.stack([search.state[n] for n in nodes]),
+                        positions=[base + search.levels_done] * len(nodes),
+                        mask=search.feed_mask(sessions[i].committed), num_logits=len(nodes))
+
+    return grow(searches, feed, drafter.forward)
