@@ -27,7 +27,9 @@ def main() -> int:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--num-prompts", type=int, default=0)
+    parser.add_argument("--prompts", default=None, help="JSONL prompt file (default: the packaged bench set)")
     parser.add_argument("--baseline", action="store_true", help="also each server with speculation off")
+    parser.add_argument("--requests-per-slot", type=int, default=2, help="requests per block / concurrency")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
 
@@ -43,16 +45,17 @@ def main() -> int:
         variants[f"{name} speculative"] = (target, True)
         if args.baseline:
             variants[f"{name} baseline"] = (target, False)
-    prompts = load_prompts(None, "bench", args.num_prompts or None)
+    prompts = load_prompts(args.prompts, "bench", args.num_prompts or None)
     concurrencies = [int(c) for c in args.concurrency.split(",")]
     load_before = os.getloadavg()
-    run = run_variants(variants, prompts, concurrencies, max_tokens=args.max_tokens, repeats=args.repeats)
+    run = run_variants(variants, prompts, concurrencies, max_tokens=args.max_tokens, repeats=args.repeats,
+                       requests_per_slot=args.requests_per_slot)
     load_after = os.getloadavg()
     cells = [summarize_cell(cell) for cell in group_cells(run.records, run.durations, order=list(variants))]
     by = {(c["variant"], c["max_concurrency"]): c for c in cells}
     first = next(iter(servers))
-    lines = ["| server / variant | conc | out tok/s | TPOT p50 ms | TTFT p50 ms | TTFT p99 ms | over " + first + " |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| server / variant | conc | out tok/s | in flight | TPOT p50 ms | TTFT p50 ms | TTFT p99 ms | over "
+             + first + " |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     rows = []
     for concurrency in concurrencies:
         for label in variants:
@@ -64,8 +67,10 @@ def main() -> int:
             rows.append({"variant": label, "concurrency": concurrency, "output_throughput": cell["output_throughput"],
                          "by_repeat": cell["output_throughput_by_repeat"], "median_tpot_ms": cell["median_tpot_ms"],
                          "median_ttft_ms": cell["median_ttft_ms"], "p99_ttft_ms": cell["p99_ttft_ms"],
+                         "mean_requests_in_flight": cell["mean_requests_in_flight"],
                          f"over_{first}": ratio, "failed": cell["failed"]})
-            lines.append(f"| {label} | {concurrency} | {cell['output_throughput']:.1f} | {cell['median_tpot_ms']:.0f} | "
+            lines.append(f"| {label} | {concurrency} | {cell['output_throughput']:.1f} | "
+                         f"{cell['mean_requests_in_flight']:.1f} | {cell['median_tpot_ms']:.0f} | "
                          f"{cell['median_ttft_ms']:.0f} | {cell['p99_ttft_ms']:.0f} | {ratio:.2f}x |")
     lines.append(f"\nload average before {load_before[0]:.1f}, after {load_after[0]:.1f}; {len(prompts)} prompts, "
                  f"{args.max_tokens} tokens, {args.repeats} repeats")

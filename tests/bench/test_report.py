@@ -82,6 +82,15 @@ def test_schedule_interleaves_abba_and_covers_every_prompt_once():
                 assert sorted(seen) == [0, 1, 2, 3, 4]
 
 
+def test_schedule_cycles_prompts_until_every_slot_is_busy():
+    # 3 prompts at concurrency 4: 8 requests in one block (prompts 0 1 2 0 1 2 0 1), not 3
+    plan = schedule(3, [4], repeats=1, variants=[SPECULATIVE])
+    assert plan == [(4, 0, SPECULATIVE, list(range(8)))]
+    # a larger factor: bigger blocks, every prompt still sent
+    plan = schedule(10, [2], repeats=1, variants=[SPECULATIVE], requests_per_slot=4)
+    assert [numbers for *_, numbers in plan] == [list(range(8)), [8, 9]]
+
+
 class SleepTarget:
     """Streams `tokens` chunks, sleeping between them; records how many requests overlap."""
 
@@ -89,9 +98,11 @@ class SleepTarget:
 
     def __init__(self, gap_s: float):
         self.gap_s, self.in_flight, self.peak, self.lock = gap_s, 0, 0, threading.Lock()
+        self.sent: list[tuple[str, int]] = []
 
     def stream(self, prompt, *, max_tokens, speculative, temperature, seed):
         with self.lock:
+            self.sent.append((prompt, seed))
             self.in_flight += 1
             self.peak = max(self.peak, self.in_flight)
         try:
@@ -121,3 +132,16 @@ def test_run_bench_caps_concurrency_and_stamps_chunks():
     # chunk stamps rise and fall within the request
     assert all(r.chunk_times_s == sorted(r.chunk_times_s) and r.chunk_times_s[-1] <= r.e2e_s for r in run.records)
     assert run.durations[(SPECULATIVE, 2, 0)] < run.durations[(BASELINE, 2, 0)]
+
+
+def test_few_prompts_still_fill_every_slot_and_the_report_says_how_full():
+    prompts = [Prompt(i, f"p{i}", "chat") for i in range(2)]
+    target = SleepTarget(0.01)
+    run = run_bench(target, prompts, [4], max_tokens=6, baseline=False, warmup=False)
+    assert target.peak == 4                        # 2 prompts, yet 4 requests in flight
+    assert sorted(target.sent) == [("p0", 0), ("p0", 2), ("p0", 4), ("p0", 6),
+                                   ("p1", 1), ("p1", 3), ("p1", 5), ("p1", 7)]   # a seed per request
+    assert {r.prompt_index for r in run.records} == {0, 1}
+    cell = assemble_report(run.records, run.durations, {"model": "sleep"})["results"][0]
+    # equal requests in two waves of 4: the block is never drained before its end
+    assert 3.0 < cell["mean_requests_in_flight"] <= 4.0

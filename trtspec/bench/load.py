@@ -5,11 +5,14 @@ seed=)` yielding `Chunk`s, a `name`, and `counters()` returning a flat dict of m
 counters (or None). This module owns the clock: it stamps each chunk as it arrives, so targets
 stay free of timing code. It never aggregates; trtspec.bench.metrics does.
 
-Interleaving: at each concurrency the prompts are cut into blocks of `block_factor x concurrency`
-prompts; every block is run once per variant, alternating which goes first (ABBA), and each
-variant's wall time is the sum of its blocks. Noise from the shared machine thus hits both
-variants alike. The cost: each block drains at its end, so throughput at concurrency c reads
-a little lower than a never-draining stream would; the same for both variants.
+Interleaving: at each concurrency c the requests are cut into blocks of `requests_per_slot x c`;
+every block is run once per variant, alternating which goes first (ABBA), and each variant's
+wall time is the sum of its blocks. Noise from the shared machine thus hits both variants alike.
+A cell sends every prompt once, or `requests_per_slot x c` requests when c > 1 and the prompt
+set is smaller (request j sends prompt j mod n with seed j), so c requests really are in flight. The
+cost of blocks: each drains at its end, so throughput at concurrency c reads lower than a
+never-draining stream would, the same for both variants; metrics reports the mean number of
+requests in flight, and a larger `requests_per_slot` brings it closer to c.
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ class BenchRun:
 
 
 def measure_request(target: Target, prompt: Prompt, variant: str, speculative: bool, concurrency: int,
-                    repeat: int, max_tokens: int, temperature: float) -> RequestRecord:
+                    repeat: int, max_tokens: int, temperature: float, seed: int | None = None) -> RequestRecord:
     """Send one request and stamp its chunks. Errors are recorded, not raised: one failed
     request must not end a benchmark, and the report counts failures."""
     chunk_times: list[float] = []
@@ -64,7 +67,8 @@ def measure_request(target: Target, prompt: Prompt, variant: str, speculative: b
     start = time.perf_counter()
     try:
         for chunk in target.stream(prompt.text, max_tokens=max_tokens, speculative=speculative,
-                                   temperature=temperature, seed=prompt.index):
+                                   temperature=temperature,
+                                   seed=prompt.index if seed is None else seed):
             now = time.perf_counter() - start
             if chunk.num_tokens > 0:
                 chunk_times.append(now)
@@ -84,16 +88,19 @@ def measure_request(target: Target, prompt: Prompt, variant: str, speculative: b
 
 
 def schedule(num_prompts: int, concurrencies: Sequence[int], repeats: int, variants: Sequence[str],
-             block_factor: int = 2) -> list[tuple[int, int, str, list[int]]]:
-    """The run order as (concurrency, repeat, variant, prompt indices) blocks. Pure, for tests."""
+             requests_per_slot: int = 2) -> list[tuple[int, int, str, list[int]]]:
+    """The run order as (concurrency, repeat, variant, request numbers) blocks; request j sends
+    prompt j mod num_prompts. Pure, for tests."""
     plan = []
     for concurrency in concurrencies:
-        block = max(1, block_factor * concurrency)
-        blocks = [list(range(i, min(i + block, num_prompts))) for i in range(0, num_prompts, block)]
+        block = max(1, requests_per_slot * concurrency)
+        # one slot never idles; several need requests to spare or the block is one long drain
+        requests = max(num_prompts, block) if concurrency > 1 else num_prompts
+        blocks = [list(range(i, min(i + block, requests))) for i in range(0, requests, block)]
         for repeat in range(repeats):
-            for number, indices in enumerate(blocks):
-                order = list(variants) if (number + repeat) % 2 == 0 else list(reversed(variants))
-                plan.extend((concurrency, repeat, variant, indices) for variant in order)
+            for position, numbers in enumerate(blocks):
+                order = list(variants) if (position + repeat) % 2 == 0 else list(reversed(variants))
+                plan.extend((concurrency, repeat, variant, numbers) for variant in order)
     return plan
 
 
@@ -107,7 +114,7 @@ def run_bench(target: Target, prompts: Sequence[Prompt], concurrencies: Sequence
 
 
 def run_variants(variants: dict[str, tuple[Target, bool]], prompts: Sequence[Prompt], concurrencies: Sequence[int],
-                 *, max_tokens: int, repeats: int = 1, temperature: float = 0.0, block_factor: int = 2,
+                 *, max_tokens: int, repeats: int = 1, temperature: float = 0.0, requests_per_slot: int = 2,
                  warmup: bool = True, on_request: Callable[[RequestRecord], Any] | None = None) -> BenchRun:
     """Run the whole schedule over labelled (target, speculative) variants; `on_request` is called
     after every request (progress bars). Counters are diffed on the first variant's target."""
@@ -119,20 +126,21 @@ def run_variants(variants: dict[str, tuple[Target, bool]], prompts: Sequence[Pro
     counted = next(iter(variants.values()))[0]
     before = counted.counters()
 
-    def one(prompt: Prompt, label: str, concurrency: int, repeat: int) -> None:
+    def one(number: int, label: str, concurrency: int, repeat: int) -> None:
         target, speculative = variants[label]
-        record = measure_request(target, prompt, label, speculative, concurrency, repeat, max_tokens, temperature)
+        record = measure_request(target, prompts[number % len(prompts)], label, speculative, concurrency, repeat,
+                                 max_tokens, temperature, seed=number)
         with lock:
             run.records.append(record)
         if on_request is not None:
             on_request(record)
 
-    for concurrency, repeat, label, indices in schedule(len(prompts), concurrencies, repeats, list(variants),
-                                                        block_factor):
+    for concurrency, repeat, label, numbers in schedule(len(prompts), concurrencies, repeats, list(variants),
+                                                        requests_per_slot):
         block_before = counted.counters() if before is not None else None
         start = time.perf_counter()
         with ThreadPoolExecutor(max_workers=concurrency) as pool:
-            futures = [pool.submit(one, prompts[i], label, concurrency, repeat) for i in indices]
+            futures = [pool.submit(one, number, label, concurrency, repeat) for number in numbers]
             for future in futures:
                 future.result()
         key = (label, concurrency, repeat)

@@ -250,13 +250,19 @@ def summarize_cell(cell: Cell) -> dict[str, Any]:
     ok = [r for r in cell.records if r.ok]
     tokens_by_repeat: dict[int, int] = {}
     requests_by_repeat: dict[int, int] = {}
+    busy_by_repeat: dict[int, float] = {}
     for record in ok:
         tokens_by_repeat[record.repeat] = tokens_by_repeat.get(record.repeat, 0) + record.output_tokens
         requests_by_repeat[record.repeat] = requests_by_repeat.get(record.repeat, 0) + 1
+    for record in cell.records:
+        busy_by_repeat[record.repeat] = busy_by_repeat.get(record.repeat, 0.0) + record.e2e_s
     repeats = sorted(cell.duration_by_repeat)
     tok_s = [tokens_by_repeat.get(r, 0) / cell.duration_by_repeat[r] for r in repeats if cell.duration_by_repeat[r] > 0]
     req_s = [requests_by_repeat.get(r, 0) / cell.duration_by_repeat[r] for r in repeats
              if cell.duration_by_repeat[r] > 0]
+    # request-seconds per second of wall time: below the concurrency where blocks drain at their end
+    in_flight = [busy_by_repeat.get(r, 0.0) / cell.duration_by_repeat[r] for r in repeats
+                 if cell.duration_by_repeat[r] > 0]
     result: dict[str, Any] = {
         "variant": cell.variant,
         "max_concurrency": cell.concurrency,
@@ -270,6 +276,7 @@ def summarize_cell(cell: Cell) -> dict[str, Any]:
         "request_throughput": statistics.median(req_s) if req_s else math.nan,
         "output_throughput": statistics.median(tok_s) if tok_s else math.nan,
         "output_throughput_by_repeat": tok_s,
+        "mean_requests_in_flight": statistics.median(in_flight) if in_flight else math.nan,
     }
     result.update(describe_ms("ttft", [r.ttft_s for r in ok]))
     result.update(describe_ms("tpot", [t for r in ok if (t := r.tpot_s) is not None]))

@@ -87,7 +87,7 @@ def plan_variants(spec: Any, url: str | None, engine_dir: str | None, baseline: 
 
 def run(variants: dict[str, tuple[Any, bool]], ratio: tuple[str, str], description: dict[str, Any],
         prompts: Sequence[Any], *, spec: Any, concurrency: list[int], max_tokens: int, repeats: int,
-        temperature: float, out_dir: Path, prompts_source: str, plots: bool = True,
+        temperature: float, out_dir: Path, prompts_source: str, requests_per_slot: int = 2, plots: bool = True,
         on_request: Callable | None = None) -> tuple[dict[str, Any], dict[str, Path]]:
     """Run the benchmark and write bench.json, bench.csv, requests.jsonl and the PNGs."""
     from trtspec.bench import plots as plotting
@@ -96,7 +96,7 @@ def run(variants: dict[str, tuple[Any, bool]], ratio: tuple[str, str], descripti
 
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     result = run_variants(variants, prompts, concurrency, max_tokens=max_tokens, repeats=repeats,
-                          temperature=temperature, on_request=on_request)
+                          temperature=temperature, requests_per_slot=requests_per_slot, on_request=on_request)
     failed = [r for r in result.records if not r.ok]
     if failed and len(failed) == len(result.records):
         raise TrtSpecError(f"all {len(failed)} requests failed (first: {failed[0].error})",
@@ -104,8 +104,10 @@ def run(variants: dict[str, tuple[Any, bool]], ratio: tuple[str, str], descripti
     metadata = {"model": spec.model_name, **description, "num_prompts": len(prompts), "prompts": prompts_source,
                 "concurrency": concurrency, "max_tokens": max_tokens, "temperature": temperature,
                 "repeats": repeats, "variants": list(variants), "started": started, "command": " ".join(sys.argv),
-                "interleaving": "ABBA blocks of 2 x concurrency prompts per variant; throughput = median over "
-                                "repeats; ratios = median of per-repeat ratios",
+                "requests_per_slot": requests_per_slot,
+                "interleaving": f"ABBA blocks of {requests_per_slot} x concurrency requests per variant (prompts "
+                                "cycled when fewer); throughput = median over repeats; ratios = median of per-repeat "
+                                "ratios",
                 "machine": machine_metadata()}
     report = assemble_report(result.records, result.durations, metadata, result.counters_delta,
                              result.cell_counters, ratio=ratio)

@@ -16,6 +16,7 @@ Examples:
   trtspec bench --engine engines/smollm2-ngram-cpu --baseline --repeats 3   # in-process, no server
   trtspec bench --prompts my-prompts.jsonl --num-prompts 16 --out reports/mine --json
   trtspec bench --url 127.0.0.1:8001 --engine engines/smollm2-ngram-cpu --concurrency 1   # serving overhead
+  trtspec bench --concurrency 8,16 --baseline --requests-per-slot 8   # near steady state: 64 / 128 per block
 \b
 Writes bench.json (keys as `vllm bench serve`), bench.csv, requests.jsonl, throughput.png and
 acceptance.png to --out (default <workdir>/reports/bench-<UTC time>/).
@@ -108,12 +109,15 @@ def _progress(console, total: int, description: str):
 @click.option("--baseline", is_flag=True, help="Also run with speculation off, interleaved, and report the speedup.")
 @click.option("--repeats", type=click.IntRange(1, 100), default=1, show_default=True,
               help="Run everything N times; tokens/s is the median, speedup the median ratio.")
+@click.option("--requests-per-slot", type=click.IntRange(1, 100), default=2, show_default=True,
+              help="Each interleaved block sends N x concurrency requests (prompts cycled when there are fewer). "
+                   "Blocks drain at their end; a larger N keeps the server nearer full (see 'in flight').")
 @click.option("--temperature", type=click.FloatRange(0.0), default=0.0, show_default=True)
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="Report directory.")
 @dry_run_option
 @json_option
 def bench(config_path, url, engine_dir, prompts, concurrency, max_tokens, num_prompts, baseline, repeats,
-          temperature, out_dir, dry_run, as_json) -> None:
+          requests_per_slot, temperature, out_dir, dry_run, as_json) -> None:
     """Measure TTFT, TPOT, ITL, end-to-end latency, tokens/s and acceptance per concurrency.
 
     Streams every prompt at each concurrency over tritonclient gRPC (or in-process with
@@ -124,6 +128,7 @@ def bench(config_path, url, engine_dir, prompts, concurrency, max_tokens, num_pr
     from rich.console import Console
 
     from trtspec.bench import runner
+    from trtspec.bench.load import schedule
     from trtspec.prompts import load_prompts
     if baseline and url and engine_dir:
         raise click.UsageError("--baseline measures one target; with both --url and --engine bench measures "
@@ -132,13 +137,14 @@ def bench(config_path, url, engine_dir, prompts, concurrency, max_tokens, num_pr
                         bench__max_tokens=max_tokens, bench__num_prompts=num_prompts)
     prompt_set = load_prompts(spec.bench.prompts, "bench", spec.bench.num_prompts)
     out = Path(out_dir) if out_dir else runner.default_out_dir(spec, "bench")
-    variants = 2 if baseline or (url and engine_dir) else 1
-    total = len(prompt_set) * len(spec.bench.concurrency) * repeats * variants
+    variants = ["a", "b"] if baseline or (url and engine_dir) else ["a"]
+    total = sum(len(numbers) for *_, numbers in schedule(len(prompt_set), spec.bench.concurrency, repeats, variants,
+                                                          requests_per_slot))
     where = " vs ".join(([f"triton {url or runner.default_url(spec)}"] if url or not engine_dir else [])
                         + ([f"in-process {engine_dir}"] if engine_dir else []))
     plan = {"target": where, "prompts": spec.bench.prompts or "packaged", "num_prompts": len(prompt_set),
             "concurrency": spec.bench.concurrency, "max_tokens": spec.bench.max_tokens, "repeats": repeats,
-            "baseline": baseline, "requests": total, "out": str(out)}
+            "requests_per_slot": requests_per_slot, "baseline": baseline, "requests": total, "out": str(out)}
     if dry_run:
         _print_dry_run(plan, as_json)
         return
@@ -150,7 +156,8 @@ def bench(config_path, url, engine_dir, prompts, concurrency, max_tokens, num_pr
         task = progress.add_task(f"bench {where}", total=total)
         report, paths = runner.run(variant_targets, ratio, description, prompt_set, spec=spec,
                                    concurrency=spec.bench.concurrency, max_tokens=spec.bench.max_tokens,
-                                   repeats=repeats, temperature=temperature, out_dir=out,
+                                   repeats=repeats, requests_per_slot=requests_per_slot,
+                                   temperature=temperature, out_dir=out,
                                    prompts_source=plan["prompts"], on_request=lambda record: progress.advance(task))
     if as_json:
         from trtspec.bench.report import clean_json
