@@ -38,6 +38,9 @@ def test_32_streams_with_queue_16_refuse_the_excess_at_once_and_serve_the_rest(b
     client, engine_dir = busy_server
     engine = load_engine(engine_dir)
     alone = {p: engine.generate(p, max_new_tokens=MAX_TOKENS, speculative=False).text for p in PROMPTS}
+    from trtspec.runtime.prefix_cache import shared_start
+
+    start = len(shared_start(engine.tokenizer))
     engine.close()
     before = client.server_metrics()
     barrier, lock = threading.Barrier(32), threading.Lock()
@@ -87,6 +90,9 @@ def test_32_streams_with_queue_16_refuse_the_excess_at_once_and_serve_the_rest(b
     assert metric_total(after, "trtspec:num_requests_running") == 0
     assert metric_total(after, "trtspec:kv_cache_blocks_used") == 0
     assert metric_total(after, "trtspec:kv_cache_blocks_total") > 0
+    # the 24 served requests copied the chat template's shared start instead of prefilling it
+    hits = metric_total(after, "trtspec:prefix_cache_hits") - metric_total(before, "trtspec:prefix_cache_hits")
+    assert start >= 2 and hits == 24 * start
 
 
 def test_invalid_requests_count_as_failed_not_busy(busy_server):

@@ -3,7 +3,8 @@
 Slow (a few minutes on 2 cores): 30 prompts x 32 new tokens, each alone without speculation, then
 all 30 sent at once with n-gram speculation (8 run together, the rest queue and join as others
 finish). Batch invariance (test_rt_batch_invariance.py) makes the two identical token for token;
-no near-tie allowance is needed, and none is given.
+no near-tie allowance is needed, and none is given. The plain runs alone also prefill every prompt
+token themselves, where the batched ones copy the chat template's shared start (prefix_cache).
 """
 
 from __future__ import annotations
@@ -31,7 +32,11 @@ def test_smollm2_speculative_batched_equals_plain_alone(smollm2_engine, dev_prom
     torch.set_num_threads(threads)
     try:
         prompts = [smollm2_engine.encode(row["prompt"]) for row in dev_prompts]
-        plain = [smollm2_engine.generate(ids, max_new_tokens=32, speculative=False).token_ids for ids in prompts]
+        alone = smollm2_engine.variant(kv_cache_reuse=False)
+        try:
+            plain = [alone.generate(ids, max_new_tokens=32, speculative=False).token_ids for ids in prompts]
+        finally:
+            alone.close()
         steps, done = [], threading.Semaphore(0)
         smollm2_engine.scheduler.on_step = steps.append
 
@@ -50,3 +55,4 @@ def test_smollm2_speculative_batched_equals_plain_alone(smollm2_engine, dev_prom
         assert got == want, f"{row['category']} prompt {row['prompt'][:40]!r} differs under load"
     assert max(s.last_batch_size for s in steps) == 8
     assert sum(s.stats.num_accepted_tokens for s in sequences) > 0, "n-gram drafts were never accepted"
+    assert smollm2_engine.scheduler.snapshot().prefix_cache_hits >= 24 * len(prompts)   # SmolLM2's shared start

@@ -23,7 +23,8 @@ here, so the serving code is versioned, linted and tested with the rest of trtsp
   num_requests_cancelled, num_requests_failed (label `reason`: invalid | busy | internal);
   gauges num_requests_running (the batch), num_requests_waiting (the queue), kv_cache_blocks_used,
   kv_cache_blocks_total, spec_decode_draft_len (the last step's); counter engine_steps (label
-  `draft`: the load policy's choice per step, SchedulerStats.draft_shapes: off | chain:K | tree:... | probe:...). Triton's own
+  `draft`: the load policy's choice per step, SchedulerStats.draft_shapes: off | chain:K | tree:... | probe:...),
+  counters prefix_cache_queries and prefix_cache_hits (prompt tokens, as vLLM's). Triton's own
   nv_inference_request_success counts error responses of a Python model as successes
   (triton-inference-server/server#7713), so failures are read from num_requests_failed.
 """
@@ -56,6 +57,10 @@ GAUGES = {
     "trtspec:kv_cache_blocks_used": "Paged KV cache blocks held by running requests",
     "trtspec:kv_cache_blocks_total": "Paged KV cache blocks in the pool",
     "trtspec:spec_decode_draft_len": "Draft tokens per sequence in the last engine step (0: speculation off)",
+}
+PREFIX_COUNTERS = {
+    "prefix_cache_queries": "Prompt tokens of admitted requests",
+    "prefix_cache_hits": "Prompt tokens copied from the chat template's shared start instead of prefilled",
 }
 FAILURE_REASONS = ("invalid", "busy", "internal")
 
@@ -125,6 +130,12 @@ class TritonPythonModel:
                                                         "probe: one sequence drafted it)",
                                             kind=pb.MetricFamily.COUNTER)
         self._labels = labels
+        # prompt tokens looked up / copied from the chat template's shared start (vLLM's names)
+        self.prefix_families = {name: pb.MetricFamily(name=f"trtspec:{name}", description=text,
+                                                      kind=pb.MetricFamily.COUNTER)
+                                for name, text in PREFIX_COUNTERS.items()}
+        self.prefix_counters = {name: family.Metric(labels=labels) for name, family in self.prefix_families.items()}
+        self._prefix_counted = dict.fromkeys(PREFIX_COUNTERS, 0)
         self.steps: dict[str, Any] = {}            # draft label -> counter
         self._steps_counted: dict[str, int] = {}   # what each counter was last brought to
 
@@ -145,6 +156,10 @@ class TritonPythonModel:
                 if (new := count - self._steps_counted.get(label, 0)) > 0:
                     self.steps[label].increment(new)
                     self._steps_counted[label] = count
+            for name in PREFIX_COUNTERS:
+                if (new := getattr(stats, name) - self._prefix_counted[name]) > 0:
+                    self.prefix_counters[name].increment(new)
+                    self._prefix_counted[name] = getattr(stats, name)
 
     def record(self, stats: Any) -> None:
         with self._metrics_lock:

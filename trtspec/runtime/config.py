@@ -48,6 +48,9 @@ class EngineConfig:
     max_seq_len plus the widest draft each."""
     max_queue_size: int = 64
     """Requests that may wait for a batch slot or KV blocks; beyond, new ones are refused at once."""
+    kv_cache_reuse: bool = True
+    """Prefill the prompt start every chat request shares (the chat template's) once and copy its
+    keys and values into each new sequence (trtspec.runtime.prefix_cache); exact, so on by default."""
     draft_len_schedule: tuple[tuple[int, int], ...] | None = None
     """(batch size, draft length) pairs, ascending: from that many decoding sequences on, draft that
     many tokens (0: speculation off); EAGLE-3 rows may be (batch size, topk, depth, num_draft_tokens):

@@ -46,6 +46,9 @@ class SchedulerStats:
     num_failed: int = 0
     num_cancelled: int = 0
     num_finished: int = 0
+    # prompt tokens of admitted requests, and those copied from the shared prompt start (prefix_cache)
+    prefix_cache_queries: int = 0
+    prefix_cache_hits: int = 0
     # steps by the draft the load policy chose: off, chain:K, tree:TOPK,DEPTH,NODES, tree:static:NODES
     # (probe: prefix: one sequence drafted it); steps without a speculating sequence are not counted
     draft_shapes: dict[str, int] = field(default_factory=dict)
@@ -88,6 +91,7 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self._unprepared: list[Sequence] = []    # admitted, blocks not yet zeroed (_prepare_admitted)
+        self._shared_start: Any = None            # prefix_cache.SharedPrefix once prefilled; False: none
         self.stats = SchedulerStats(kv_blocks_total=self.allocator.num_blocks)
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -187,7 +191,33 @@ class Scheduler:
                 sequence.session = engine.drafter.session(sequence.tokens, sequence.params, sequence.generator,
                                                           confidence_threshold=self.config.confidence_threshold,
                                                           tree=engine.tree, kv=kv)
+            self._reuse_shared_start(sequence)
         self._unprepared.clear()
+
+    def _reuse_shared_start(self, sequence: Sequence) -> None:
+        """Copy the chat template's shared prompt start into a new sequence's cache (loop thread,
+        lock held; trtspec.runtime.prefix_cache). Not for an EAGLE-3 session: the head is fed the
+        target's layer outputs of every prompt position."""
+        engine = self.engine
+        if not self.config.kv_cache_reuse or self._shared_start is False:
+            return
+        if sequence.session is not None and getattr(engine.drafter, "aux_layer_ids", ()):
+            return
+        if self._shared_start is None:  # first use: find and prefill it
+            from trtspec.runtime.prefix_cache import SharedPrefix, shared_start
+
+            tokens = shared_start(engine.tokenizer)
+            if len(tokens) < 2:
+                self._shared_start = False
+                return
+            self._shared_start = SharedPrefix.prefill(engine, self.pool, self.allocator, tokens)
+            if self._shared_start is None:
+                return  # no free blocks right now: a later sequence tries again
+        self.stats.prefix_cache_queries += sequence.num_prompt
+        count = self._shared_start.reusable(sequence.tokens[:sequence.num_prompt])
+        if count > 0:
+            self._shared_start.copy_into(sequence.kv, count)
+            self.stats.prefix_cache_hits += count
 
     def _admit_waiting(self) -> None:
         """FIFO: admit from the head of the queue while it fits (lock held)."""

@@ -1,0 +1,147 @@
+"""The chat template's shared prompt start, prefilled once and copied into every request (prefix_cache).
+
+What must hold: the copied keys and values are bit for bit those a whole prompt's prefill writes,
+so generation is the same token for token with and without reuse, under concurrency, with every
+drafter; EAGLE-3 sessions (fed the target's layer outputs of every prompt position) never reuse.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+TEXTS = ["Count to five.", "Repeat after me: red green red green red green",
+         "What is 2 + 2?", "Write a short poem about the sea."]
+
+
+def test_the_shared_start_is_the_templates_fixed_part(ngram_engine):
+    from trtspec.runtime.prefix_cache import shared_start
+
+    tokens = shared_start(ngram_engine.tokenizer)
+    prompts = [ngram_engine.encode(text) for text in TEXTS]
+    assert len(tokens) >= 2 and all(p[:len(tokens)] == tokens for p in prompts)
+    assert len({p[len(tokens)] for p in prompts}) > 1      # the first token after it already differs
+
+
+def test_copied_keys_and_values_equal_a_whole_prompt_prefill(ngram_engine):
+    import torch
+
+    from trtspec.runtime.prefix_cache import SharedPrefix, shared_start
+
+    scheduler = ngram_engine.scheduler
+    start = shared_start(ngram_engine.tokenizer)
+    alone = SharedPrefix.prefill(ngram_engine, scheduler.pool, scheduler.allocator, start)
+    prompt = ngram_engine.encode(TEXTS[3])
+    whole = SharedPrefix.prefill(ngram_engine, scheduler.pool, scheduler.allocator, prompt)
+    count = len(start)
+    assert alone.reusable(prompt) == count
+    for layer in range(len(alone.keys)):
+        assert torch.equal(alone.keys[layer], whole.keys[layer][:, :, :count])
+        assert torch.equal(alone.values[layer], whole.values[layer][:, :count])
+    # a prompt that is only the shared start keeps its last token to prefill (its logits)
+    assert alone.reusable(start) == count - 1
+
+
+def test_the_prefill_owns_its_whole_key_window(ngram_engine):
+    """Attention reads 64-key windows: slots past the shared start that belong to nobody (torch.empty
+    garbage, NaN here) must not reach its keys (0 x NaN is NaN)."""
+    import torch
+
+    from trtspec.runtime.prefix_cache import SharedPrefix, shared_start
+
+    engine = ngram_engine.variant(tokens_per_block=4)
+    try:
+        scheduler = engine.scheduler
+        for keys, values in zip(scheduler.pool.keys, scheduler.pool.values, strict=True):
+            keys.fill_(float("nan"))
+            values.fill_(float("nan"))
+        prefix = SharedPrefix.prefill(engine, scheduler.pool, scheduler.allocator, shared_start(engine.tokenizer))
+        assert all(torch.isfinite(k).all() and torch.isfinite(v).all() for k, v in zip(prefix.keys, prefix.values,
+                                                                                         strict=True))
+        assert scheduler.allocator.num_used == 0               # the borrowed blocks went back
+    finally:
+        engine.close()
+
+
+def _cache_after_prefill(engine, text):
+    """Keys and values of a lone request's prompt positions, read from the pool once it is done."""
+    import queue
+
+    results = queue.SimpleQueue()
+    ids = engine.encode(text)
+    sequence = engine.submit(ids, max_new_tokens=1, sink=results.put)
+    while results.get(timeout=60).finish_reason is None:
+        pass
+    pool, table = engine.scheduler.pool, sequence.table
+    return [pool.read(layer, table, len(ids), None if table.base is not None else _slots(table, len(ids)))
+            for layer in range(len(pool.keys))]
+
+
+def _slots(table, count):
+    import torch
+
+    return torch.tensor(table.slots(0, count))
+
+
+def test_a_requests_whole_cache_is_bit_for_bit_the_same(ngram_engine):
+    """Not only the copied start: the rows prefilled after it attend over copied keys."""
+    import torch
+
+    with_reuse = ngram_engine.variant(kv_cache_reuse=True)
+    without = ngram_engine.variant(kv_cache_reuse=False)
+    try:
+        for text in TEXTS:
+            reused, computed = _cache_after_prefill(with_reuse, text), _cache_after_prefill(without, text)
+            for (k1, v1), (k2, v2) in zip(reused, computed, strict=True):
+                assert torch.equal(k1, k2) and torch.equal(v1, v2)
+        assert with_reuse.scheduler.snapshot().prefix_cache_hits > 0
+    finally:
+        with_reuse.close()
+        without.close()
+
+
+def _generate_all(engine, texts, speculative=True, concurrency=4):
+    with ThreadPoolExecutor(concurrency) as pool:
+        results = list(pool.map(lambda text: engine.generate(text, max_new_tokens=12, speculative=speculative), texts))
+    return [r.token_ids for r in results]
+
+
+@pytest.mark.parametrize("fixture", ["ngram_engine", "draft_engine"])
+def test_generation_is_unchanged_token_for_token(fixture, request):
+    engine = request.getfixturevalue(fixture)
+    with_reuse = engine.variant(kv_cache_reuse=True)
+    without = engine.variant(kv_cache_reuse=False)
+    try:
+        for speculative in (True, False):
+            assert _generate_all(with_reuse, TEXTS * 2, speculative) == _generate_all(without, TEXTS * 2, speculative)
+        stats, plain = with_reuse.scheduler.snapshot(), without.scheduler.snapshot()
+        start = len(with_reuse.scheduler._shared_start.tokens)
+        assert stats.prefix_cache_hits == 16 * start           # 16 requests, each its whole shared start
+        assert stats.prefix_cache_queries == sum(len(engine.encode(t)) for t in TEXTS) * 4
+        assert plain.prefix_cache_hits == plain.prefix_cache_queries == 0
+    finally:
+        with_reuse.close()
+        without.close()
+
+
+def test_eagle3_sessions_keep_every_prompt_row(eagle_engine):
+    engine = eagle_engine.variant(kv_cache_reuse=True)
+    try:
+        speculative = _generate_all(engine, TEXTS, True)
+        assert engine.scheduler.snapshot().prefix_cache_hits == 0    # the head needs every position's outputs
+        plain = _generate_all(engine, TEXTS, False)                   # no session: reuse
+        assert engine.scheduler.snapshot().prefix_cache_hits > 0
+        assert speculative == plain                                   # greedy speculation stays lossless
+    finally:
+        engine.close()
+
+
+def test_a_tokenizer_without_a_template_shares_nothing(ngram_engine):
+    import copy
+
+    from trtspec.runtime.prefix_cache import shared_start
+
+    plain = copy.copy(ngram_engine.tokenizer)
+    plain.chat_template = None
+    assert shared_start(plain) == []
