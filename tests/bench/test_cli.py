@@ -44,6 +44,8 @@ def test_bench_in_process_writes_everything(tiny_engine, tmp_path):
     assert spec_result["spec_decode_num_drafts"] > 0 and spec_result["spec_decode_acceptance_length"] >= 1.0
     assert sum(spec_result["spec_decode_accepted_per_step_histogram"]) == spec_result["spec_decode_num_drafts"]
     assert [s["max_concurrency"] for s in report["speedup"]] == [1, 2]
+    assert [(r["variant"], r["max_concurrency"]) for r in report["scaling"]] == [("speculative", 2), ("baseline", 2)]
+    assert "baseline tokens/s over concurrency 1" in result.output
     # the server-counter section is a diff over this run only: the engine saw exactly these drafts
     drafts = sum(r["spec_decode_num_drafts"] for r in report["results"] if r["variant"] == "speculative")
     assert report["server_counters"]["trtspec:spec_decode_num_drafts"] == drafts

@@ -18,6 +18,7 @@ from trtspec.bench.metrics import (
     group_cells,
     leviathan_speedup,
     percentile,
+    scaling,
     speedups,
     summarize_cell,
 )
@@ -120,6 +121,22 @@ def test_speedup_is_the_median_of_per_repeat_ratios():
     assert row["output_throughput_speedup_by_repeat"] == pytest.approx([2.0, 1.0, 1.5])
     assert row["output_throughput_speedup"] == pytest.approx(1.5)
     assert math.isnan(row["theoretical_speedup"])                   # no spec counters at all
+
+
+def test_scaling_is_each_variants_throughput_over_its_lowest_concurrency():
+    records, durations = [], {}
+    # 10 tokens per cell; baseline wall times: conc 1 -> 2.0 and 4.0 s (5 and 2.5 tok/s), conc 8 ->
+    # 0.5 and 0.5 s (20 tok/s): per-repeat ratios 4.0 and 8.0, median 6.0. Speculative runs only at 8.
+    for repeat, (one_s, eight_s) in enumerate([(2.0, 0.5), (4.0, 0.5)]):
+        for concurrency, seconds in ((1, one_s), (8, eight_s)):
+            records.append(rec(BASELINE, 0, "chat", [0.1, 0.2], 10, 0.3, repeat=repeat, concurrency=concurrency))
+            durations[(BASELINE, concurrency, repeat)] = seconds
+        records.append(rec(SPECULATIVE, 0, "chat", [0.1, 0.2], 10, 0.3, repeat=repeat, concurrency=8))
+        durations[(SPECULATIVE, 8, repeat)] = 1.0
+    (row,) = scaling([summarize_cell(cell) for cell in group_cells(records, durations)])
+    assert (row["variant"], row["max_concurrency"], row["over_concurrency"]) == (BASELINE, 8, 1)
+    assert row["output_throughput_scaling_by_repeat"] == pytest.approx([4.0, 8.0])
+    assert row["output_throughput_scaling"] == pytest.approx(6.0)
 
 
 def test_by_category(records):

@@ -26,6 +26,7 @@ from trtspec.bench.metrics import (
     RequestRecord,
     by_category,
     group_cells,
+    scaling,
     speedups,
     summarize_cell,
 )
@@ -72,7 +73,8 @@ def assemble_report(records: list[RequestRecord], durations: dict[tuple[str, int
     results = [summarize_cell(cell) for cell in group_cells(records, durations, cell_counters, order=ratio)]
     return {"metadata": {**metadata, "machine": metadata.get("machine") or machine_metadata()},
             "results": results, "ratio": {"numerator": ratio[0], "denominator": ratio[1]},
-            "speedup": speedups(results, *ratio), "by_category": by_category(records, *ratio),
+            "speedup": speedups(results, *ratio), "scaling": scaling(results),
+            "by_category": by_category(records, *ratio),
             "server_counters": counters_delta}
 
 
@@ -168,6 +170,12 @@ def render_table(report: dict[str, Any]):
                          _fmt(c.get(f"{bottom}_user_tokens_per_s")), _fmt(c.get("speedup"), 2, "x"),
                          _fmt(c.get("spec_decode_acceptance_length"), 2))
         parts.append(cats)
+    rows = report.get("scaling") or []
+    for variant in dict.fromkeys(row["variant"] for row in rows):
+        mine = [row for row in rows if row["variant"] == variant]
+        parts.append(f"{variant} tokens/s over concurrency {mine[0]['over_concurrency']} (median of per-repeat ratios): "
+                     + ", ".join(f"{row['max_concurrency']}: {_fmt(row['output_throughput_scaling'], 2, 'x')}"
+                                 for row in mine))
     for r in report["results"]:
         rates = r.get("spec_decode_per_position_acceptance_rates")
         if rates:
