@@ -2,7 +2,7 @@
 
 What must hold: the copied keys and values are bit for bit those a whole prompt's prefill writes,
 so generation is the same token for token with and without reuse, under concurrency, with every
-drafter; EAGLE-3 sessions (fed the target's layer outputs of every prompt position) never reuse.
+drafter; an EAGLE-3 head gets the copied start's layer outputs and drafts exactly as without reuse.
 """
 
 from __future__ import annotations
@@ -64,16 +64,17 @@ def test_the_prefill_owns_its_whole_key_window(ngram_engine):
         engine.close()
 
 
-def _cache_after_prefill(engine, text):
-    """Keys and values of a lone request's prompt positions, read from the pool once it is done."""
+def _cache_after_prefill(engine, text, draft_pool=False):
+    """Keys and values of a lone request's prompt positions, read once it is done from the target's
+    pool (one new token: the prefill's) or the EAGLE-3 head's (three: the head caught up on the prompt)."""
     import queue
 
     results = queue.SimpleQueue()
     ids = engine.encode(text)
-    sequence = engine.submit(ids, max_new_tokens=1, sink=results.put)
+    sequence = engine.submit(ids, max_new_tokens=3 if draft_pool else 1, sink=results.put)
     while results.get(timeout=60).finish_reason is None:
         pass
-    pool, table = engine.scheduler.pool, sequence.table
+    pool, table = engine.scheduler.draft_pool if draft_pool else engine.scheduler.pool, sequence.table
     return [pool.read(layer, table, len(ids), None if table.base is not None else _slots(table, len(ids)))
             for layer in range(len(pool.keys))]
 
@@ -125,16 +126,35 @@ def test_generation_is_unchanged_token_for_token(fixture, request):
         without.close()
 
 
-def test_eagle3_sessions_keep_every_prompt_row(eagle_engine):
-    engine = eagle_engine.variant(kv_cache_reuse=True)
+def test_eagle3_heads_get_the_shared_starts_layer_outputs(eagle_engine):
+    """The head is fed the target's layer outputs of every prompt position: with reuse it gets the
+    copied start's (the same rows), so it drafts exactly what it drafts without reuse."""
+    import torch
+
+    with_reuse = eagle_engine.variant(kv_cache_reuse=True)
+    without = eagle_engine.variant(kv_cache_reuse=False)
     try:
-        speculative = _generate_all(engine, TEXTS, True)
-        assert engine.scheduler.snapshot().prefix_cache_hits == 0    # the head needs every position's outputs
-        plain = _generate_all(engine, TEXTS, False)                   # no session: reuse
-        assert engine.scheduler.snapshot().prefix_cache_hits > 0
-        assert speculative == plain                                   # greedy speculation stays lossless
+        runs = {}
+        for name, engine in (("reuse", with_reuse), ("none", without)):
+            results = [engine.generate(text, max_new_tokens=12) for text in TEXTS]   # one at a time: comparable
+            runs[name] = ([r.token_ids for r in results],
+                          [(r.stats.num_drafts, r.stats.num_accepted_tokens, r.stats.accepted_per_position)
+                           for r in results])
+        assert runs["reuse"] == runs["none"]
+        assert sum(drafts for drafts, _, _ in runs["reuse"][1]) > 0
+        for text in TEXTS:  # the head's own cache of the prompt, bit for bit (drafts alone are a weak witness)
+            reused = _cache_after_prefill(with_reuse, text, draft_pool=True)
+            computed = _cache_after_prefill(without, text, draft_pool=True)
+            for (k1, v1), (k2, v2) in zip(reused, computed, strict=True):
+                assert torch.equal(k1, k2) and torch.equal(v1, v2)
+        start = len(with_reuse.scheduler._shared_start.tokens)
+        assert with_reuse.scheduler.snapshot().prefix_cache_hits == 2 * len(TEXTS) * start   # both rounds above
+        assert with_reuse.scheduler._shared_start.aux is not None
+        plain = [with_reuse.generate(text, max_new_tokens=12, speculative=False).token_ids for text in TEXTS]
+        assert plain == runs["reuse"][0]                                          # greedy speculation lossless
     finally:
-        engine.close()
+        with_reuse.close()
+        without.close()
 
 
 def test_a_tokenizer_without_a_template_shares_nothing(ngram_engine):

@@ -17,8 +17,9 @@ copied rows are bit for bit what the sequence's own prefill would have written a
 unchanged token for token (tests/runtime/test_rt_prefix_cache.py). A prompt is matched on its
 token ids, so a request with another template or raw ids reuses only what it really shares.
 
-Not for sequences whose drafter reads the target's layer outputs (EAGLE-3 sessions): the head is
-fed every prompt position's outputs, so their prefill keeps every row.
+An EAGLE-3 head is fed the target's layer outputs of every prompt position: the prefill keeps
+those of the shared start too, and a sequence that reuses it hands them to its head session as its
+own prefill would have (the same rows, bit for bit, so the same drafts).
 """
 
 from __future__ import annotations
@@ -52,10 +53,11 @@ def common_length(a: list[int], b: list[int]) -> int:
 class SharedPrefix:
     """Keys and values of the shared start, every layer, ready to copy into a sequence's slots."""
 
-    def __init__(self, tokens: list[int], keys: list[Any], values: list[Any]):
+    def __init__(self, tokens: list[int], keys: list[Any], values: list[Any], aux: Any = None):
         self.tokens = tokens
         self.keys = keys      # per layer [kv_heads, head_dim, len(tokens)] (transposed, as the pool)
         self.values = values  # per layer [kv_heads, len(tokens), head_dim]
+        self.aux = aux        # [len(tokens), sum of hidden sizes]: the drafter's layer outputs, or None
 
     @classmethod
     def prefill(cls, engine: Any, pool: Any, allocator: Any, tokens: list[int]) -> SharedPrefix | None:
@@ -74,11 +76,14 @@ class SharedPrefix:
         try:
             table = BlockTable(blocks, allocator.block_size)
             pool.zero_blocks(table)
+            aux_ids = tuple(getattr(engine.drafter, "aux_layer_ids", ()) or ())
             with torch.inference_mode():
-                forward(engine.target, [Feed(SeqKV(pool, table), list(tokens))], engine.layer_outputs())
+                _, aux = forward(engine.target, [Feed(SeqKV(pool, table), list(tokens))], engine.layer_outputs(),
+                                 aux_ids)
             gather = None if table.base is not None else _slots(table, len(tokens))
             read = [pool.read(layer, table, len(tokens), gather) for layer in range(len(pool.keys))]
-            return cls(list(tokens), [k.clone() for k, _ in read], [v.clone() for _, v in read])
+            return cls(list(tokens), [k.clone() for k, _ in read], [v.clone() for _, v in read],
+                       aux[0].clone() if aux_ids else None)
         finally:
             allocator.free(blocks)
 

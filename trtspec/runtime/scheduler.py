@@ -195,13 +195,11 @@ class Scheduler:
         self._unprepared.clear()
 
     def _reuse_shared_start(self, sequence: Sequence) -> None:
-        """Copy the chat template's shared prompt start into a new sequence's cache (loop thread,
-        lock held; trtspec.runtime.prefix_cache). Not for an EAGLE-3 session: the head is fed the
-        target's layer outputs of every prompt position."""
+        """Copy the chat template's shared prompt start into a new sequence's cache, and hand an
+        EAGLE-3 session the target's layer outputs of those positions (loop thread, lock held;
+        trtspec.runtime.prefix_cache)."""
         engine = self.engine
         if not self.config.kv_cache_reuse or self._shared_start is False:
-            return
-        if sequence.session is not None and getattr(engine.drafter, "aux_layer_ids", ()):
             return
         if self._shared_start is None:  # first use: find and prefill it
             from trtspec.runtime.prefix_cache import SharedPrefix, shared_start
@@ -217,6 +215,8 @@ class Scheduler:
         count = self._shared_start.reusable(sequence.tokens[:sequence.num_prompt])
         if count > 0:
             self._shared_start.copy_into(sequence.kv, count)
+            if sequence.session is not None and self._shared_start.aux is not None:
+                sequence.session.on_verified(self._shared_start.aux[:count])
             self.stats.prefix_cache_hits += count
 
     def _admit_waiting(self) -> None:
