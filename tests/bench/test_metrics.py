@@ -18,10 +18,10 @@ from trtspec.bench.metrics import (
     group_cells,
     leviathan_speedup,
     percentile,
-    scaling,
     speedups,
     summarize_cell,
 )
+from trtspec.bench.scaling import scaling
 
 
 def rec(variant, index, category, chunks, tokens, e2e, spec=None, repeat=0, concurrency=1, error=None):

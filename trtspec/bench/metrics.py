@@ -329,26 +329,6 @@ def speedups(summaries: Sequence[dict[str, Any]], numerator: str = SPECULATIVE,
     return out
 
 
-def scaling(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each variant's tokens/s at every concurrency over its tokens/s at the lowest one measured,
-    the median of per-repeat ratios (repeat r against repeat r). Concurrencies run one after the
-    other, not interleaved, so these ratios carry the machine's drift between them."""
-    out = []
-    for variant in dict.fromkeys(s["variant"] for s in summaries):
-        cells = sorted((s for s in summaries if s["variant"] == variant), key=lambda s: s["max_concurrency"])
-        if len(cells) < 2:
-            continue
-        first = cells[0]
-        for cell in cells[1:]:
-            ratios = [a / b for a, b in zip(cell["output_throughput_by_repeat"], first["output_throughput_by_repeat"],
-                                            strict=False) if b > 0]
-            out.append({"variant": variant, "max_concurrency": cell["max_concurrency"],
-                        "over_concurrency": first["max_concurrency"],
-                        "output_throughput_scaling": statistics.median(ratios) if ratios else math.nan,
-                        "output_throughput_scaling_by_repeat": ratios})
-    return out
-
-
 def by_category(records: Iterable[RequestRecord], numerator: str = SPECULATIVE,
                 denominator: str = BASELINE) -> list[dict[str, Any]]:
     """Per (concurrency, category): per-user tokens/s (sum tokens / sum E2EL) for each variant,

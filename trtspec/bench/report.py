@@ -26,10 +26,10 @@ from trtspec.bench.metrics import (
     RequestRecord,
     by_category,
     group_cells,
-    scaling,
     speedups,
     summarize_cell,
 )
+from trtspec.bench.scaling import scaling
 
 BENCH_JSON = "bench.json"
 BENCH_CSV = "bench.csv"
