@@ -140,7 +140,7 @@ class Engine:
             last = chunk
         output = sequence.output
         return GenerationResult(token_ids=list(output.token_ids), text=output.text, finish_reason=output.finish_reason,
-                                stats=last.stats, prompt_token_ids=ids)
+                                stats=last.stats, prompt_token_ids=ids, stop_token_id=output.stop_token_id)
 
     def submit(self, prompt_ids: list[int], *, max_new_tokens: int, sink: Callable[[Any], None],
                temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int | None = None,

@@ -28,6 +28,8 @@ and gets no gradient. Where oneDNN is missing it changes nothing and returns 0.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 # oneDNN picks its blocking for this many rows; 8 covers verify passes of 1 + up to 8 drafts.
@@ -42,17 +44,35 @@ def available() -> bool:
 
 def prepack_linears(model: Any) -> int:
     """Swap each float32 CPU nn.Linear in `model` for a PackedLinear; returns how many."""
+    return len(_swap_in(model))
+
+
+@contextmanager
+def prepacked(model: Any) -> Iterator[int]:
+    """prepack_linears for the duration of a `with` block (yields how many): the model's own
+    nn.Linear modules are put back on exit, so a model borrowed by an engine (convert's target
+    making its training answers) leaves it as it came, trainable and convertible."""
+    swaps = _swap_in(model)
+    try:
+        yield len(swaps)
+    finally:
+        for parent, name, child in swaps:
+            setattr(parent, name, child)
+
+
+def _swap_in(model: Any) -> list[tuple[Any, str, Any]]:
+    """(parent, name, original nn.Linear) for every linear layer swapped for a PackedLinear."""
     import torch
 
     if not available():
-        return 0
+        return []
     swaps = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
              if type(child) is torch.nn.Linear and child.weight.dtype == torch.float32
              and child.weight.device.type == "cpu"]
     packed_linear = _packed_linear_class()
     for parent, name, child in swaps:
         setattr(parent, name, packed_linear(child))
-    return len(swaps)
+    return swaps
 
 
 _CLASS: list = []

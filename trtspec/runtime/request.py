@@ -79,6 +79,8 @@ class GenerationResult:
     finish_reason: str
     stats: GenerationStats
     prompt_token_ids: list[int] = field(default_factory=list)
+    stop_token_id: int | None = None
+    """The end-of-sequence id that finished the request (not in token_ids); None otherwise."""
 
 
 @dataclass
@@ -104,6 +106,7 @@ class OutputAssembler:
         self.emitted_chars = 0
         self.emitted_tokens = 0
         self.finish_reason: str | None = None
+        self.stop_token_id: int | None = None  # the end-of-sequence id that finished it (vLLM's stop_reason)
 
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
@@ -113,7 +116,7 @@ class OutputAssembler:
         start = len(self.token_ids)
         for token in committed:
             if token in self.eos_ids:
-                self.finish_reason = "stop"
+                self.finish_reason, self.stop_token_id = "stop", token
                 break
             self.token_ids.append(token)
             if len(self.token_ids) >= self.max_new_tokens:

@@ -122,7 +122,7 @@ def test_sharegpt_fixture_trains_the_tiny_head_end_to_end(tiny_llama, tmp_path, 
     data = manifest(tmp_path / "work" / "checkpoints" / "eagle3")
     report = data["report"]
     assert report["data"]["source"] == str(SHAREGPT) and report["data"]["records"] == 4
-    assert report["data"]["sequences"] == 6 and report["data"]["generated_by"] == "in-process target"
+    assert report["data"]["sequences"] == 6 and report["data"]["generated_by"] == "in-process target (trtspec cpu engine, 64 in flight)"
     assert report["training"]["steps"] == 3 and report["export"] and report["acceptance"]["prompts"] == 2
     assert len(data["inputs"]["data_sha256"]) == 64
     # the rows file holds the regenerated conversations, in sample order

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from trtspec import artifacts
-from trtspec.convert.eagle3 import budget
+from trtspec.convert.eagle3 import budget, engine_answers
 from trtspec.convert.eagle3 import data as eagle3_data
 from trtspec.convert.eagle3 import features as eagle3_features
 from trtspec.convert.eagle3 import store as eagle3_store
@@ -109,6 +109,15 @@ def rows_on_disk(files: WorkFiles, data_key: dict[str, Any], *, dist: Dist) -> i
     return dist.broadcast(count)
 
 
+def answers_made_by(settings, model) -> str:
+    """Who makes the answers (the report's data.generated_by): the server, or how in process."""
+    if settings.generate_url:
+        return settings.generate_url
+    if engine_answers.usable(model):
+        return f"in-process target (trtspec cpu engine, {settings.generate_batch_size} in flight)"
+    return f"in-process target (transformers generate, batches of {settings.generate_batch_size})"
+
+
 def extend_rows(settings, model, tokenizer, source: DataSource, files: WorkFiles, data_key: dict[str, Any], *,
                 start: int, stop: int, dist: Dist, report: Reporter | None, done: int = 0) -> None:
     """Make samples start..stop-1 and append them to the first `start` rows on disk (`done`: this
@@ -123,6 +132,10 @@ def extend_rows(settings, model, tokenizer, source: DataSource, files: WorkFiles
         rows = generate_rows_remote(settings.generate_url, tokenizer, samples, answer_tokens=settings.answer_tokens,
                                     max_context=settings.seq_len, concurrency=settings.generate_concurrency,
                                     phase=phase)
+    elif engine_answers.usable(model):
+        rows = engine_answers.generate_rows_engine(model, tokenizer, samples, answer_tokens=settings.answer_tokens,
+                                                   max_context=settings.seq_len,
+                                                   in_flight=settings.generate_batch_size, phase=phase)
     else:
         rows = eagle3_data.generate_rows(model, tokenizer, samples, answer_tokens=settings.answer_tokens,
                                          max_context=settings.seq_len, batch_size=settings.generate_batch_size,

@@ -1,9 +1,8 @@
 """Self-distilled rows made by a running server (`--generate-url`): on GPUs the fast engine makes the data.
 
 The server is a trtspec deployment (or any Triton server with the LLM-API model) serving the same
-target; trtspec.client.triton streams each answer over gRPC, `concurrency` requests in flight. Each
-sample's turns go in order (a later turn's context holds the earlier answers); samples run
-concurrently and come back in sample order, through a bounded window, so memory stays flat.
+target; trtspec.client.triton streams each answer over gRPC, `concurrency` requests in flight
+(eagle3.in_flight: a sample's turns in order, samples concurrently, rows in sample order).
 
 What the served model is sent, by the text_input semantics of its kind:
   - trtspec's cpu model (it has a `speculative` input) applies the target's chat template to
@@ -18,13 +17,12 @@ when the server stopped there (finish_reason "stop").
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from trtspec.chat import conversation_ids, conversation_text
-from trtspec.convert.eagle3.data import SAMPLED_TEMPERATURE, Dialogue, Row, Sample
+from trtspec.chat import Message, conversation_ids, conversation_text
+from trtspec.convert.eagle3.data import SAMPLED_TEMPERATURE, Row, Sample
+from trtspec.convert.eagle3.in_flight import dialogue_row, rows_in_sample_order
 from trtspec.convert.progress import Phase
 from trtspec.errors import ServerError, TrtSpecError
 
@@ -38,48 +36,26 @@ def generate_rows_remote(url: str, tokenizer, samples: Iterable[Sample], *, answ
     client = TritonLLMClient(url, model)
     one_turn_only = "speculative" in client.input_types  # trtspec's cpu model templates text_input itself
 
-    def answer(sample: Sample) -> tuple[int, Row]:
-        dialogue = Dialogue(sample, max_context)
-        while dialogue.wants_answer():
-            messages = dialogue.context_messages()
-            if one_turn_only and (len(messages) != 1 or messages[0]["role"] != "user"):
-                raise TrtSpecError(f"{sample.conversation.where or f'record {sample.conversation.index}'}: "
-                                   f"the cpu server at {url} templates text_input as one user turn and cannot "
-                                   "take a multi-turn or system-prompted conversation",
-                                   fix="generate in process (drop --generate-url) or serve the target with the "
-                                       "trtllm backend, whose text_input is the rendered conversation")
-            prompt = messages[0]["content"] if one_turn_only else conversation_text(
-                tokenizer, messages, add_generation_prompt=True)
-            result = _request(client, prompt, sample, answer_tokens)
-            context = conversation_ids(tokenizer, messages, add_generation_prompt=True)
-            ids = list(tokenizer(result["text"], add_special_tokens=False)["input_ids"])
-            if result.get("finish_reason") == "stop" and tokenizer.eos_token_id is not None:
-                ids.append(tokenizer.eos_token_id)
-            dialogue.record(context, ids, result["text"])
-            if phase:
-                phase.advance(0, tokens=len(ids))
-        return sample.index, dialogue.row()
+    def ask(sample: Sample, messages: list[Message], turn: int) -> tuple[list[int], list[int], str]:
+        if one_turn_only and (len(messages) != 1 or messages[0]["role"] != "user"):
+            raise TrtSpecError(f"{sample.conversation.where or f'record {sample.conversation.index}'}: "
+                               f"the cpu server at {url} templates text_input as one user turn and cannot "
+                               "take a multi-turn or system-prompted conversation",
+                               fix="generate in process (drop --generate-url) or serve the target with the "
+                                   "trtllm backend, whose text_input is the rendered conversation")
+        prompt = messages[0]["content"] if one_turn_only else conversation_text(
+            tokenizer, messages, add_generation_prompt=True)
+        result = _request(client, prompt, sample, answer_tokens)
+        ids = list(tokenizer(result["text"], add_special_tokens=False)["input_ids"])
+        if result.get("finish_reason") == "stop" and tokenizer.eos_token_id is not None:
+            ids.append(tokenizer.eos_token_id)
+        return conversation_ids(tokenizer, messages, add_generation_prompt=True), ids, result["text"]
 
-    window: deque = deque()
-    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="eagle3-generate") as pool:
-        try:
-            for sample in samples:
-                window.append(pool.submit(answer, sample))
-                if len(window) >= 4 * concurrency:
-                    yield _done(window.popleft(), phase)
-            while window:
-                yield _done(window.popleft(), phase)
-        finally:
-            for future in window:
-                future.cancel()
-            client.close()
-
-
-def _done(future, phase: Phase | None) -> tuple[int, Row]:
-    row = future.result()
-    if phase:
-        phase.advance(1)
-    return row
+    try:
+        yield from rows_in_sample_order(samples, lambda sample: dialogue_row(sample, max_context, ask, phase),
+                                        concurrency=concurrency, phase=phase)
+    finally:
+        client.close()
 
 
 def _request(client, prompt: str, sample: Sample, answer_tokens: int) -> dict[str, Any]:

@@ -80,6 +80,7 @@ def run_eagle3(spec, layout, target_dir: Path, target_sha: str, source: DataSour
     target_config = json.loads((target_dir / "config.json").read_text())
     model, tokenizer = load_causal_lm(target_dir, dtype=spec.model.dtype, trust_remote_code=spec.model.trust_remote_code)
     model.to(placement.device)
+    made_by = prepare.answers_made_by(settings, model)
 
     # 1. self-distilled rows: the target answers the conversations (each rank its share), as many
     #    as the budget allows (a timed probe of the first answers plans the rest; eagle3.budget)
@@ -151,7 +152,7 @@ def run_eagle3(spec, layout, target_dir: Path, target_sha: str, source: DataSour
                    "data": {"source": source.label, "records": source.count, "sequences": stats.count,
                             "requested_samples": settings.num_samples,
                             "tokens": stats.tokens, "row_length": min(settings.seq_len, stats.longest),
-                            "generated_by": settings.generate_url or "in-process target",
+                            "generated_by": made_by,
                             "draft_vocab_size": vocab.size or target_config["vocab_size"],
                             "draft_vocab_coverage": round(vocab.coverage, 4),
                             "draft_vocab_chosen_by": vocab.chosen_by, "answer_tokens": vocab.answer_tokens}}
