@@ -102,15 +102,20 @@ class Eagle3Training(_Section):
 
 
 class TreeSpec(_Section):
-    """A dynamic (EAGLE-2) draft tree, grown per sequence and step from the drafter's own scores."""
+    """A dynamic (EAGLE-2) draft tree, grown per sequence and step from the drafter's own scores.
+
+    The defaults (topk 4, depth 3, 8 nodes) are the fastest shape measured on the cpu engine at
+    concurrency 1 with both 15-minute SmolLM2 heads (docs/BENCHMARKS.md): 1.20x and 1.27x plain
+    decoding in process, where 4,4,16 gave 0.99x and 1.06x (a verified node costs ~1 ms of CPU
+    compute past ~16 rows); a GPU verifies wider trees nearly free."""
 
     topk: int = Field(4, ge=1, le=64)
     """Children per expanded node, and nodes expanded per depth (SGLang --speculative-eagle-topk,
     EAGLE top_k, TensorRT-LLM dynamic_tree_max_topK)."""
-    depth: int = Field(4, ge=1, le=16)
+    depth: int = Field(3, ge=1, le=16)
     """Levels of the tree: the longest path it can accept (SGLang --speculative-num-steps, EAGLE
     depth + 1, TensorRT-LLM max_draft_len)."""
-    num_draft_tokens: int = Field(16, ge=1, le=512)
+    num_draft_tokens: int = Field(8, ge=1, le=512)
     """Best-scored nodes verified per sequence and step, the root not counted (SGLang
     --speculative-num-draft-tokens - 1, EAGLE total_token - 1, TensorRT-LLM max_total_draft_tokens)."""
 
