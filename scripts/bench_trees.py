@@ -66,12 +66,15 @@ def make_engine(base, variant: str):
     kind, _, shape = variant.partition(":")
     if kind == "auto" and "," not in shape:
         return base.variant(max_draft_len=int(shape))
+    shape, _, floor = shape.partition("@")  # tree:T,D,N@P: verify only nodes of path probability >= P
     topk, depth, nodes = (int(x) for x in shape.split(","))
+    floor_option = {"tree_min_path_prob": float(floor or 0)}
     if kind == "tree":
-        return base.variant(max_draft_len=depth, draft_len_schedule=((1, topk, depth, nodes),))
+        return base.variant(max_draft_len=depth, draft_len_schedule=((1, topk, depth, nodes),), **floor_option)
     if kind == "auto":
-        return base.variant(tree=(topk, depth, nodes), max_draft_len=depth)
-    raise SystemExit(f"unknown variant {variant!r}: plain, chain:K, choices, tree:T,D,N, auto:K or auto:T,D,N")
+        return base.variant(tree=(topk, depth, nodes), max_draft_len=depth, **floor_option)
+    raise SystemExit(f"unknown variant {variant!r}: plain, chain:K, choices, tree:T,D,N[@P], auto:K or "
+                     "auto:T,D,N[@P]")
 
 
 def run_group(engine, ids: list[list[int]], speculative: bool, concurrency: int, max_tokens: int) -> list:

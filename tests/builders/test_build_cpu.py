@@ -51,6 +51,20 @@ def test_cpu_build_writes_the_bundle_and_smoke_generates(mode, in_tmp, tiny_llam
     assert again.exit_code == 0 and "up to date" in again.stdout
 
 
+def test_a_trees_path_probability_floor_reaches_the_loaded_engine(in_tmp, tiny_llama, tiny_llama_draft):
+    from trtspec.runtime.loading import load_engine
+
+    config = write_workspace(in_tmp, tiny_llama, draft=tiny_llama_draft, speculative={
+        "mode": "draft-target", "tree": {"topk": 2, "depth": 2, "num_draft_tokens": 3, "min_path_prob": 0.05}})
+    result = _build(config)
+    assert result.exit_code == 0, result.output
+    engine_dir = in_tmp / "engines" / "tiny-draft-target-cpu"
+    runtime = json.loads((engine_dir / "engine.json").read_text())["runtime"]
+    assert runtime["tree"] == [2, 2, 3] and runtime["tree_min_path_prob"] == 0.05
+    with load_engine(engine_dir) as engine:
+        assert engine.config.tree == (2, 2, 3) and engine.config.tree_min_path_prob == 0.05
+
+
 def test_a_head_made_for_another_target_is_refused(in_tmp, tiny_llama, tiny_llama_draft):
     config = write_workspace(in_tmp, tiny_llama)
     # a head whose manifest names the draft model as its target

@@ -237,3 +237,30 @@ def test_the_load_policy_may_pick_off_chain_or_tree_each_step_and_says_which(tin
     assert {choice.key: counts.get(choice.key, 0) for choice in rounds} == \
         {choice.key: chosen.count(choice) + (lone if choice == rounds[3] else 0) for choice in rounds}
     assert lone >= 0 and sum(counts.values()) == len(chosen) + lone
+
+
+def test_a_path_probability_floor_drops_unlikely_nodes_and_keeps_a_tree():
+    # root t1 0.6, t2 0.3, t3 0.1; under t1: t4 0.9 (path 0.54), t5 0.1 (0.06); under t2: t6 0.5 (0.15), t7 0.5
+    def grown(floor):
+        search = TreeSearch(TreeShape(3, 2, 8, min_path_prob=floor), 8, _row(t1=0.6, t2=0.3, t3=0.1), None,
+                            _identity)
+        search.expanded(torch.stack([_row(t4=0.9, t5=0.1), _row(t6=0.5, t7=0.5), _row(t0=1.0)]), [None] * 3)
+        return search.tree()
+
+    tree, tokens = grown(0.0)
+    assert tree.num_nodes == 8  # no floor: the whole budget
+    tree, tokens = grown(0.12)  # kept: t1 .6, t4 .54, t2 .3, t6 .15, t7 .15; dropped t3 .1, t5 .06, t3->t0 .1
+    assert sorted(tokens) == [1, 2, 4, 6, 7]
+    assert all(len(path) == 1 or path[:-1] in tree.paths for path in tree.paths)
+    tree, tokens = grown(0.99)  # nothing reaches it: the best node is still verified
+    assert tokens == [1]
+
+
+def test_dynamic_tree_with_a_floor_stays_lossless_and_verifies_fewer_nodes(dynamic_engine):
+    with dynamic_engine.variant(tree_min_path_prob=0.2) as floored:
+        seen = spy_drafts(floored)
+        for prompt in TINY_PROMPTS:
+            result = floored.generate(prompt, max_new_tokens=24)
+            assert result.token_ids == dynamic_engine.generate(prompt, max_new_tokens=24, speculative=False).token_ids
+    sizes = [d.tree.num_nodes for batch in seen for d in batch if d is not None]
+    assert sizes and max(sizes) <= SHAPE[2] and min(sizes) < SHAPE[2]

@@ -163,6 +163,7 @@ def engine_json(spec: Any, name: str, inputs: BuildInputs, *, target_path: str =
         "runtime": {"dtype": spec.model.dtype, "ngram_min": s.ngram_min, "ngram_max": s.ngram_max,
                     "dynamic_draft": s.dynamic_draft, "confidence_threshold": s.confidence_threshold,
                     "acceptance_floor": s.acceptance_floor, "eagle_choices": s.eagle_choices,
-                    **({"tree": [s.tree.topk, s.tree.depth, s.tree.num_draft_tokens]} if s.tree else {})},
+                    **({"tree": [s.tree.topk, s.tree.depth, s.tree.num_draft_tokens],
+                        "tree_min_path_prob": s.tree.min_path_prob} if s.tree else {})},
         **backend_keys,
     }

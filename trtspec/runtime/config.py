@@ -37,6 +37,9 @@ class EngineConfig:
     tree: tuple[int, int, int] | None = None
     """Dynamic (EAGLE-2) draft tree as (topk, depth, num_draft_tokens) (trtspec.runtime.tree.TreeShape);
     None: eagle_choices or chains."""
+    tree_min_path_prob: float = 0.0
+    """Every dynamic tree (configured or from the schedule) verifies only nodes whose path's draft
+    probability is at least this (TreeShape.min_path_prob); 0: all num_draft_tokens."""
     max_batch_size: int = 8
     """Most sequences in one engine step (running at once)."""
     max_num_tokens: int = 8192

@@ -18,6 +18,7 @@ A prompt chunk that completes a prompt produces the sequence's first token in ph
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -127,6 +128,8 @@ def _draft(engine: Any, decoding: list[Any], lengths: list[int], shape: TreeShap
     if not wanted:
         return drafts
     if engine.config.mode in ("eagle3", "draft-target") and not isinstance(engine.tree, Tree):
+        if shape is not None and engine.config.tree_min_path_prob:
+            shape = dataclasses.replace(shape, min_path_prob=engine.config.tree_min_path_prob)
         for i in wanted:
             decoding[i].session.tree = shape
     proposed = engine.drafter.propose_batch([decoding[i].session for i in wanted],

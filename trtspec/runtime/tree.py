@@ -157,6 +157,10 @@ class TreeShape:
     topk: int
     depth: int
     num_draft_tokens: int
+    min_path_prob: float = 0.0
+    """Of the num_draft_tokens best, verify only nodes whose path's draft probability (the product
+    along it) is at least this (the best node always): a node the drafter gives 2 % costs a whole
+    row of the verify pass for ~0.02 expected tokens. 0 verifies all of them."""
 
     @property
     def num_nodes(self) -> int:

@@ -118,6 +118,11 @@ class TreeSpec(_Section):
     num_draft_tokens: int = Field(8, ge=1, le=512)
     """Best-scored nodes verified per sequence and step, the root not counted (SGLang
     --speculative-num-draft-tokens - 1, EAGLE total_token - 1, TensorRT-LLM max_total_draft_tokens)."""
+    min_path_prob: float = Field(0.0, ge=0.0, lt=1.0)
+    """Of those, verify only the nodes whose path's draft probability is at least this (the best
+    node always; trees from draft_len_schedule too; cpu engine only, TensorRT-LLM has no such
+    setting): each node verified on a CPU costs compute, and with 0.05 an 8,4,16 tree ran 1.19x
+    plain decoding instead of 1.06x (docs/BENCHMARKS.md). 0: all of them."""
 
     @model_validator(mode="after")
     def _check_budget(self) -> TreeSpec:

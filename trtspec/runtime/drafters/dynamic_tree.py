@@ -5,9 +5,10 @@ One `TreeSearch` per sequence and step (after SafeAILab/EAGLE `Model.topK_genrat
 candidates; at every further depth the drafter runs the `topk` best-scored nodes of the level
 before (one batched forward for every sequence), and each of them gets its `topk` likeliest
 tokens as candidates. A candidate's score is its path's cumulative draft log-probability. In the
-end the `budget` best-scored candidates are kept: a child's score is never above its parent's
-and its depth is larger, so ordering by (score descending, depth) puts every parent before its
-children and the kept set is a tree by construction. The result is data (index paths -> Tree);
+end the `budget` best-scored candidates are kept, less those whose path probability is under the
+shape's `min_path_prob` (the best one always): a child's score is never above its parent's and its
+depth is larger, so ordering by (score descending, depth) puts every parent before its children
+and any prefix of that order is a tree by construction. The result is data (index paths -> Tree);
 the verifier does not know the tree was dynamic.
 
 The search knows nothing about models: the drafter feeds `to_feed()` nodes with `feed_mask` and
@@ -16,6 +17,7 @@ hands back one logits row (and one state row, e.g. EAGLE's pre-norm hidden state
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from trtspec.runtime.drafters.base import Draft
@@ -29,6 +31,8 @@ class TreeSearch:
         self.topk = shape.topk
         self.depth = min(shape.depth, budget)
         self.budget = budget
+        # scores are log-probabilities; below this a node is not worth its row of the verify pass
+        self.floor = math.log(shape.min_path_prob) if shape.min_path_prob > 0 else -math.inf
         self.to_target = to_target    # draft-vocabulary ids -> target ids (EAGLE-3's d2t)
         self.tokens: list[int] = []
         self.parent: list[int] = []   # -1: child of the root
@@ -106,7 +110,7 @@ class TreeSearch:
 
     def _kept(self) -> tuple[Tree, list[int], list[int]]:
         order = sorted(range(len(self.tokens)), key=lambda c: (-self.score[c], self.level[c], c))
-        kept = order[: self.budget]
+        kept = [c for i, c in enumerate(order[: self.budget]) if i == 0 or self.score[c] >= self.floor]
         chosen = set(kept)
         assert all(self.parent[c] < 0 or self.parent[c] in chosen for c in kept), "a kept node lost its parent"
         paths: dict[int, tuple[int, ...]] = {}
