@@ -63,7 +63,8 @@ class Eagle3Training(_Section):
     generate_concurrency: int = Field(8, ge=1, le=1024)
     """Requests in flight per process when generating through generate_url."""
     generate_batch_size: int = Field(64, ge=1, le=4096)
-    """Conversations per batched generate() call when generating in process."""
+    """In process: answers in flight in trtspec's cpu engine (a target on the CPU in float32), else
+    conversations per batched transformers generate() call."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Where the target's features and the head's training run; auto picks CUDA when torch sees
     a GPU (under torchrun each process takes cuda:<LOCAL_RANK>)."""
