@@ -12,10 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from trtspec.errors import SpecError
 from trtspec.spec.checks import format_problem, host_problem, is_loopback, problem_line
+from trtspec.spec.eagle3_training import Eagle3Training
+from trtspec.spec.section import Section
 
 DEFAULT_CONFIG = "trtspec.yaml"
 
@@ -34,11 +36,7 @@ BACKEND_REFUSALS: dict[tuple[str, str], str] = {
 }
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_attribute_docstrings=True)
-
-
-class ModelSpec(_Section):
+class ModelSpec(Section):
     source: str = "smollm2"
     """Target model: a Hugging Face directory, a .gguf file, or the alias `smollm2`."""
     name: str | None = None
@@ -49,60 +47,7 @@ class ModelSpec(_Section):
     """Allow custom modelling code from the checkpoint. Off unless you trust the source."""
 
 
-class Eagle3Training(_Section):
-    prompts: str | None = None
-    """JSONL prompt file ({"prompt": ...} per line) the target answers to make training data;
-    empty uses the set shipped in the package (or `data` when set)."""
-    data: str | None = None
-    """Training conversations: a .jsonl/.json file or a directory of them, in ShareGPT
-    ({"conversations": [{"from", "value"}]}), OpenAI ({"messages": [{"role", "content"}]}) or
-    {"prompt": ...} form, multi-turn included. The target regenerates every assistant turn."""
-    generate_url: str | None = None
-    """gRPC host:port of a running trtspec/Triton server serving this target: it generates the
-    answers instead of the in-process target (on GPUs the fast engine makes the data)."""
-    generate_concurrency: int = Field(8, ge=1, le=1024)
-    """Requests in flight per process when generating through generate_url."""
-    generate_batch_size: int = Field(64, ge=1, le=4096)
-    """In process: answers in flight in trtspec's cpu engine (a target on the CPU in float32), else
-    conversations per batched transformers generate() call."""
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    """Where the target's features and the head's training run; auto picks CUDA when torch sees
-    a GPU (under torchrun each process takes cuda:<LOCAL_RANK>)."""
-    micro_batch_size: int | None = Field(None, ge=1, le=4096)
-    """Rows per forward pass in one process; batch_size (the global batch over all processes) is
-    reached by gradient accumulation. Empty: each process's whole share in one pass."""
-    num_samples: int = Field(400, ge=1, le=1_000_000)
-    """Self-distilled answers to generate from the prompts."""
-    answer_tokens: int = Field(128, ge=8, le=8192)
-    """New tokens the target generates per training answer."""
-    max_steps: int = Field(2000, ge=1)
-    """Upper bound on optimizer steps."""
-    max_minutes: float = Field(15.0, gt=0, le=10_000)
-    """Wall-clock budget for the whole EAGLE-3 stage (answers, features, training, export and
-    acceptance report): convert times the first answers, prints its plan in one line, makes fewer
-    than num_samples answers where they would take over half of it, and trains for what is left
-    (training also stops at max_steps)."""
-    learning_rate: float = Field(1e-3, gt=0, lt=1)
-    """Peak learning rate."""
-    batch_size: int = Field(8, ge=1, le=4096)
-    """Sequences per optimizer step, over all processes (kept when their number changes)."""
-    seq_len: int = Field(256, ge=16, le=32768)
-    """Training sequence length (padded)."""
-    draft_vocab_size: int | None = Field(None, ge=16)
-    """Reduced draft vocabulary: the most frequent tokens of the target's answers, with a d2t map.
-    Empty: the fewest that cover 99% of the answer tokens, in multiples of 256, at least 4096
-    (as EAGLE-3 keeps 32 k of Llama-3's 128 k); the target's vocabulary size keeps all of it."""
-    checkpoint_every: int = Field(100, ge=1)
-    """Save a resumable checkpoint every N steps."""
-    seed: int = 0
-    """Seed for data order and initialisation."""
-    train_dtype: Literal["auto", "bfloat16", "float32"] = "auto"
-    """Autocast dtype of a training step (weights and optimizer stay float32). auto: bfloat16 on
-    a GPU that supports it and where the CPU has native bfloat16 units (AVX512-BF16, AMX), else
-    float32."""
-
-
-class TreeSpec(_Section):
+class TreeSpec(Section):
     """A dynamic (EAGLE-2) draft tree, grown per sequence and step from the drafter's own scores.
 
     The defaults (topk 4, depth 3, 8 nodes) are the fastest shape measured on the cpu engine at
@@ -156,7 +101,7 @@ def _tree_rows_problems(schedule: list[list[int]], mode: str, eagle_choices: Any
     return problems
 
 
-class SpeculativeSpec(_Section):
+class SpeculativeSpec(Section):
     mode: Mode = "ngram"
     """eagle3 | draft-target | ngram | none (baseline, no speculation)."""
     max_draft_len: int = Field(4, ge=1, le=64)
@@ -190,7 +135,7 @@ class SpeculativeSpec(_Section):
     """EAGLE-3 head training settings (convert --mode eagle3)."""
 
 
-class QuantizationSpec(_Section):
+class QuantizationSpec(Section):
     fp8: bool = False
     """Quantize target weights (and the draft's) to FP8 with ModelOpt PTQ."""
     fp8_kv_cache: bool = False
@@ -201,7 +146,7 @@ class QuantizationSpec(_Section):
     """Number of calibration prompts."""
 
 
-class BuildSpec(_Section):
+class BuildSpec(Section):
     backend: Backend = "cpu"
     """cpu (trtspec's PyTorch engine) | trtllm (LLM API, GPU) | trtllm-engine (legacy TensorRT engines)."""
     output_dir: str = "engines"
@@ -254,7 +199,7 @@ class BuildSpec(_Section):
         return self
 
 
-class ServeSpec(_Section):
+class ServeSpec(Section):
     host: str = "127.0.0.1"
     """Address the server binds; loopback unless you mean to expose it."""
     http_port: int = Field(8000, ge=1, le=65535)
@@ -316,7 +261,7 @@ class ServeSpec(_Section):
         return self
 
 
-class BenchSpec(_Section):
+class BenchSpec(Section):
     prompts: str | None = None
     """JSONL prompt file ({"category", "prompt"} per line); empty uses the set shipped in the package."""
     concurrency: list[int] = Field(default_factory=lambda: [1, 2, 4])
@@ -334,7 +279,7 @@ class BenchSpec(_Section):
         return self
 
 
-class Spec(_Section):
+class Spec(Section):
     model: ModelSpec = Field(default_factory=ModelSpec)
     """The target model."""
     speculative: SpeculativeSpec = Field(default_factory=SpeculativeSpec)
