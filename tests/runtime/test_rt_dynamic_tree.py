@@ -262,5 +262,8 @@ def test_dynamic_tree_with_a_floor_stays_lossless_and_verifies_fewer_nodes(dynam
         for prompt in TINY_PROMPTS:
             result = floored.generate(prompt, max_new_tokens=24)
             assert result.token_ids == dynamic_engine.generate(prompt, max_new_tokens=24, speculative=False).token_ids
-    sizes = [d.tree.num_nodes for batch in seen for d in batch if d is not None]
+    drafts = [d for batch in seen for d in batch if d is not None]
+    sizes = [d.tree.num_nodes for d in drafts]
     assert sizes and max(sizes) <= SHAPE[2] and min(sizes) < SHAPE[2]
+    # each draft names the budget it was cut from, so the load policy prices the nodes verified
+    assert {d.budget for d in drafts} == {SHAPE[2]}

@@ -178,6 +178,41 @@ def test_tree_drafts_measure_the_chain_and_every_smaller_tree():
     assert abs(leaf.chain_gain(4) - 4.0) < 0.05 and leaf.offered[4] == 2.0  # position 5: the prior only
 
 
+def test_a_tree_cut_by_its_floor_is_priced_by_the_nodes_it_verified():
+    """With speculative.tree.min_path_prob a 16-node budget often verifies a handful of nodes: the
+    model measures that per budget (V(N)) and prices it, where it priced the budget before; the
+    drafts count toward their budget, not toward a budget the size of the cut tree."""
+    from types import SimpleNamespace
+
+    from trtspec.runtime.load_policy import Choice
+    from trtspec.runtime.tree import Tree, TreeShape
+
+    shape = TreeShape(4, 4, 16)
+    best5 = SCORE_ORDER[:5]  # what a floor left of the 16 best: a prefix of the score order, a tree
+    cut_tree = Tree(best5)
+    cut = SimpleNamespace(tree=cut_tree, score_rank=[best5.index(p) for p in cut_tree.paths], budget=16)
+    uncut, _ = _tree_draft(())
+    costs = lambda n: 0.06 + 0.0022 * n  # noqa: E731
+    models = {name: CostModel(4, drafts_cost=False) for name in ("cut", "uncut")}
+    for name, model in models.items():
+        _trees_measured(model, costs, [])
+        assert model.verified_nodes(shape) == 16.0  # before any draft: the budget
+        draft = cut if name == "cut" else uncut
+        for _ in range(200):  # both accept [0], [0, 1]: 2 tokens from 5 nodes on, 1 at 4, the chain 1
+            path = [draft.tree.paths.index(p) for p in ([0], [0, 1])]
+            model.observe_verify(4, 2, draft, path)
+    cut_model, uncut_model = models["cut"], models["uncut"]
+    assert 5.0 < cut_model.verified_nodes(shape) < 5.3 and uncut_model.verified_nodes(shape) == 16.0
+    assert cut_model.verified_nodes(TreeShape(4, 4, 4)) < 4.2        # a smaller budget keeps 4 of the 5
+    assert set(cut_model.tree_accepted) == {4, 8, 16}                 # no budget of 5 appeared
+    assert abs(cut_model.tree_gain(shape) - uncut_model.tree_gain(shape)) < 1e-9
+    tree16 = Choice(4, shape)
+    assert cut_model.rate(8, tree16) > 1.25 * uncut_model.rate(8, tree16)  # 8 x 5 nodes, not 8 x 16
+    # 4 sequences: 5 nodes for 2 tokens beat a chain of 1 (the 8- and 16-node budgets tie: the
+    # cheaper is taken); 8 nodes for them do not
+    assert cut_model.choose(4, shape).key == "tree:4,4,8" and uncut_model.choose(4, shape).key == "chain:1"
+
+
 def test_the_cost_model_chooses_tree_chain_or_off_by_load():
     """Hand-fed costs: a verify pass of n tokens takes 60 ms + 2.2 ms n (this CPU's order), the
     drafter is free; acceptance measured from tree drafts only."""

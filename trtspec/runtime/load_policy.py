@@ -16,13 +16,14 @@ Two sources, in this order:
    draft: its verify pass costs about one plain step, and its seeded sampling stays reproducible),
 
        chain k:  B (1 + f G(k))  / (T(B + f B k) + k D(B))
-       tree N:   B (1 + f E(N))  / (T(B + f B N) + d D(B r))     off: B / T(B)
+       tree N:   B (1 + f E(N))  / (T(B + f B V(N)) + d D(B r))  off: B / T(B)
 
    G(k) = sum_{j<k} q_j: a chain's expected accepted tokens, q_j how often its first j + 1
    tokens are all accepted (the product of each position's pass rate, measured over the recent
    drafts where that position was at stake: every earlier one passed);
    E(N) = R(N) G(d): a tree's expected accepted tokens (d its depth), R(N) its measured gain over
-   its own top-1 path (below);
+   its own top-1 path (below); V(N): the nodes a tree of budget N really verifies, measured (N
+   without `min_path_prob`; with it, the nodes whose path probability reaches the floor);
    f: how often the drafter proposes anything (n-gram lookup often finds nothing);
    T(n): a target forward over n tokens, fitted online as a + b n from the steps' timings;
    D(x): one batched draft forward of x rows (model drafters; n-gram lookup costs nothing); a
@@ -194,6 +195,8 @@ class CostModel:
         self._grow(max_draft_len)
         self.tree_accepted: dict[int, float] = {}  # per node budget: decayed accepted tokens of tree drafts
         self.tree_top1: dict[int, float] = {}      # ... and of their top-1 paths
+        self.tree_nodes: dict[int, float] = {}     # ... and the nodes they verified (fewer under a floor)
+        self.tree_drafts: dict[int, float] = {}    # ... and how many drafts those are
         self.proposed = 2.0  # proposals asked, of which `found` returned a draft (f = found / proposed)
         self.found = 2.0
         self.steps_waiting = 0  # steps since the last probe that did not draft the probed kind
@@ -227,7 +230,8 @@ class CostModel:
         if draft is None or getattr(draft, "tree", None) is None:
             self._observe_chain(offered, accepted)
         else:
-            self._observe_tree(draft.tree, path or [], getattr(draft, "score_rank", None))
+            self._observe_tree(draft.tree, path or [], getattr(draft, "score_rank", None),
+                               getattr(draft, "budget", None) or draft.tree.num_nodes)
 
     def _observe_chain(self, offered: int, accepted: int) -> None:
         """A chain's position j was at stake when every earlier one passed: positions 0..accepted-1
@@ -237,22 +241,26 @@ class CostModel:
             self.offered[j] = self.offered[j] * DECAY + 1.0
             self.accepted[j] = self.accepted[j] * DECAY + (1.0 if j < accepted else 0.0)
 
-    def _observe_tree(self, tree: Any, path: list[int], score_rank: list[int] | None) -> None:
-        """The chain through the tree's top-1 path, then the tree's accepted tokens at every budget
-        it measures (module docstring)."""
+    def _observe_tree(self, tree: Any, path: list[int], score_rank: list[int] | None, budget: int) -> None:
+        """The chain through the tree's top-1 path, then the tree's accepted tokens and verified
+        nodes at every budget it measures (module docstring). `budget`: the nodes the search was
+        allowed; `tree` holds fewer when min_path_prob cut it (and any smaller budget then keeps
+        the same best-scored prefix, so min(b, nodes) of them)."""
         top1 = 0
         while top1 < len(path) and tree.rank[path[top1]] == 0:
             top1 += 1
         end = path[top1 - 1] if top1 else -1
         chain_rejected = top1 < len(path) or any(tree.rank[c] == 0 for c in tree.children[end])
         self._observe_chain(top1 + 1 if chain_rejected else top1, top1)
-        budgets = {tree.num_nodes}
+        budgets = {budget}
         if score_rank is not None:
-            budgets |= {b for b in self.tree_accepted if b < tree.num_nodes}
-        for budget in budgets:
-            kept = len(path) if budget == tree.num_nodes else _kept_at(path, score_rank, budget)
-            self.tree_accepted[budget] = self.tree_accepted.get(budget, 0.0) * DECAY + kept
-            self.tree_top1[budget] = self.tree_top1.get(budget, 0.0) * DECAY + top1
+            budgets |= {b for b in self.tree_accepted if b < budget}
+        for b in budgets:
+            kept = len(path) if b >= tree.num_nodes else _kept_at(path, score_rank, b)
+            self.tree_accepted[b] = self.tree_accepted.get(b, 0.0) * DECAY + kept
+            self.tree_top1[b] = self.tree_top1.get(b, 0.0) * DECAY + top1
+            self.tree_nodes[b] = self.tree_nodes.get(b, 0.0) * DECAY + min(b, tree.num_nodes)
+            self.tree_drafts[b] = self.tree_drafts.get(b, 0.0) * DECAY + 1.0
 
     def observe_proposals(self, asked: int, found: int) -> None:
         if asked:
@@ -291,6 +299,14 @@ class CostModel:
         ratio = (self.tree_accepted[nodes] + PRIOR_TREE_WEIGHT * prior) / (self.tree_top1[nodes] + PRIOR_TREE_WEIGHT)
         return ratio * self.chain_gain(depth)
 
+    def verified_nodes(self, tree: Any) -> float:
+        """V(N): the nodes a draft of `tree` verifies on average (a static tree: all of them; a
+        dynamic one: its budget until drafts are measured, PRIOR_TREE_WEIGHT drafts' worth)."""
+        nodes = tree.num_nodes
+        if not hasattr(tree, "topk") or nodes not in self.tree_drafts:
+            return float(nodes)
+        return (self.tree_nodes[nodes] + PRIOR_TREE_WEIGHT * nodes) / (self.tree_drafts[nodes] + PRIOR_TREE_WEIGHT)
+
     def rate(self, batch_size: int, choice: Choice, backlog: int = 0) -> float:
         """Expected committed tokens per second when every sequence drafts `choice`, its drafters
         `backlog` rows behind (their catch-up spread over CATCH_UP_HORIZON steps)."""
@@ -300,7 +316,7 @@ class CostModel:
         elif choice.tree is None:
             gain, width = self.chain_gain(choice.length), choice.length
         else:
-            gain, width = self.tree_gain(choice.tree), choice.tree.num_nodes
+            gain, width = self.tree_gain(choice.tree), self.verified_nodes(choice.tree)
         forwards, rows = draft_work(choice)
         seconds = self.forward_seconds(batch_size * (1 + found * width)) + forwards * self.draft_seconds(batch_size * rows)
         if choice.length and backlog:
@@ -353,7 +369,7 @@ class CostModel:
         """Steps between probes of `probed` such that they cost at most PROBE_SHARE of the time:
         a probe adds one sequence's draft to a step of `batch_size` (its verified tokens, its draft
         forwards, and its share of the `backlog` to catch up)."""
-        width = probed.tree.num_nodes if probed.tree is not None else probed.length
+        width = self.verified_nodes(probed.tree) if probed.tree is not None else probed.length
         forwards, rows = draft_work(probed)
         step = self.forward_seconds(batch_size)
         extra = self.forward_seconds(batch_size + width) - step + forwards * self.draft_seconds(rows)

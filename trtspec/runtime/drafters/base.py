@@ -40,6 +40,9 @@ class Draft:
     # for dynamic trees: per node (Tree order) its place in the search's score order, 0 the best
     # (the N' best-scored nodes are the tree a budget of N' would have kept: load_policy)
     score_rank: Any = None
+    # for dynamic trees: the node budget the search kept up to (num_draft_tokens); the tree holds
+    # fewer where min_path_prob cut it, and the load policy prices what was really verified
+    budget: int | None = None
 
     @property
     def size(self) -> int:

@@ -106,7 +106,7 @@ class TreeSearch:
         import torch
 
         tree, tokens, score_rank = self._kept()
-        return Draft(torch.tensor(tokens, dtype=torch.long), tree=tree, score_rank=score_rank)
+        return Draft(torch.tensor(tokens, dtype=torch.long), tree=tree, score_rank=score_rank, budget=self.budget)
 
     def _kept(self) -> tuple[Tree, list[int], list[int]]:
         order = sorted(range(len(self.tokens)), key=lambda c: (-self.score[c], self.level[c], c))
