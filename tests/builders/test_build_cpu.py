@@ -65,6 +65,18 @@ def test_a_trees_path_probability_floor_reaches_the_loaded_engine(in_tmp, tiny_l
         assert engine.config.tree == (2, 2, 3) and engine.config.tree_min_path_prob == 0.05
 
 
+def test_the_memory_for_kept_prompts_reaches_the_loaded_engine(in_tmp, tiny_llama):
+    from trtspec.runtime.loading import load_engine
+
+    config = write_workspace(in_tmp, tiny_llama, build={"kv_cache_reuse_mib": 3})
+    result = _build(config)
+    assert result.exit_code == 0, result.output
+    engine_dir = in_tmp / "engines" / "tiny-ngram-cpu"
+    assert json.loads((engine_dir / "engine.json").read_text())["runtime"]["kv_cache_reuse_mib"] == 3
+    with load_engine(engine_dir) as engine:
+        assert engine.config.kv_cache_reuse_mib == 3 and engine.scheduler.reuse.kept.max_bytes == 3 << 20
+
+
 def test_a_head_made_for_another_target_is_refused(in_tmp, tiny_llama, tiny_llama_draft):
     config = write_workspace(in_tmp, tiny_llama)
     # a head whose manifest names the draft model as its target

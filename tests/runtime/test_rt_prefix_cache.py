@@ -117,8 +117,12 @@ def test_generation_is_unchanged_token_for_token(fixture, request):
         for speculative in (True, False):
             assert _generate_all(with_reuse, TEXTS * 2, speculative) == _generate_all(without, TEXTS * 2, speculative)
         stats, plain = with_reuse.scheduler.snapshot(), without.scheduler.snapshot()
-        start = len(with_reuse.scheduler._shared_start.tokens)
-        assert stats.prefix_cache_hits == 16 * start           # 16 requests, each its whole shared start
+        start = len(with_reuse.scheduler.reuse.shared.tokens)
+        # 16 requests, each text 4 times: its first copies the shared start, the 3 later ones the
+        # kept prompt, all of it but the last token (prompt_cache; 4 workers: a text's second request
+        # starts once its first has finished)
+        lengths = [len(engine.encode(t)) for t in TEXTS]
+        assert stats.prefix_cache_hits == sum(start + 3 * (n - 1) for n in lengths)
         assert stats.prefix_cache_queries == sum(len(engine.encode(t)) for t in TEXTS) * 4
         assert plain.prefix_cache_hits == plain.prefix_cache_queries == 0
     finally:
@@ -147,9 +151,12 @@ def test_eagle3_heads_get_the_shared_starts_layer_outputs(eagle_engine):
             computed = _cache_after_prefill(without, text, draft_pool=True)
             for (k1, v1), (k2, v2) in zip(reused, computed, strict=True):
                 assert torch.equal(k1, k2) and torch.equal(v1, v2)
-        start = len(with_reuse.scheduler._shared_start.tokens)
-        assert with_reuse.scheduler.snapshot().prefix_cache_hits == 2 * len(TEXTS) * start   # both rounds above
-        assert with_reuse.scheduler._shared_start.aux is not None
+        start = len(with_reuse.scheduler.reuse.shared.tokens)
+        # the first round copied the shared start; the second the prompts kept (with their layer
+        # outputs) by the first, all but their last token: the head's cache above is still bit for bit
+        lengths = [len(with_reuse.encode(t)) for t in TEXTS]
+        assert with_reuse.scheduler.snapshot().prefix_cache_hits == sum(start + n - 1 for n in lengths)
+        assert with_reuse.scheduler.reuse.shared.aux is not None
         plain = [with_reuse.generate(text, max_new_tokens=12, speculative=False).token_ids for text in TEXTS]
         assert plain == runs["reuse"][0]                                          # greedy speculation lossless
     finally:
@@ -165,3 +172,44 @@ def test_a_tokenizer_without_a_template_shares_nothing(ngram_engine):
     plain = copy.copy(ngram_engine.tokenizer)
     plain.chat_template = None
     assert shared_start(plain) == []
+
+
+SYSTEM = "You are a careful assistant. Answer in one short sentence, then stop. Question: "
+
+
+def test_a_prompt_sharing_a_kept_prompts_start_copies_it_bit_for_bit(ngram_engine):
+    """Past the template's start: a later prompt that begins like a kept one (a user's own system
+    prompt, a few-shot preamble) copies all they share, and its whole cache and tokens are what a
+    prefill of its own gives (prompt_cache)."""
+    import torch
+
+    with_reuse = ngram_engine.variant(kv_cache_reuse=True)
+    without = ngram_engine.variant(kv_cache_reuse=False)
+    try:
+        first, second = (with_reuse.encode(SYSTEM + q) for q in ("Count to five.", "What is 2 + 2?"))
+        shared = next(i for i, (a, b) in enumerate(zip(first, second, strict=False)) if a != b)
+        assert shared > len(with_reuse.scheduler.reuse._shared().tokens) + 16   # well past the template's start
+        _cache_after_prefill(with_reuse, SYSTEM + "Count to five.")
+        before = with_reuse.scheduler.snapshot().prefix_cache_hits
+        reused = _cache_after_prefill(with_reuse, SYSTEM + "What is 2 + 2?")
+        assert with_reuse.scheduler.snapshot().prefix_cache_hits - before == shared
+        computed = _cache_after_prefill(without, SYSTEM + "What is 2 + 2?")
+        for (k1, v1), (k2, v2) in zip(reused, computed, strict=True):
+            assert torch.equal(k1, k2) and torch.equal(v1, v2)
+        texts = [SYSTEM + t for t in TEXTS]
+        for speculative in (True, False):   # 4 at a time, each text twice: kept prompts copied under load
+            assert _generate_all(with_reuse, texts * 2, speculative) == _generate_all(without, texts * 2, speculative)
+    finally:
+        with_reuse.close()
+        without.close()
+
+
+def test_no_memory_for_kept_prompts_leaves_the_shared_start_only(ngram_engine):
+    engine = ngram_engine.variant(kv_cache_reuse=True, kv_cache_reuse_mib=0)
+    try:
+        for _ in range(2):
+            engine.generate(SYSTEM + TEXTS[0], max_new_tokens=4)
+        assert engine.scheduler.reuse.kept is None
+        assert engine.scheduler.snapshot().prefix_cache_hits == 2 * len(engine.scheduler.reuse.shared.tokens)
+    finally:
+        engine.close()

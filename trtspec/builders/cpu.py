@@ -77,7 +77,8 @@ def smoke_test(engine_dir: Path) -> dict[str, Any]:
 def runtime_options(spec: Any) -> dict[str, Any]:
     """The cpu engine's own keys of engine.json's runtime block (trtspec.runtime.loading reads them)."""
     return {"prepack": spec.build.prepack, "kv_cache_max_tokens": spec.build.kv_cache_max_tokens,
-            "kv_cache_reuse": spec.build.kv_cache_reuse, "draft_len_schedule": spec.speculative.draft_len_schedule}
+            "kv_cache_reuse": spec.build.kv_cache_reuse, "kv_cache_reuse_mib": spec.build.kv_cache_reuse_mib,
+            "draft_len_schedule": spec.speculative.draft_len_schedule}
 
 
 def write_bundle(staging: Path, inputs: Any) -> None:

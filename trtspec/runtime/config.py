@@ -53,7 +53,12 @@ class EngineConfig:
     """Requests that may wait for a batch slot or KV blocks; beyond, new ones are refused at once."""
     kv_cache_reuse: bool = True
     """Prefill the prompt start every chat request shares (the chat template's) once and copy its
-    keys and values into each new sequence (trtspec.runtime.prefix_cache); exact, so on by default."""
+    keys and values into each new sequence (trtspec.runtime.prefix_cache), and keep prompts after
+    their prefill for later prompts that begin the same way (trtspec.runtime.prompt_cache); exact,
+    so on by default."""
+    kv_cache_reuse_mib: int = 256
+    """Memory for the prompts kept for reuse, MiB (least recently used out first); 0 keeps only
+    the shared chat start."""
     draft_len_schedule: tuple[tuple[int, int], ...] | None = None
     """(batch size, draft length) pairs, ascending: from that many decoding sequences on, draft that
     many tokens (0: speculation off); EAGLE-3 rows may be (batch size, topk, depth, num_draft_tokens):

@@ -91,8 +91,12 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self._unprepared: list[Sequence] = []    # admitted, blocks not yet zeroed (_prepare_admitted)
-        self._shared_start: Any = None            # prefix_cache.SharedPrefix once prefilled; False: none
         self.stats = SchedulerStats(kv_blocks_total=self.allocator.num_blocks)
+        from trtspec.runtime.prompt_cache import PrefixReuse
+
+        # reused prompt rows: the chat template's shared start and prompts kept after their prefill
+        self.reuse = (PrefixReuse(engine, self.pool, self.allocator, self.stats, config.kv_cache_reuse_mib << 20)
+                      if config.kv_cache_reuse else None)
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -191,33 +195,9 @@ class Scheduler:
                 sequence.session = engine.drafter.session(sequence.tokens, sequence.params, sequence.generator,
                                                           confidence_threshold=self.config.confidence_threshold,
                                                           tree=engine.tree, kv=kv)
-            self._reuse_shared_start(sequence)
+            if self.reuse is not None:
+                self.reuse.admit(sequence)
         self._unprepared.clear()
-
-    def _reuse_shared_start(self, sequence: Sequence) -> None:
-        """Copy the chat template's shared prompt start into a new sequence's cache, and hand an
-        EAGLE-3 session the target's layer outputs of those positions (loop thread, lock held;
-        trtspec.runtime.prefix_cache)."""
-        engine = self.engine
-        if not self.config.kv_cache_reuse or self._shared_start is False:
-            return
-        if self._shared_start is None:  # first use: find and prefill it
-            from trtspec.runtime.prefix_cache import SharedPrefix, shared_start
-
-            tokens = shared_start(engine.tokenizer)
-            if len(tokens) < 2:
-                self._shared_start = False
-                return
-            self._shared_start = SharedPrefix.prefill(engine, self.pool, self.allocator, tokens)
-            if self._shared_start is None:
-                return  # no free blocks right now: a later sequence tries again
-        self.stats.prefix_cache_queries += sequence.num_prompt
-        count = self._shared_start.reusable(sequence.tokens[:sequence.num_prompt])
-        if count > 0:
-            self._shared_start.copy_into(sequence.kv, count)
-            if sequence.session is not None and self._shared_start.aux is not None:
-                sequence.session.on_verified(self._shared_start.aux[:count])
-            self.stats.prefix_cache_hits += count
 
     def _admit_waiting(self) -> None:
         """FIFO: admit from the head of the queue while it fits (lock held)."""

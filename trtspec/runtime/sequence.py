@@ -59,6 +59,8 @@ class Sequence:
         self.table = None     # paged.BlockTable once admitted
         self.kv = None        # paged.SeqKV in the target's pool
         self.session = None   # drafter session, when this request speculates
+        self.reused = 0       # prompt positions copied from a reused prefix (prompt_cache)
+        self.prompt_aux = None  # while prefilling a prompt to keep: its layer outputs so far, for an EAGLE-3 head
         self.cancelled = False
         self.done = False
 

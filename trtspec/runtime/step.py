@@ -90,7 +90,11 @@ def run_step(scheduler: Any, batch: list[Any]) -> None:
         index = len(decoding) + offset
         if sequence.session is not None and aux_ids:
             sequence.session.on_verified(aux[index])
+            if sequence.prompt_aux is not None:
+                sequence.prompt_aux.append(aux[index])
         if sequence.kv.length == sequence.num_prompt:
+            if scheduler.reuse is not None:
+                scheduler.reuse.prefilled(sequence)
             _commit(scheduler, sequence, [choose(logits[index][-1:], sequence.params, sequence.generator)])
 
 

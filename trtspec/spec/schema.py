@@ -174,9 +174,14 @@ class BuildSpec(Section):
     wait for blocks beyond it. Empty: room for max_batch_size sequences of max_seq_len."""
     kv_cache_reuse: bool = True
     """cpu backend: prefill the prompt start every chat request shares (the chat template's system
-    part) once and copy its keys and values into each request: exact, less prefill under load. GPU
-    backends ignore it: TensorRT-LLM's own block reuse is set by builders/trtllm.py (on, off for
-    EAGLE-3 as ModelOpt's recipe says) and enable_kv_cache_reuse by the trtllm-engine repository."""
+    part) once and copy its keys and values into each request, and keep prompts after their
+    prefill so that a later prompt beginning the same way (a system prompt, earlier turns) copies
+    what they share: exact, less prefill under load. GPU backends ignore it: TensorRT-LLM's own
+    block reuse is set by builders/trtllm.py (on, off for EAGLE-3 as ModelOpt's recipe says) and
+    enable_kv_cache_reuse by the trtllm-engine repository."""
+    kv_cache_reuse_mib: int = Field(256, ge=0, le=1 << 20)
+    """cpu backend: memory for the prompts kept for reuse, MiB (the least recently used leaves
+    first; SmolLM2 keeps 46 KiB per prompt token); 0 keeps only the shared chat start."""
     trtllm_version: Literal["1.1.0", "1.2.1"] = "1.1.0"
     """GPU backends: the TensorRT-LLM release the artifacts are written for (its contract:
     trtspec/builders/contract_data/). 1.1.0 is what the Dockerfile's container (25.12) carries;
