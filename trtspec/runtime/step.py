@@ -13,7 +13,8 @@
 5. Commit: stream each sequence's tokens, update statistics and its policy; finished sequences
    leave and free their blocks.
 
-A prompt chunk that completes a prompt produces the sequence's first token in phase 4.
+A prompt chunk that completes a prompt produces the sequence's first token in phase 4; the prompt's
+rows are then kept for later prompts that begin the same way (trtspec.runtime.prompt_cache).
 """
 
 from __future__ import annotations
