@@ -90,9 +90,12 @@ def test_32_streams_with_queue_16_refuse_the_excess_at_once_and_serve_the_rest(b
     assert metric_total(after, "trtspec:num_requests_running") == 0
     assert metric_total(after, "trtspec:kv_cache_blocks_used") == 0
     assert metric_total(after, "trtspec:kv_cache_blocks_total") > 0
-    # the 24 served requests copied the chat template's shared start instead of prefilling it
+    # the 24 served requests copied at least the chat template's shared start instead of prefilling
+    # it; those admitted after a request of the same prompt had prefilled it copied that kept prompt,
+    # all but its last token (how many did depends on the order they got through the queue)
     hits = metric_total(after, "trtspec:prefix_cache_hits") - metric_total(before, "trtspec:prefix_cache_hits")
-    assert start >= 2 and hits == 24 * start
+    longest = max(len(engine.encode(p)) for p in PROMPTS)
+    assert start >= 2 and 24 * start <= hits <= 24 * (longest - 1)
 
 
 def test_invalid_requests_count_as_failed_not_busy(busy_server):

@@ -60,7 +60,7 @@ GAUGES = {
 }
 PREFIX_COUNTERS = {
     "prefix_cache_queries": "Prompt tokens of admitted requests",
-    "prefix_cache_hits": "Prompt tokens copied from the chat template's shared start instead of prefilled",
+    "prefix_cache_hits": "Prompt tokens copied from the shared chat start or a kept prompt instead of prefilled",
 }
 FAILURE_REASONS = ("invalid", "busy", "internal")
 
