@@ -86,6 +86,31 @@ def test_completions_plain_text_stream_and_not_equal_tritonclient(openai_served)
     assert "".join(c.choices[0].text for c in streamed) == whole.choices[0].text
 
 
+def test_a_system_prompt_is_prefilled_once_then_copied(openai_served, tiny_llama):
+    """Chat requests that share a system message: the second copies the first's kept prompt rows
+    (trtspec.runtime.prompt_cache) for every token they share, and answers as it would alone."""
+    from transformers import AutoTokenizer
+
+    from trtspec.chat import conversation_ids
+    from trtspec.client.metrics import metric_total
+
+    _, client, api = openai_served
+    system = {"role": "system", "content": "You answer questions about the weather in one short sentence, "
+                                           "politely, and never mention that you are a model."}
+    turns = [[system, {"role": "user", "content": question}] for question in ("Is it raining?", "Will it snow?")]
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_llama))
+    first, second = (conversation_ids(tokenizer, t, add_generation_prompt=True) for t in turns)
+    shared = next(i for i, (a, b) in enumerate(zip(first, second, strict=False)) if a != b)
+    hits, answers = [], []
+    for messages in turns + turns[1:]:   # the second conversation twice: then all of it is kept
+        before = metric_total(client.server_metrics(), "trtspec:prefix_cache_hits")
+        answers.append(api.chat.completions.create(model="tiny", messages=messages, temperature=0,
+                                                   max_completion_tokens=8).choices[0].message.content)
+        hits.append(metric_total(client.server_metrics(), "trtspec:prefix_cache_hits") - before)
+    assert shared > 16 and hits[0] < shared <= hits[1] < hits[2] == len(second) - 1
+    assert answers[1] == answers[2]   # the same answer whatever was copied
+
+
 def test_stop_string_ends_the_answer_before_it(openai_served):
     _, _, api = openai_served
     full = api.completions.create(model="tiny", prompt="Say something", temperature=0, max_tokens=12)

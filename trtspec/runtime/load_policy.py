@@ -68,6 +68,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from trtspec.runtime.linear_fit import LinearFit
+
 PROBE_EVERY = 8
 DECAY = 0.98            # forgetting per observation: the machine's speed and the text change
 PRIOR_SLOPE = 0.035     # cost of each token of a forward relative to one plain step, before measurements
@@ -92,35 +94,6 @@ CATCH_UP_HORIZON = 4
 # EAGLE-3 chain probes every 8th step (10 % of the steps, each a catch-up and 4 head forwards)
 # made the run 0.93x of plain decoding with drafting off for 87 % of the steps.
 PROBE_SHARE = 0.02
-
-
-class LinearFit:
-    """y = a + b x by least squares with exponential forgetting (no opinion until it has data)."""
-
-    def __init__(self):
-        self.s = self.sx = self.sy = self.sxx = self.sxy = 0.0
-
-    def add(self, x: float, y: float) -> None:
-        for name in ("s", "sx", "sy", "sxx", "sxy"):
-            setattr(self, name, getattr(self, name) * DECAY)
-        self.s += 1.0
-        self.sx += x
-        self.sy += y
-        self.sxx += x * x
-        self.sxy += x * y
-
-    def predict(self, x: float, prior_slope: float) -> float | None:
-        """a + b x; with too little spread in x so far, the mean scaled along the prior shape
-        (1 + prior_slope x); None before any data."""
-        if self.s < 1e-9:
-            return None
-        mean_x, mean_y = self.sx / self.s, self.sy / self.s
-        variance = self.sxx / self.s - mean_x * mean_x
-        if self.s >= 4 and variance > 1.0:
-            b = max((self.sxy / self.s - mean_x * mean_y) / variance, 0.0)
-            a = max(mean_y - b * mean_x, 1e-6)
-            return a + b * x
-        return mean_y * (1 + prior_slope * x) / (1 + prior_slope * mean_x)
 
 
 @dataclass(frozen=True)
@@ -188,8 +161,8 @@ class CostModel:
     def __init__(self, max_draft_len: int, drafts_cost: bool):
         self.max_draft_len = max_draft_len
         self.drafts_cost = drafts_cost
-        self.target = LinearFit()   # seconds of a target forward by tokens fed
-        self.draft = LinearFit()    # seconds of one batched draft forward by rows fed
+        self.target = LinearFit(DECAY)   # seconds of a target forward by tokens fed
+        self.draft = LinearFit(DECAY)    # seconds of one batched draft forward by rows fed
         self.offered: list[float] = []   # per chain position: decayed drafts where it was at stake
         self.accepted: list[float] = []  # ... and of them, the ones it passed
         self._grow(max_draft_len)

@@ -8,8 +8,9 @@ time at concurrency 1 and 28-29 % at concurrency 8 (docs/BENCHMARKS.md, "Scaling
 values of a position depend only on the tokens up to it, so those of the shared start are
 computed once and copied into every new sequence's blocks; its prefill begins after them.
 TensorRT-LLM calls this KV cache reuse (`enable_kv_cache_reuse`, which the GPU repositories set),
-vLLM automatic prefix caching; here it is one fixed prefix, found by rendering the template
-around two different messages, so repeated prompts (a benchmark's) gain nothing beyond it.
+vLLM automatic prefix caching; this is the one prefix known before any request, found by
+rendering the template around two different messages. Prompts seen since are kept by
+prompt_cache.py, which copies through the same SharedPrefix.
 
 Exactness: a row's keys and values do not depend on the rows that share its forward (the batch
 invariance tests/runtime/test_rt_batch_invariance.py checks, chunked prefill included), so the
