@@ -49,6 +49,9 @@ def test_bench_in_process_writes_everything(tiny_engine, tmp_path):
     # the server-counter section is a diff over this run only: the engine saw exactly these drafts
     drafts = sum(r["spec_decode_num_drafts"] for r in report["results"] if r["variant"] == "speculative")
     assert report["server_counters"]["trtspec:spec_decode_num_drafts"] == drafts
+    # the prompts come back (4 cells over 3 prompts): from their second request on they are copied
+    copied = [r["prefix_cache_hit_rate"] for r in report["results"]]
+    assert copied[0] < copied[-1] and copied[-1] > 0.5 and "prompt tokens copied" in result.output
     # greedy speculation is lossless: every prompt gets as many tokens with speculation as without
     records = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
     by_key = {(r["variant"], r["concurrency"], r["prompt_index"]): r["output_tokens"] for r in records}

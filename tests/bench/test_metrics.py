@@ -219,3 +219,12 @@ def test_the_load_policys_choices_come_from_server_step_counters():
     assert steps_by_draft(delta) == {"off": 50, "chain:4": 30, "probe:chain:4": 6}
     assert steps_by_draft({"trtspec:spec_decode_num_drafts": 3.0}) is None
     assert steps_by_draft(None) is None
+
+
+def test_the_share_of_prompt_tokens_copied_comes_from_the_prefix_counters():
+    from trtspec.bench.metrics import prompt_share_copied
+
+    delta = {'trtspec:prefix_cache_queries{model="m",version="1"}': 400.0,
+             'trtspec:prefix_cache_hits{model="m",version="1"}': 300.0, "trtspec:spec_decode_num_drafts": 2.0}
+    assert prompt_share_copied(delta) == 0.75
+    assert prompt_share_copied({"trtspec:spec_decode_num_drafts": 2.0}) is None and prompt_share_copied(None) is None

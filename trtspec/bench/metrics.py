@@ -215,6 +215,16 @@ def steps_by_draft(delta: dict[str, float] | None) -> dict[str, int] | None:
     return dict(sorted(counts.items(), key=lambda item: -item[1])) if counts else None
 
 
+def prompt_share_copied(delta: dict[str, float] | None) -> float | None:
+    """Share of the prompt tokens the server copied (kept prompts, the shared chat start) instead of
+    prefilling, from diffed `trtspec:prefix_cache_hits` / `_queries`: a benchmark that repeats its
+    prompts is served from cache; None without them."""
+    from trtspec.client.metrics import metric_total
+
+    queries = metric_total(delta or {}, "trtspec:prefix_cache_queries")
+    return metric_total(delta or {}, "trtspec:prefix_cache_hits") / queries if queries > 0 else None
+
+
 @dataclass
 class Cell:
     """One (variant, concurrency) of a run: its records, each repeat's wall time, and the
@@ -284,6 +294,8 @@ def summarize_cell(cell: Cell) -> dict[str, Any]:
     result.update(describe_ms("e2el", [r.e2e_s for r in ok]))
     if (steps := steps_by_draft(cell.counters)) is not None:
         result["engine_steps_by_draft"] = steps  # what the load policy chose, step by step
+    if (copied := prompt_share_copied(cell.counters)) is not None:
+        result["prefix_cache_hit_rate"] = copied
     counts = sum_counts(ok)
     if counts is not None:
         source = "responses"

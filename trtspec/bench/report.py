@@ -188,6 +188,11 @@ def render_table(report: dict[str, Any]):
             shares = ", ".join(f"{label} {100 * count / total:.0f}%" for label, count in steps.items())
             parts.append(f"conc {r['max_concurrency']} {r['variant']} load policy per step with speculating sequences ({total} steps): "
                          f"{shares}")
+    copied = [f"{r['max_concurrency']} {r['variant']} {100 * r['prefix_cache_hit_rate']:.0f}%"
+              for r in report["results"] if r.get("prefix_cache_hit_rate") is not None]
+    if copied:
+        parts.append("prompt tokens copied from kept prompts or the shared chat start, not prefilled: "
+                     + ", ".join(copied))
     if report.get("server_counters"):
         parts.append(f"server counters (after - before): {len(report['server_counters'])} keys in bench.json")
     return Group(*parts)

@@ -104,6 +104,9 @@ class EngineTarget:
             "draft_time_s", "verify_time_s")}
         for position, count in enumerate(stats.accepted_per_position):
             flat[f'{COUNTER_PREFIX}num_accepted_tokens_per_pos{{position="{position}"}}'] = count
+        scheduler = self.engine.scheduler.snapshot()
+        flat["trtspec:prefix_cache_queries"] = scheduler.prefix_cache_queries
+        flat["trtspec:prefix_cache_hits"] = scheduler.prefix_cache_hits
         return flat
 
 
