@@ -154,7 +154,8 @@ def test_a_client_that_leaves_a_stream_cancels_its_request_on_the_server(openai_
         return sum(v for k, v in fetch_metrics(client.metrics_url).items() if k.startswith(name))
 
     before = cancelled()
-    stream = api.completions.create(model="tiny", prompt="Count to a thousand", max_tokens=400, stream=True)
+    stream = api.completions.create(model="tiny", prompt="Count to a thousand", max_tokens=400, stream=True,
+                                    temperature=0)
     next(iter(stream))
     stream.close()
     deadline = time.monotonic() + 30
@@ -207,7 +208,8 @@ def test_a_full_server_answers_503_server_busy(tmp_path, tiny_llama):
     server.start_local(spec, layout.repository, layout)
     try:
         api = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=120)
-        running = api.completions.create(model="tiny", prompt="Count to a thousand", max_tokens=400, stream=True)
+        running = api.completions.create(model="tiny", prompt="Count to a thousand", max_tokens=400, stream=True,
+                                         temperature=0)
         next(iter(running))
         with pytest.raises(openai.APIStatusError) as raised:
             api.completions.create(model="tiny", prompt="hello", max_tokens=2)
