@@ -81,12 +81,17 @@ class SharedPrefix:
             with torch.inference_mode():
                 _, aux = forward(engine.target, [Feed(SeqKV(pool, table), list(tokens))], engine.layer_outputs(),
                                  aux_ids)
-            gather = None if table.base is not None else _slots(table, len(tokens))
-            read = [pool.read(layer, table, len(tokens), gather) for layer in range(len(pool.keys))]
-            return cls(list(tokens), [k.clone() for k, _ in read], [v.clone() for _, v in read],
-                       aux[0].clone() if aux_ids else None)
+            return cls.copied_from(pool, table, tokens, aux[0].clone() if aux_ids else None)
         finally:
             allocator.free(blocks)
+
+    @classmethod
+    def copied_from(cls, pool: Any, table: Any, tokens: list[int], aux: Any = None) -> SharedPrefix:
+        """A copy of the first len(tokens) rows a sequence's `table` holds in `pool`, every layer,
+        with `aux` (the caller's own tensor, kept as given)."""
+        gather = None if table.base is not None else _slots(table, len(tokens))
+        read = [pool.read(layer, table, len(tokens), gather) for layer in range(len(pool.keys))]
+        return cls(list(tokens), [k.clone() for k, _ in read], [v.clone() for _, v in read], aux)
 
     def reusable(self, prompt: list[int]) -> int:
         """Leading prompt positions whose keys and values this prefix holds; at least one prompt

@@ -57,7 +57,7 @@ class PromptCache:
     def __init__(self, max_bytes: int):
         self.max_bytes = max_bytes
         self.bytes = 0
-        self._kept: OrderedDict[int, tuple[SharedPrefix, list[int]]] = OrderedDict()  # id -> (prompt, its hashes)
+        self._kept: OrderedDict[int, tuple[SharedPrefix, list[int], int]] = OrderedDict()  # id -> (prompt, hashes, bytes)
         self._by_hash: dict[int, int] = {}  # block hash -> id of the newest kept prompt with that block chain
         self._next_id = 0
 
@@ -92,30 +92,18 @@ class PromptCache:
         while self.bytes + size > self.max_bytes:
             self._drop_oldest()
         key, self._next_id = self._next_id, self._next_id + 1
-        self._kept[key] = (prefix, hashes)
+        self._kept[key] = (prefix, hashes, size)
         self.bytes += size
         for chained in hashes:
             self._by_hash[chained] = key
         return True
 
     def _drop_oldest(self) -> None:
-        key, (prefix, hashes) = self._kept.popitem(last=False)
-        self.bytes -= size_of(prefix)
+        key, (_, hashes, size) = self._kept.popitem(last=False)
+        self.bytes -= size
         for chained in hashes:
             if self._by_hash.get(chained) == key:
                 del self._by_hash[chained]
-
-
-def keep_prompt(pool: Any, sequence: Any, aux: Any) -> SharedPrefix:
-    """A copy of a just-prefilled sequence's prompt rows (every layer) and its layer outputs `aux`
-    ([num_prompt, sum of hidden sizes] or None)."""
-    import torch
-
-    count, table = sequence.num_prompt, sequence.kv.table
-    gather = None if table.base is not None else torch.tensor(table.slots(0, count), dtype=torch.long)
-    read = [pool.read(layer, table, count, gather) for layer in range(len(pool.keys))]
-    return SharedPrefix(list(sequence.tokens[:count]), [k.clone() for k, _ in read], [v.clone() for _, v in read],
-                        aux.clone() if aux is not None else None)
 
 
 class PrefixReuse:
@@ -163,7 +151,8 @@ class PrefixReuse:
             aux = torch.cat(aux_rows)
             if aux.shape[0] != sequence.num_prompt:  # a chunk without them: keep the rows only
                 aux = None
-        self.kept.add(keep_prompt(self.pool, sequence, aux))
+        tokens = sequence.tokens[:sequence.num_prompt]
+        self.kept.add(SharedPrefix.copied_from(self.pool, sequence.kv.table, tokens, aux))
 
     def _shared(self) -> SharedPrefix | None:
         """The shared start, prefilled on first use; None without one or while no blocks are free."""
