@@ -4,6 +4,8 @@ process, plain greedy decoding, on two workloads where requests share more than 
 
   system  every request: one custom system prompt (SYSTEM below, or --system) and a user turn
           "Request N: <prompt>", N unique, so requests share the system prompt and nothing after it;
+  unique  every request: "Request N: <prompt>" with the template's default system message, N
+          unique: nothing beyond the shared start to copy, so kept prompts only cost (keeping each);
   turns   every request: a second turn, [user: prompt, assistant: the target's own first answer,
           user: FOLLOW_UP], after a first request with the first turn alone (both timed).
 
@@ -43,7 +45,7 @@ def main() -> int:
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--system", default=SYSTEM, help="the shared system prompt of the 'system' workload")
-    parser.add_argument("--workloads", default="system,turns")
+    parser.add_argument("--workloads", default="system,unique,turns")
     args = parser.parse_args()
 
     from trtspec.chat import conversation_ids
@@ -73,7 +75,11 @@ def main() -> int:
         return [conversation_ids(tokenizer, first, add_generation_prompt=True),
                 conversation_ids(tokenizer, second, add_generation_prompt=True)]
 
-    workloads = {"system": system_request, "turns": turns_request}
+    def unique_request(index: int) -> list[list[int]]:
+        user = f"Request {next(counter)}: {texts[index % len(texts)]}"
+        return [conversation_ids(tokenizer, [{"role": "user", "content": user}], add_generation_prompt=True)]
+
+    workloads = {"system": system_request, "unique": unique_request, "turns": turns_request}
     concurrencies = [int(c) for c in args.concurrency.split(",")]
     counts = [int(n) for n in args.requests.split(",")]
     for engine in engines.values():
