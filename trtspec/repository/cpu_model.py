@@ -12,8 +12,9 @@ here, so the serving code is versioned, linted and tested with the rest of trtsp
   with the same request id, as the stock model.py does, and is answered CANCELLED.
 - In-flight batching: `execute` checks each request and hands it to the engine's scheduler
   (Engine.submit) with a `Responder` as its sink; there is no thread per request. The engine's
-  one loop thread runs every admitted request's steps together and the responders send what each
-  step committed (decoupled: streamed pieces, then the last with the final flag). A request whose
+  one loop thread runs every admitted request's steps together and the responders queue what each
+  step committed (decoupled: streamed pieces, then the last with the final flag) for the model's
+  one sending thread (trtspec.repository.outbox), so the loop does not wait on Triton. A request whose
   client went away (`is_cancelled()`) leaves the batch at the next step and frees its KV blocks.
 - Refusals cost nothing: a bad request gets an INVALID_ARG error naming the problem (checks in
   trtspec.repository.cpu_request, pure), a full queue (serve.max_queue_size) an UNAVAILABLE
@@ -43,6 +44,7 @@ from trtspec.repository.cpu_request import (
     parse_request,
     prompt_byte_limit,
 )
+from trtspec.repository.outbox import Outbox
 
 METRIC_PREFIX = "trtspec:spec_decode_"
 METRICS = {
@@ -89,6 +91,7 @@ class TritonPythonModel:
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
         overrides = {key: int(params[key]) for key in ("max_batch_size", "max_queue_size") if key in params}
         self.engine = load_engine(params["engine_dir"], **overrides)
+        self.outbox = Outbox()  # decoupled responses are sent from its thread, not the engine loop
         self.max_seq_len = int(params.get("max_seq_len", self.engine.max_seq_len))
         # Refuse an oversized prompt by its byte length, before decoding or tokenizing it.
         self.max_prompt_bytes = prompt_byte_limit(self.engine.tokenizer, self.engine.max_input_len)
@@ -177,8 +180,8 @@ class TritonPythonModel:
     def execute(self, requests: list[Any]) -> list[Any] | None:
         if self.decoupled:
             for request in requests:
-                sender = request.get_response_sender()
-                self._submit(request, Responder(self, sender), sender.is_cancelled)
+                responder = Responder(self, request.get_response_sender())
+                self._submit(request, responder, responder.is_cancelled)
             self._set_gauges(self.engine.scheduler.snapshot())
             return None
         # Not decoupled: one response per request, returned in order once every request is done.
@@ -274,10 +277,12 @@ class TritonPythonModel:
 
     def finalize(self) -> None:
         self.engine.close()
+        self.outbox.close()
 
 
 class Responder:
-    """The sink of one decoupled request: called from the engine loop with each step's chunk."""
+    """The sink of one decoupled request: called from the engine loop with each step's chunk;
+    its responses go out through the model's outbox (trtspec.repository.outbox), not from the loop."""
 
     def __init__(self, model: TritonPythonModel, sender: Any):
         self.model = model
@@ -286,16 +291,22 @@ class Responder:
         self.text: list[str] = []
         self.num_tokens = 0
         self.num_input_tokens = 0
+        self.send_failed = False
+
+    def is_cancelled(self) -> bool:
+        """The engine's cancel probe: the client went away, or a response could not be sent."""
+        return self.send_failed or bool(self.sender.is_cancelled())
+
+    def _on_send_error(self, error: BaseException) -> None:
+        self.send_failed = True
 
     def bind(self, parsed: Request) -> None:
         self.parsed = parsed
 
     def finish(self, response: Any = None) -> None:
-        final = self.model.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-        if response is None:
-            self.sender.send(flags=final)  # releases the request in Triton (else it counts as in flight)
-        else:
-            self.sender.send(response, flags=final)
+        # without a response, the bare final flag still releases the request in Triton (else it counts as in flight)
+        self.model.outbox.post(self.sender, response, self.model.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+                               self._on_send_error)
 
     def __call__(self, item: Any) -> None:
         from trtspec.runtime.request import RequestCancelled
@@ -322,7 +333,7 @@ class Responder:
             self.finish(model.response(piece, item.finish_reason, extra))
         # 4. streaming: send what this step committed.
         elif parsed.streaming and item.text:
-            self.sender.send(model.response(piece, None))
+            model.outbox.post(self.sender, model.response(piece, None), 0, self._on_send_error)
 
 
 class Collector:
