@@ -221,8 +221,9 @@ def prompt_share_copied(delta: dict[str, float] | None) -> float | None:
     prompts is served from cache; None without them."""
     from trtspec.client.metrics import metric_total
 
-    queries = metric_total(delta or {}, "trtspec:prefix_cache_queries")
-    return metric_total(delta or {}, "trtspec:prefix_cache_hits") / queries if queries > 0 else None
+    delta = delta or {}
+    queries = metric_total(delta, "trtspec:prefix_cache_queries")
+    return metric_total(delta, "trtspec:prefix_cache_hits") / queries if queries > 0 else None
 
 
 @dataclass

@@ -101,7 +101,7 @@ class KVPool:
         dtype = dtype or torch.float32
         # torch.empty: pages are committed as sequences first write them (zero_blocks), not at start;
         # keys rows are padded past the slots (never read): see padded_row
-        row = padded_row(num_slots, torch.empty((), dtype=dtype).element_size())
+        row = padded_row(num_slots, dtype.itemsize)
         self.keys = [torch.empty(num_kv_heads, head_dim, row, dtype=dtype)[:, :, :num_slots] for _ in range(num_layers)]
         self.values = [torch.empty(num_kv_heads, num_slots, head_dim, dtype=dtype) for _ in range(num_layers)]
 
