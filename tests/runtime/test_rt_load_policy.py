@@ -286,6 +286,32 @@ def test_a_draft_must_beat_plain_decoding_by_the_margin():
     assert 0.03 < SPEC_MARGIN < 0.06
 
 
+def test_decode_steps_price_draft_rows_at_their_own_batch_size():
+    """The overall line (here fitted on prompt chunks: many rows, 1 ms each) is too flat for a
+    full decode batch, where a drafted row cost 2.6 ms (measured at 16 sequences on 2 cores:
+    the line said 1.5). Decode-only steps are fitted per batch size, so at 16 the chain's rows are
+    priced as measured there (off), while at 8, measured cheap, it still drafts."""
+    model = CostModel(1, drafts_cost=False)
+    for _ in range(30):
+        for n in (64, 128, 256):
+            model.observe_forward(n, 0.040 + 0.001 * n)  # prompt chunks: no batch size
+    for i in range(400):  # the first draft token accepted 40 % of the time
+        model.observe_verify(1, int((i + 1) * 0.4) - int(i * 0.4))
+    assert model.best_length(16) == 1 and model.best_length(8) == 1  # the line alone: draft
+    for _ in range(30):
+        for drafted in (0, 4, 8, 12):
+            model.observe_forward(16 + drafted, 0.070 + 0.0026 * drafted, batch_size=16)
+            model.observe_forward(8 + drafted, 0.050 + 0.0010 * drafted, batch_size=8)
+    assert abs(model.forward_seconds(26, 16) - (0.070 + 0.0026 * 10)) < 1e-6
+    assert model.best_length(16) == 0 and model.best_length(8) == 1
+    # a batch size seen only without drafts: its own level along the overall line's shape
+    for _ in range(10):
+        model.observe_forward(12, 0.090, batch_size=12)
+    assert abs(model.forward_seconds(12, 12) - 0.090) < 1e-9
+    overall = model.forward_seconds(16) / model.forward_seconds(12)
+    assert abs(model.forward_seconds(16, 12) / 0.090 - overall) < 1e-9
+
+
 def test_the_catch_up_of_a_drafter_left_behind_is_priced():
     """A model drafter that did not draft for a while must feed every position verified since
     before its next draft. Hand-made costs: target forward 1 + 0.02 n, one draft forward

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 
 class LinearFit:
     """y = a + b x by least squares with exponential forgetting (no opinion until it has data)."""
@@ -19,9 +21,9 @@ class LinearFit:
         self.sxx += x * x
         self.sxy += x * y
 
-    def predict(self, x: float, prior_slope: float) -> float | None:
-        """a + b x; with too little spread in x so far, the mean scaled along the prior shape
-        (1 + prior_slope x); None before any data."""
+    def predict(self, x: float, prior: Callable[[float], float]) -> float | None:
+        """a + b x; with too little spread in x so far, the mean scaled along the prior's shape
+        (mean y * prior(x) / prior(mean x)); None before any data."""
         if self.s < 1e-9:
             return None
         mean_x, mean_y = self.sx / self.s, self.sy / self.s
@@ -30,4 +32,4 @@ class LinearFit:
             b = max((self.sxy / self.s - mean_x * mean_y) / variance, 0.0)
             a = max(mean_y - b * mean_x, 1e-6)
             return a + b * x
-        return mean_y * (1 + prior_slope * x) / (1 + prior_slope * mean_x)
+        return mean_y * prior(x) / prior(mean_x)

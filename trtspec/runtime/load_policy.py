@@ -25,7 +25,8 @@ Two sources, in this order:
    its own top-1 path (below); V(N): the nodes a tree of budget N really verifies, measured (N
    without `min_path_prob`; with it, the nodes whose path probability reaches the floor);
    f: how often the drafter proposes anything (n-gram lookup often finds nothing);
-   T(n): a target forward over n tokens, fitted online as a + b n from the steps' timings;
+   T(n): a target forward over n tokens, measured at this batch size where it can be
+   (trtspec.runtime.forward_costs);
    D(x): one batched draft forward of x rows (model drafters; n-gram lookup costs nothing); a
    chain of k makes k forwards of B rows, a dynamic tree d forwards of r B rows on average
    (r = (1 + topk (d - 1)) / d: the catch-up row, then topk frontier nodes per depth);
@@ -68,11 +69,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from trtspec.runtime.forward_costs import ForwardCosts
 from trtspec.runtime.linear_fit import LinearFit
 
 PROBE_EVERY = 8
 DECAY = 0.98            # forgetting per observation: the machine's speed and the text change
-PRIOR_SLOPE = 0.035     # cost of each token of a forward relative to one plain step, before measurements
 PRIOR_ACCEPT = 0.5      # acceptance per draft position before measurements
 PRIOR_TREE_GAIN = 0.3   # a tree's uplift over its top-1 path per doubling of nodes over its depth, before measurements
 PRIOR_TREE_WEIGHT = 1.0  # top-1 accepted tokens the prior uplift counts as
@@ -161,7 +162,7 @@ class CostModel:
     def __init__(self, max_draft_len: int, drafts_cost: bool):
         self.max_draft_len = max_draft_len
         self.drafts_cost = drafts_cost
-        self.target = LinearFit(DECAY)   # seconds of a target forward by tokens fed
+        self.target = ForwardCosts(DECAY)  # seconds of a target forward by tokens fed
         self.draft = LinearFit(DECAY)    # seconds of one batched draft forward by rows fed
         self.offered: list[float] = []   # per chain position: decayed drafts where it was at stake
         self.accepted: list[float] = []  # ... and of them, the ones it passed
@@ -185,8 +186,9 @@ class CostModel:
 
     # -- measurements --------------------------------------------------------------------------
 
-    def observe_forward(self, num_tokens: int, seconds: float) -> None:
-        self.target.add(float(num_tokens), seconds)
+    def observe_forward(self, num_tokens: int, seconds: float, batch_size: int | None = None) -> None:
+        """`batch_size`: the sequences of a step that only decoded (None with a prompt chunk)."""
+        self.target.observe(num_tokens, seconds, batch_size)
 
     def observe_draft(self, batch_size: int, positions: int, seconds: float) -> None:
         """A step's drafting took `seconds` for `batch_size` sequences; `positions` is the longest
@@ -242,15 +244,15 @@ class CostModel:
 
     # -- predictions ---------------------------------------------------------------------------
 
-    def forward_seconds(self, num_tokens: float) -> float:
-        measured = self.target.predict(num_tokens, PRIOR_SLOPE)
-        return measured if measured is not None else 1.0 + PRIOR_SLOPE * num_tokens
+    def forward_seconds(self, num_tokens: float, batch_size: int | None = None) -> float:
+        """T(n), for a decode step of `batch_size` sequences when given."""
+        return self.target.seconds(num_tokens, batch_size)
 
     def draft_seconds(self, rows: float) -> float:
         """One batched draft forward over `rows` rows."""
         if not self.drafts_cost:
             return 0.0
-        measured = self.draft.predict(rows, 0.0)
+        measured = self.draft.predict(rows, _flat)
         return measured if measured is not None else 0.1 * self.forward_seconds(rows)
 
     def chain_gain(self, k: int) -> float:
@@ -291,7 +293,7 @@ class CostModel:
         else:
             gain, width = self.tree_gain(choice.tree), self.verified_nodes(choice.tree)
         forwards, rows = draft_work(choice)
-        seconds = self.forward_seconds(batch_size * (1 + found * width)) + forwards * self.draft_seconds(batch_size * rows)
+        seconds = self.forward_seconds(batch_size * (1 + found * width), batch_size) + forwards * self.draft_seconds(batch_size * rows)
         if choice.length and backlog:
             first = batch_size * rows
             seconds += (self.draft_seconds(first + backlog) - self.draft_seconds(first)) / CATCH_UP_HORIZON
@@ -344,8 +346,8 @@ class CostModel:
         forwards, and its share of the `backlog` to catch up)."""
         width = self.verified_nodes(probed.tree) if probed.tree is not None else probed.length
         forwards, rows = draft_work(probed)
-        step = self.forward_seconds(batch_size)
-        extra = self.forward_seconds(batch_size + width) - step + forwards * self.draft_seconds(rows)
+        step = self.forward_seconds(batch_size, batch_size)
+        extra = self.forward_seconds(batch_size + width, batch_size) - step + forwards * self.draft_seconds(rows)
         extra += self.draft_seconds(rows + backlog / max(1, batch_size)) - self.draft_seconds(rows)
         return math.ceil(extra / (PROBE_SHARE * step))
 
@@ -355,6 +357,10 @@ class CostModel:
             return 0
         choice = self.choose(batch_size, tree, backlog)
         return self.max_draft_len if choice.tree is not None else choice.length
+
+
+def _flat(_: float) -> float:
+    return 1.0
 
 
 def _kept_at(path: list[int], score_rank: list[int], budget: int) -> int:

@@ -80,7 +80,7 @@ def run_step(scheduler: Any, batch: list[Any]) -> None:
         aux_ids = ()
     logits, aux = forward(engine.target, feeds, engine.layer_outputs(), aux_ids)
     verify_time = time.perf_counter() - started
-    model.observe_forward(sum(len(f.token_ids) for f in feeds), verify_time)
+    model.observe_forward(sum(len(f.token_ids) for f in feeds), verify_time, None if chunked else len(decoding))
     # 4. + 5. Accept, roll back and commit, sequence by sequence (each saw the whole step's times).
     for index, (sequence, draft) in enumerate(zip(decoding, drafts, strict=True)):
         committed = _accept(scheduler, sequence, draft, logits[index], aux[index])
