@@ -5,11 +5,13 @@ steps). Besides, steps that only decode (no prompt chunk in them) are fitted per
 and T(n) for a step of B sequences is that fit where it has data: its own slope once drafts of
 several lengths were verified at B, else its own level along the overall fit's shape.
 
-Why per batch size: the cost of one more token is not one number. At 16 sequences on 2 cores
-(SmolLM2, n-gram chains, trtspec.runtime.load_policy) a drafted row cost 2.4-3 ms of the step,
-while the overall line, fitted mostly on prompt chunks (rows without logits, cheaper) and on
-smaller batches, priced it at 1.5 ms: chains estimated a few percent faster than plain decoding
-measured 0.85-0.97x of it (docs/BENCHMARKS.md).
+Why per batch size: a line over every forward is fitted mostly on prompt chunks (rows without
+logits, cheaper) and on smaller batches. At 16 sequences on 2 cores (SmolLM2, n-gram chains,
+held-back prompts) it priced a drafted row at 1.5 ms, while decode steps with drafts took 2.4 ms a
+drafted row more than those without (in the running engine; 1.5-1.75 ms in a controlled forward
+with every sequence in one key window). Measured effect (docs/BENCHMARKS.md, "The forward's cost
+per batch size"): the policy drafts less at 16; its tokens/s over plain decoding stayed where it
+was, 0.99-1.00x, within this machine's noise.
 """
 
 from __future__ import annotations
