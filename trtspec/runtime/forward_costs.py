@@ -36,7 +36,10 @@ class ForwardCosts:
         that only decoded (None when a prompt chunk was in it)."""
         self.overall.add(float(num_tokens), seconds)
         if batch_size:
-            self.by_batch.setdefault(batch_size, LinearFit(self.decay)).add(float(num_tokens), seconds)
+            fit = self.by_batch.get(batch_size)
+            if fit is None:  # not setdefault: that would build a fit on every step
+                fit = self.by_batch[batch_size] = LinearFit(self.decay)
+            fit.add(float(num_tokens), seconds)
 
     def seconds(self, num_tokens: float, batch_size: int | None = None) -> float:
         """T(n) for a decode step of `batch_size` sequences, or for any forward when None."""
