@@ -54,8 +54,8 @@ def main() -> int:
     cells = [summarize_cell(cell) for cell in group_cells(run.records, run.durations, order=list(variants))]
     by = {(c["variant"], c["max_concurrency"]): c for c in cells}
     first = next(iter(servers))
-    lines = ["| server / variant | conc | out tok/s | in flight | TPOT p50 ms | TTFT p50 ms | TTFT p99 ms | over "
-             + first + " |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| server / variant | conc | out tok/s | in flight | tok/s at conc (time share) | TPOT p50 ms | TTFT p50 ms "
+             "| TTFT p99 ms | over " + first + " |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     rows = []
     for concurrency in concurrencies:
         for label in variants:
@@ -68,9 +68,13 @@ def main() -> int:
                          "by_repeat": cell["output_throughput_by_repeat"], "median_tpot_ms": cell["median_tpot_ms"],
                          "median_ttft_ms": cell["median_ttft_ms"], "p99_ttft_ms": cell["p99_ttft_ms"],
                          "mean_requests_in_flight": cell["mean_requests_in_flight"],
+                         "full_load_output_throughput": cell.get("full_load_output_throughput"),
+                         "full_load_by_repeat": cell.get("full_load_output_throughput_by_repeat"),
+                         "full_load_time_share": cell.get("full_load_time_share"),
                          f"over_{first}": ratio, "failed": cell["failed"]})
             lines.append(f"| {label} | {concurrency} | {cell['output_throughput']:.1f} | "
-                         f"{cell['mean_requests_in_flight']:.1f} | {cell['median_tpot_ms']:.0f} | "
+                         f"{cell['mean_requests_in_flight']:.1f} | {cell.get('full_load_output_throughput', 0):.1f} "
+                         f"({cell.get('full_load_time_share', 0):.0%}) | {cell['median_tpot_ms']:.0f} | "
                          f"{cell['median_ttft_ms']:.0f} | {cell['p99_ttft_ms']:.0f} | {ratio:.2f}x |")
     lines.append(f"\nload average before {load_before[0]:.1f}, after {load_after[0]:.1f}; {len(prompts)} prompts, "
                  f"{args.max_tokens} tokens, {args.repeats} repeats")

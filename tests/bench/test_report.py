@@ -132,6 +132,9 @@ def test_run_bench_caps_concurrency_and_stamps_chunks():
     # chunk stamps rise and fall within the request
     assert all(r.chunk_times_s == sorted(r.chunk_times_s) and r.chunk_times_s[-1] <= r.e2e_s for r in run.records)
     assert run.durations[(SPECULATIVE, 2, 0)] < run.durations[(BASELINE, 2, 0)]
+    # each request's send is stamped on one clock, so the report can find when every slot was busy
+    sends = sorted(r.sent_s for r in base)
+    assert sends[-1] - sends[0] < run.durations[(BASELINE, 2, 0)]
 
 
 def test_few_prompts_still_fill_every_slot_and_the_report_says_how_full():
@@ -145,3 +148,5 @@ def test_few_prompts_still_fill_every_slot_and_the_report_says_how_full():
     cell = assemble_report(run.records, run.durations, {"model": "sleep"})["results"][0]
     # equal requests in two waves of 4: the block is never drained before its end
     assert 3.0 < cell["mean_requests_in_flight"] <= 4.0
+    # the figure at full concurrency is there, over part of the wall time (tests/bench/test_full_load.py: its math)
+    assert cell["full_load_output_throughput"] > 0 and 0 < cell["full_load_time_share"] <= 1

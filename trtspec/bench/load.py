@@ -84,7 +84,8 @@ def measure_request(target: Target, prompt: Prompt, variant: str, speculative: b
     e2e = time.perf_counter() - start
     return RequestRecord(variant=variant, concurrency=concurrency, repeat=repeat, prompt_index=prompt.index,
                          category=prompt.category, chunk_times_s=chunk_times, output_tokens=tokens, e2e_s=e2e,
-                         prompt_tokens=prompt_tokens, spec=spec if speculative else None, error=error)
+                         prompt_tokens=prompt_tokens, spec=spec if speculative else None, error=error,
+                         sent_s=start)
 
 
 def schedule(num_prompts: int, concurrencies: Sequence[int], repeats: int, variants: Sequence[str],

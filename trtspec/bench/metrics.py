@@ -34,6 +34,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from trtspec.bench.full_load import full_load
+
 SPECULATIVE = "speculative"
 BASELINE = "baseline"
 PERCENTILES = (50, 90, 99)
@@ -82,6 +84,7 @@ class RequestRecord:
     prompt_tokens: int | None = None
     spec: SpecCounts | None = None
     error: str | None = None
+    sent_s: float | None = None       # when it was sent, on the load generator's clock (full_load.py)
 
     @property
     def ok(self) -> bool:
@@ -289,6 +292,7 @@ def summarize_cell(cell: Cell) -> dict[str, Any]:
         "output_throughput_by_repeat": tok_s,
         "mean_requests_in_flight": statistics.median(in_flight) if in_flight else math.nan,
     }
+    result.update(full_load(cell.records, cell.concurrency, cell.duration_by_repeat))
     result.update(describe_ms("ttft", [r.ttft_s for r in ok]))
     result.update(describe_ms("tpot", [t for r in ok if (t := r.tpot_s) is not None]))
     result.update(describe_ms("itl", [gap for r in ok for gap in r.itls_s]))

@@ -135,13 +135,14 @@ def render_table(report: dict[str, Any]):
     table = Table(title=title, caption=f"{machine['cpu']} x{machine['cpu_count']}{threads}, {machine['date']}; "
                                        f"latencies in ms, mean / p99")
     for name, justify in [("conc", "right"), ("variant", "left"), ("ok", "right"), ("out tok/s", "right"),
-                          ("req/s", "right"), ("in flight", "right"), ("TTFT", "right"), ("TPOT", "right"), ("ITL", "right"),
+                          ("req/s", "right"), ("in flight", "right"), ("tok/s all in flight", "right"), ("TTFT", "right"),
+                          ("TPOT", "right"), ("ITL", "right"),
                           ("E2EL", "right"), ("AL", "right"), ("accept %", "right"), ("verified/draft", "right")]:
         table.add_column(name, justify=justify)
     for r in report["results"]:
         table.add_row(str(r["max_concurrency"]), r["variant"], f"{r['completed']}/{r['completed'] + r['failed']}",
                       _fmt(r["output_throughput"]), _fmt(r["request_throughput"], 2),
-                      _fmt(r.get("mean_requests_in_flight"), 1),
+                      _fmt(r.get("mean_requests_in_flight"), 1), _fmt(r.get("full_load_output_throughput")),
                       *[f"{_fmt(r[f'mean_{m}_ms'], 0)} / {_fmt(r[f'p99_{m}_ms'], 0)}"
                         for m in ("ttft", "tpot", "itl", "e2el")],
                       _fmt(r.get("spec_decode_acceptance_length"), 2), _fmt(r.get("spec_decode_acceptance_rate")),
