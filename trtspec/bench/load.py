@@ -7,7 +7,7 @@ stay free of timing code. It never aggregates; trtspec.bench.metrics does.
 
 Interleaving: at each concurrency c the requests are cut into blocks of `requests_per_slot x c`;
 every block is run once per variant, alternating which goes first (ABBA), and each variant's
-wall time is the sum of its blocks. Noise from the shared machine thus hits both variants alike.
+wall time is the sum of its blocks. Each repeat runs every concurrency before the next repeat. Noise from the shared machine thus hits both variants alike.
 A cell sends every prompt once, or `requests_per_slot x c` requests when c > 1 and the prompt
 set is smaller (request j sends prompt j mod n with seed j), so c requests really are in flight. The
 cost of blocks: each drains at its end, so throughput at concurrency c reads lower than a
@@ -93,12 +93,14 @@ def schedule(num_prompts: int, concurrencies: Sequence[int], repeats: int, varia
     """The run order as (concurrency, repeat, variant, request numbers) blocks; request j sends
     prompt j mod num_prompts. Pure, for tests."""
     plan = []
-    for concurrency in concurrencies:
-        block = max(1, requests_per_slot * concurrency)
-        # one slot never idles; several need requests to spare or the block is one long drain
-        requests = max(num_prompts, block) if concurrency > 1 else num_prompts
-        blocks = [list(range(i, min(i + block, requests))) for i in range(0, requests, block)]
-        for repeat in range(repeats):
+    # repeat-major: each repeat visits every concurrency, so a scaling ratio (repeat r at c over
+    # repeat r at the lowest c) compares cells minutes apart, not a whole run apart
+    for repeat in range(repeats):
+        for concurrency in concurrencies:
+            block = max(1, requests_per_slot * concurrency)
+            # one slot never idles; several need requests to spare or the block is one long drain
+            requests = max(num_prompts, block) if concurrency > 1 else num_prompts
+            blocks = [list(range(i, min(i + block, requests))) for i in range(0, requests, block)]
             for position, numbers in enumerate(blocks):
                 order = list(variants) if (position + repeat) % 2 == 0 else list(reversed(variants))
                 plan.extend((concurrency, repeat, variant, numbers) for variant in order)

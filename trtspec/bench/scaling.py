@@ -10,8 +10,9 @@ from typing import Any
 
 def scaling(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each variant's tokens/s at every concurrency over its tokens/s at the lowest one measured,
-    the median of per-repeat ratios (repeat r against repeat r). Concurrencies run one after the
-    other, not interleaved, so these ratios carry the machine's drift between them."""
+    the median of per-repeat ratios (repeat r against repeat r). A repeat runs its concurrencies one
+    after the other (trtspec.bench.load.schedule), so each ratio carries the machine's drift over
+    one repeat, not over the whole run."""
     out = []
     for variant in dict.fromkeys(s["variant"] for s in summaries):
         cells = sorted((s for s in summaries if s["variant"] == variant), key=lambda s: s["max_concurrency"])
