@@ -24,13 +24,13 @@ def busy_windows(records: Sequence[Any], concurrency: int) -> list[tuple[float, 
     events = sorted([(r.sent_s, 1) for r in records] + [(r.sent_s + r.e2e_s, -1) for r in records],
                     key=lambda event: (event[0], event[1]))  # an end before a send at the same instant
     windows, in_flight, opened = [], 0, None
-    for time, change in events:
+    for stamp, change in events:
         in_flight += change
         if in_flight >= concurrency and opened is None:
-            opened = time
+            opened = stamp
         elif in_flight < concurrency and opened is not None:
-            if time > opened:
-                windows.append((opened, time))
+            if stamp > opened:
+                windows.append((opened, stamp))
             opened = None
     return windows
 

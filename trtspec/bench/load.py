@@ -7,7 +7,8 @@ stay free of timing code. It never aggregates; trtspec.bench.metrics does.
 
 Interleaving: at each concurrency c the requests are cut into blocks of `requests_per_slot x c`;
 every block is run once per variant, alternating which goes first (ABBA), and each variant's
-wall time is the sum of its blocks. Each repeat runs every concurrency before the next repeat. Noise from the shared machine thus hits both variants alike.
+wall time is the sum of its blocks. Noise from the shared machine thus hits both variants alike.
+Each repeat runs every concurrency before the next repeat starts.
 A cell sends every prompt once, or `requests_per_slot x c` requests when c > 1 and the prompt
 set is smaller (request j sends prompt j mod n with seed j), so c requests really are in flight. The
 cost of blocks: each drains at its end, so throughput at concurrency c reads lower than a
