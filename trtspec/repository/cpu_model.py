@@ -15,8 +15,7 @@ here, so the serving code is versioned, linted and tested with the rest of trtsp
   one loop thread runs every admitted request's steps together and the responders queue what each
   step committed (decoupled: streamed pieces, then the last with the final flag) for the model's
   one sending thread (trtspec.repository.outbox), so the loop does not wait on Triton. A request whose
-  client went away (`is_cancelled()`, asked at most every CANCEL_PROBE_INTERVAL_S) leaves the batch
-  at the next step after and frees its KV blocks.
+  client went away (`is_cancelled()`) leaves the batch at the next step and frees its KV blocks.
 - Refusals cost nothing: a bad request gets an INVALID_ARG error naming the problem (checks in
   trtspec.repository.cpu_request, pure), a full queue (serve.max_queue_size) an UNAVAILABLE
   "server busy" error at once. Nothing a request sends can stop the model.
@@ -35,7 +34,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from typing import Any
 
 from trtspec.repository.cpu_request import (
@@ -282,9 +280,6 @@ class TritonPythonModel:
         self.outbox.close()
 
 
-CANCEL_PROBE_INTERVAL_S = 0.25  # a client that went away leaves the batch within this and one step
-
-
 class Responder:
     """The sink of one decoupled request: called from the engine loop with each step's chunk;
     its responses go out through the model's outbox (trtspec.repository.outbox), not from the loop."""
@@ -297,22 +292,10 @@ class Responder:
         self.num_tokens = 0
         self.num_input_tokens = 0
         self.send_failed = False
-        self.next_probe = 0.0  # time.monotonic() before which the server is not asked again
 
     def is_cancelled(self) -> bool:
-        """The engine's cancel probe: the client went away, or a response could not be sent.
-
-        The engine asks every step for every sequence; Triton is asked at most every
-        CANCEL_PROBE_INTERVAL_S per request, since each ask is a round trip to the server process
-        that the engine loop waits on (through a real server at 8 streams of held-back prompts:
-        7 % of the loop's time, ~0.4 ms an ask while the server was busy sending responses)."""
-        if self.send_failed:
-            return True
-        now = time.monotonic()
-        if now < self.next_probe:
-            return False
-        self.next_probe = now + CANCEL_PROBE_INTERVAL_S
-        return bool(self.sender.is_cancelled())
+        """The engine's cancel probe: the client went away, or a response could not be sent."""
+        return self.send_failed or bool(self.sender.is_cancelled())
 
     def _on_send_error(self, error: BaseException) -> None:
         self.send_failed = True
