@@ -14,6 +14,7 @@ time (older reports) give no figure.
 
 from __future__ import annotations
 
+import bisect
 import statistics
 from collections.abc import Sequence
 from typing import Any
@@ -21,8 +22,8 @@ from typing import Any
 
 def busy_windows(records: Sequence[Any], concurrency: int) -> list[tuple[float, float]]:
     """The [start, end) intervals during which at least `concurrency` of `records` were in flight."""
-    events = sorted([(r.sent_s, 1) for r in records] + [(r.sent_s + r.e2e_s, -1) for r in records],
-                    key=lambda event: (event[0], event[1]))  # an end before a send at the same instant
+    # (stamp, change) tuples sort an end (-1) before a send (+1) at the same instant
+    events = sorted([(r.sent_s, 1) for r in records] + [(r.sent_s + r.e2e_s, -1) for r in records])
     windows, in_flight, opened = [], 0, None
     for stamp, change in events:
         in_flight += change
@@ -36,7 +37,9 @@ def busy_windows(records: Sequence[Any], concurrency: int) -> list[tuple[float, 
 
 
 def tokens_in(records: Sequence[Any], windows: list[tuple[float, float]]) -> float:
-    """Output tokens streamed inside `windows`, each request's tokens spread evenly over its chunks."""
+    """Output tokens streamed inside `windows` (sorted, disjoint, as busy_windows returns them),
+    each request's tokens spread evenly over its chunks."""
+    starts = [start for start, _ in windows]
     total = 0.0
     for record in records:
         if not record.ok:
@@ -44,7 +47,8 @@ def tokens_in(records: Sequence[Any], windows: list[tuple[float, float]]) -> flo
         share = record.output_tokens / len(record.chunk_times_s)
         for offset in record.chunk_times_s:
             stamp = record.sent_s + offset
-            if any(start <= stamp < end for start, end in windows):
+            index = bisect.bisect_right(starts, stamp) - 1  # the last window starting at or before it
+            if index >= 0 and stamp < windows[index][1]:
                 total += share
     return total
 
