@@ -24,7 +24,8 @@ here, so the serving code is versioned, linted and tested with the rest of trtsp
   num_requests_cancelled, num_requests_failed (label `reason`: invalid | busy | internal);
   gauges num_requests_running (the batch), num_requests_waiting (the queue), kv_cache_blocks_used,
   kv_cache_blocks_total, spec_decode_draft_len (the last step's); counter engine_steps (label
-  `draft`: the load policy's choice per step, SchedulerStats.draft_shapes: off | chain:K | tree:... | probe:...),
+  `draft`: the load policy's choice per step, SchedulerStats.draft_shapes: off | chain:K |
+  chain:K@M (only on n-gram matches of M+ tokens) | tree:... | probe:...),
   counters prefix_cache_queries and prefix_cache_hits (prompt tokens, as vLLM's). Triton's own
   nv_inference_request_success counts error responses of a Python model as successes
   (triton-inference-server/server#7713), so failures are read from num_requests_failed.
@@ -129,7 +130,8 @@ class TritonPythonModel:
         self._gauge_values: dict[str, int] = {}  # what each gauge was last set to
         self.steps_family = pb.MetricFamily(name="trtspec:engine_steps",
                                             description="Engine steps with speculating sequences, by the draft the load "
-                                                        "policy chose (off, chain:K, tree:TOPK,DEPTH,NODES, "
+                                                        "policy chose (off, chain:K, chain:K@M: only on n-gram "
+                                                        "matches of M tokens or more, tree:TOPK,DEPTH,NODES, "
                                                         "probe: one sequence drafted it)",
                                             kind=pb.MetricFamily.COUNTER)
         self._labels = labels

@@ -52,8 +52,8 @@ def plan_step(scheduler: Any, batch_size: int, backlog: int = 0) -> tuple[int, b
     elif isinstance(tree, TreeShape) and not config.draft_len_schedule and batch_size > 1:
         choice = model.choose(batch_size, tree, backlog)  # off, a chain, or the tree at some budget
     else:
-        length, probe = scheduler.draft_length(batch_size, backlog)
-        choice = Choice(length, tree if length > 0 else None, probe)
+        length, probe, min_match = scheduler.draft_length(batch_size, backlog)
+        choice = Choice(length, tree if length > 0 else None, probe, min_match)
     model.planned = choice
     count_shape(scheduler.stats, choice.key)
     shape = choice.tree if isinstance(choice.tree, TreeShape) else None

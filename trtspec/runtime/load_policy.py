@@ -32,6 +32,10 @@ Two sources, in this order:
    (r = (1 + topk (d - 1)) / d: the catch-up row, then topk frontier nodes per depth);
    and a draft of either kind adds (D(B + L) - D(B)) / CATCH_UP_HORIZON, L the rows the drafters
    are behind (positions verified while they did not draft; 0 for n-gram lookup).
+   For n-gram lookup, chains are also weighed drafted only where the lookup matched at least M
+   tokens (Choice.min_match, step key chain:K@M): f and G then count only those drafts
+   (trtspec.runtime.ngram_matches: a 3-token match's draft passes far more often than a 2-token
+   one's, and in a full batch only the former pay).
 
 Chain and tree acceptance, from each other. A tree's top-1 path (the rank-0 child at every depth)
 is the chain the same drafter would have drafted (greedy: the same argmax tokens, fed the same
@@ -66,11 +70,12 @@ enough steps are measured the model assumes a verify pass costs 1 + 0.035 n plai
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
+from trtspec.runtime.draft_choice import Choice, draft_work, tree_budgets, with_budget
 from trtspec.runtime.forward_costs import ForwardCosts
 from trtspec.runtime.linear_fit import LinearFit
+from trtspec.runtime.ngram_matches import MatchStats
 
 PROBE_EVERY = 8
 DECAY = 0.98            # forgetting per observation: the machine's speed and the text change
@@ -97,65 +102,6 @@ CATCH_UP_HORIZON = 4
 PROBE_SHARE = 0.02
 
 
-@dataclass(frozen=True)
-class Choice:
-    """One step's draft: off (length 0), a chain of `length` tokens, or a tree (`tree`: a
-    TreeShape, or the engine's static Tree; `length` its depth). `probe`: only one sequence
-    drafts it (trtspec.runtime.step.one_prober)."""
-
-    length: int
-    tree: Any = None
-    probe: bool = False
-
-    @property
-    def key(self) -> str:
-        """The name the step counters use: off, chain:K, tree:TOPK,DEPTH,NODES, tree:static:NODES,
-        each prefixed probe: for a probe step."""
-        if self.length == 0:
-            name = "off"
-        elif self.tree is None:
-            name = f"chain:{self.length}"
-        elif hasattr(self.tree, "topk"):
-            name = f"tree:{self.tree.topk},{self.tree.depth},{self.tree.num_draft_tokens}"
-        else:
-            name = f"tree:static:{self.tree.num_nodes}"
-        return f"probe:{name}" if self.probe else name
-
-
-def tree_budgets(tree: Any) -> list[int]:
-    """The node budgets the cost model weighs for the engine's tree: a dynamic tree's N, N/2,
-    N/4, ... while not below its depth; a static tree only as it is."""
-    if not hasattr(tree, "topk"):
-        return [tree.num_nodes]
-    budgets, nodes = [], tree.num_draft_tokens
-    while nodes >= tree.depth and nodes not in budgets:
-        budgets.append(nodes)
-        nodes //= 2
-    return sorted(budgets)
-
-
-def with_budget(tree: Any, nodes: int) -> Any:
-    """`tree` verifying `nodes` nodes (a dynamic tree; a static tree stays as it is)."""
-    if not hasattr(tree, "topk") or nodes == tree.num_draft_tokens:
-        return tree
-    from dataclasses import replace
-
-    return replace(tree, num_draft_tokens=nodes)
-
-
-def draft_work(choice: Choice) -> tuple[int, float]:
-    """(forwards, rows per forward per sequence) one draft of `choice` makes: a chain of k, k
-    forwards of one row; a dynamic tree of depth d, d forwards of (1 + topk (d - 1)) / d rows; a
-    static tree, its depth in forwards over the nodes that have children."""
-    tree = choice.tree
-    if tree is None:
-        return choice.length, 1.0
-    depth = tree.max_depth
-    if hasattr(tree, "topk"):
-        return depth, (1 + tree.topk * (depth - 1)) / depth
-    return depth, (1 + sum(1 for n in range(tree.num_nodes) if tree.children[n])) / depth
-
-
 class CostModel:
     """The engine's measured costs and acceptance; `choose(B, tree)` picks a step's draft."""
 
@@ -173,9 +119,11 @@ class CostModel:
         self.tree_drafts: dict[int, float] = {}    # ... and how many drafts those are
         self.proposed = 2.0  # proposals asked, of which `found` returned a draft (f = found / proposed)
         self.found = 2.0
+        self.matches = MatchStats(DECAY)  # n-gram drafts by their lookup's match length (Choice.min_match)
         self.steps_waiting = 0  # steps since the last probe that did not draft the probed kind
         self.backoff = 0        # probes come 2^backoff times rarer (choose)
         self.probe = False   # the last best_length was a probe: one sequence drafts (step.py)
+        self.min_match = 0   # ... and the match length its chains require (Choice.min_match)
         self.planned: Choice | None = None  # this step's draft, whoever chose it (draft_shape.plan_step)
 
     def _grow(self, positions: int) -> None:
@@ -204,6 +152,7 @@ class CostModel:
         kept; or a tree `draft` (its depth offered) whose accepted nodes are `path`."""
         if draft is None or getattr(draft, "tree", None) is None:
             self._observe_chain(offered, accepted)
+            self.matches.observe_chain(getattr(draft, "match", 0), offered, accepted)
         else:
             self._observe_tree(draft.tree, path or [], getattr(draft, "score_rank", None),
                                getattr(draft, "budget", None) or draft.tree.num_nodes)
@@ -237,10 +186,13 @@ class CostModel:
             self.tree_nodes[b] = self.tree_nodes.get(b, 0.0) * DECAY + min(b, tree.num_nodes)
             self.tree_drafts[b] = self.tree_drafts.get(b, 0.0) * DECAY + 1.0
 
-    def observe_proposals(self, asked: int, found: int) -> None:
+    def observe_proposals(self, asked: int, found: int, matches: list[int] | None = None) -> None:
+        """A step asked `asked` sequences for drafts and `found` came back; `matches`: their
+        n-gram match lengths (none for model drafters)."""
         if asked:
             self.proposed = self.proposed * DECAY + asked
             self.found = self.found * DECAY + found
+            self.matches.observe_found(matches or ())
 
     # -- predictions ---------------------------------------------------------------------------
 
@@ -255,13 +207,18 @@ class CostModel:
         measured = self.draft.predict(rows, _flat)
         return measured if measured is not None else 0.1 * self.forward_seconds(rows)
 
-    def chain_gain(self, k: int) -> float:
+    def chain_gain(self, k: int, min_match: int = 0) -> float:
         """G(k): a chain of k's expected accepted tokens, sum over j < k of q_j, the product of the
-        pass rates of positions 0..j (each measured where it was at stake)."""
+        pass rates of positions 0..j (each measured where it was at stake); with `min_match`, of
+        the drafts from lookups that matched at least that many tokens (the same prior)."""
         self._grow(k)
         gain, survive = 0.0, 1.0
         for j in range(k):
-            survive *= self.accepted[j] / self.offered[j]
+            if min_match:
+                offered, accepted = self.matches.at_least(min_match, j)
+                survive *= (accepted + 2.0 * PRIOR_ACCEPT) / (offered + 2.0)
+            else:
+                survive *= self.accepted[j] / self.offered[j]
             gain += survive
         return gain
 
@@ -285,11 +242,11 @@ class CostModel:
     def rate(self, batch_size: int, choice: Choice, backlog: int = 0) -> float:
         """Expected committed tokens per second when every sequence drafts `choice`, its drafters
         `backlog` rows behind (their catch-up spread over CATCH_UP_HORIZON steps)."""
-        found = self.found / self.proposed
+        found = (self.matches.found_at_least(choice.min_match) if choice.min_match else self.found) / self.proposed
         if choice.length == 0:
             gain, width = 0.0, 0
         elif choice.tree is None:
-            gain, width = self.chain_gain(choice.length), choice.length
+            gain, width = self.chain_gain(choice.length, choice.min_match), choice.length
         else:
             gain, width = self.tree_gain(choice.tree), self.verified_nodes(choice.tree)
         forwards, rows = draft_work(choice)
@@ -301,10 +258,12 @@ class CostModel:
 
     def candidates(self, tree: Any = None) -> list[Choice]:
         """What a step may draft, cheapest first: off, every chain (not beside a static tree, which
-        its sessions always draft), the tree at each budget."""
+        its sessions always draft), also drafted only on longer n-gram matches, the tree at each budget."""
         options = [Choice(0)]
         if tree is None or hasattr(tree, "topk"):
             options += [Choice(k) for k in range(1, self.max_draft_len + 1)]
+        if tree is None:
+            options += [Choice(k, min_match=m) for m in self.matches.levels() for k in range(1, self.max_draft_len + 1)]
         if tree is not None:
             options += [Choice(tree.max_depth, with_budget(tree, n)) for n in tree_budgets(tree)]
         return options
@@ -356,6 +315,7 @@ class CostModel:
         if batch_size < 1:
             return 0
         choice = self.choose(batch_size, tree, backlog)
+        self.min_match = choice.min_match
         return self.max_draft_len if choice.tree is not None else choice.length
 
 

@@ -102,19 +102,20 @@ class Scheduler:
         self._closed = False
         self.on_step = None  # callback(SchedulerStats) after every step, for gauges
 
-    def draft_length(self, batch_size: int, backlog: int = 0) -> tuple[int, bool]:
+    def draft_length(self, batch_size: int, backlog: int = 0) -> tuple[int, bool, int]:
         """Draft tokens per sequence in a step with `batch_size` decoding sequences (0: plain):
         the measured table when the spec has one, else the cost model (trtspec.runtime.load_policy).
-        Also whether the length is the cost model's probe while speculation is off: then only one
-        sequence drafts (step.one_prober)."""
+        Also whether the length is the cost model's probe while speculation is off (then only one
+        sequence drafts: step.one_prober), and the n-gram match length its chains require (0: any;
+        Choice.min_match)."""
         from trtspec.runtime.load_policy import schedule_length
 
         if self.config.draft_len_schedule:
-            return schedule_length(self.config.draft_len_schedule, batch_size, self.config.max_draft_len), False
+            return schedule_length(self.config.draft_len_schedule, batch_size, self.config.max_draft_len), False, 0
         if batch_size <= 1:  # alone: a verify pass costs about one step, and seeded runs stay reproducible
-            return self.config.max_draft_len, False
+            return self.config.max_draft_len, False, 0
         length = self.cost_model.best_length(batch_size, self.engine.tree, backlog)
-        return length, self.cost_model.probe
+        return length, self.cost_model.probe, self.cost_model.min_match
 
     def widest_draft(self) -> int:
         """Most tokens a step may write past the committed ones (pending + drafts, or tree nodes)."""

@@ -59,8 +59,11 @@ def run_step(scheduler: Any, batch: list[Any]) -> None:
     draft_time = time.perf_counter() - started
     model = scheduler.cost_model
     asked = [d for d, k in zip(drafts, lengths, strict=True) if k > 0]
-    model.observe_proposals(len(asked), sum(d is not None for d in asked))
+    model.observe_proposals(len(asked), sum(d is not None for d in asked), [d.match for d in asked if d is not None])
     model.observe_draft(len(asked), max(lengths, default=0), draft_time)
+    min_match = model.planned.min_match if speculating and model.planned is not None else 0
+    if min_match:  # the policy drafts only on long n-gram matches: shorter ones' drafts are not verified
+        drafts = [d if d is None or d.match >= min_match else None for d in drafts]
     # 3. One target forward: [pending] + draft per decoding sequence, then prompt chunks.
     feeds = [_verify_feed(s, d) for s, d in zip(decoding, drafts, strict=True)]
     budget = max(1, config.max_num_tokens - sum(len(f.token_ids) for f in feeds))

@@ -43,6 +43,9 @@ class Draft:
     # for dynamic trees: the node budget the search kept up to (num_draft_tokens); the tree holds
     # fewer where min_path_prob cut it, and the load policy prices what was really verified
     budget: int | None = None
+    # for n-gram drafts: how many tokens the lookup matched (0: not a lookup); the load policy
+    # may draft only on longer matches under load (trtspec.runtime.ngram_matches)
+    match: int = 0
 
     @property
     def size(self) -> int:

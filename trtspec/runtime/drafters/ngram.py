@@ -54,5 +54,5 @@ class NgramSession(DraftSession):
                 continuation = tokens[start:start + max_len]
                 if continuation:
                     self.match_n = n
-                    return Draft(torch.tensor(continuation, dtype=torch.long))
+                    return Draft(torch.tensor(continuation, dtype=torch.long), match=n)
         return None
