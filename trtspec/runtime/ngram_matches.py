@@ -1,10 +1,11 @@
 """Acceptance of n-gram drafts by the length of their lookup's match, for the load policy.
 
-Why (SmolLM2, n-gram chains of 4 at batch 1; the 40 dev prompts and the 15 held-back ones, 64
+Why (SmolLM2, n-gram chains of 4 at batch 1; the 30 dev prompts and the 15 held-back ones, 64
 tokens each): a draft continuing a 3-token match passed its first position 66-68 % of the time and
 kept 0.44-0.48 tokens per drafted token; one continuing a 2-token match 48-49 % and 0.28-0.29. In a
-full batch a drafted token costs 2-3 % of a 16-sequence step on 2 cores, about what a 2-token
-match's draft brings back, so there only the longer matches pay. The cost model
+full batch of 16 on 2 cores a drafted token costs 2-3 % of the step while a kept one adds 1/16 of
+its tokens: a 2-token match's draft brings back 1.8 % per drafted token and loses, a 3-token one's
+2.8-3.0 % (its first position 4 %) and about pays. The cost model
 (trtspec.runtime.load_policy) therefore also weighs chains drafted only where the match is at
 least M tokens (Choice.min_match), from these counts. Model drafters' drafts have no match length
 (0) and are not counted here.

@@ -5,7 +5,8 @@
    this batch size (and each sequence's own policy may shorten; a probe while speculation is off
    drafts for one sequence only; with a dynamic tree the length is its node budget); prompt chunks of new sequences fill what is left of the
    `max_num_tokens` budget (chunked prefill).
-2. Draft: one drafter call for every decoding sequence that speculates (batched inside).
+2. Draft: one drafter call for every decoding sequence that speculates (batched inside); when
+   the policy drafts only on long n-gram matches (chain:K@M), shorter matches' drafts are dropped.
 3. Verify: ONE target forward over all feeds (ragged: per-sequence positions and masks).
 4. Accept per sequence (greedy prefix or tree path, or lossless rejection sampling of a chain or
    a tree), roll back
