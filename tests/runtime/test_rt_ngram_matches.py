@@ -19,12 +19,12 @@ def test_match_stats_pool_the_matches_at_or_above_a_level():
     stats.observe_found([3])
     assert stats.found == {2: 1.0, 3: 1.5}      # the first step's counts halved once
     assert stats.levels() == [3] and stats.found_at_least(2) == 2.5 and stats.found_at_least(3) == 1.5
-    stats.observe_chain(2, 4, 0)                # position 0 at stake, failed
-    stats.observe_chain(3, 4, 4)                # all four passed
-    stats.observe_chain(3, 2, 1)                # position 0 passed, position 1 failed
+    stats.observe_chain(2, 4, 0, 0.5)              # position 0 at stake, failed
+    stats.observe_chain(3, 4, 4, 0.5)              # all four passed
+    stats.observe_chain(3, 2, 1, 0.5)              # position 0 passed, position 1 failed
     assert stats.at_least(3, 0) == (1.5, 1.5) and stats.at_least(3, 1) == (1.5, 0.5)
     assert stats.at_least(2, 0) == (2.5, 1.5) and stats.at_least(2, 3) == (1.0, 1.0)  # decayed per draft of its length
-    stats.observe_chain(0, 4, 4)                # a model drafter's chain: not counted here
+    stats.observe_chain(0, 4, 4, 0.5)              # a model drafter's chain: not counted here
     assert set(stats.offered) == {2, 3}
 
 
@@ -94,3 +94,20 @@ def test_the_engine_verifies_only_long_matches_and_stays_lossless(ngram_engine):
         assert min(model.matches.found) < 3 <= max(model.matches.found)   # short matches were found ...
         assert {match for decoding, match in verified if decoding > 1} == {3}  # ... only long ones verified
         assert engine.scheduler.stats.draft_shapes.get("chain:4@3", 0) > 0
+
+
+def test_acceptance_forgets_per_step_whatever_the_batch():
+    """One step of 16 rejected drafts moves the estimate as little as one rejected draft at batch
+    1: the drafts of a step share one step's forgetting (per draft, 16 rejections in a row would
+    pull the first position's pass rate from 1.0 to about 0.7, and a noisy estimate drafts
+    whenever it happens to read high)."""
+    def pass_rate_after_a_bad_step(batch: int) -> float:
+        model = CostModel(1, drafts_cost=False)
+        for accepted in [1] * 100 + [0]:
+            model.observe_proposals(batch, batch)
+            for _ in range(batch):
+                model.observe_verify(1, accepted)
+        return model.accepted[0] / model.offered[0]
+
+    alone, full = pass_rate_after_a_bad_step(1), pass_rate_after_a_bad_step(16)
+    assert 0.97 < alone < 0.99 and abs(full - alone) < 0.01

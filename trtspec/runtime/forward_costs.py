@@ -12,6 +12,14 @@ drafted row more than those without (in the running engine; 1.5-1.75 ms in a con
 with every sequence in one key window). Measured effect (docs/BENCHMARKS.md, "The forward's cost
 per batch size"): the policy drafts less at 16; its tokens/s over plain decoding stayed where it
 was, 0.99-1.00x, within this machine's noise.
+
+Why decode steps without drafts are kept apart from those with: the first drafted row of a step
+costs far more than the next ones (16 sequences on 2 cores: +5 to +12 ms for one drafted row, ~2 ms
+a row after), so a line through both kinds passes above the steps without drafts. Fitted on
+the running engine at 16 (n-gram, held-back prompts), it priced plain steps at 83.8 ms while they
+took 76.7, and chains of 2, which kept as many tokens per second as plain steps, were rated 7 %
+faster than them (docs/BENCHMARKS.md, "Drafting only on long n-gram matches"). So per batch size
+B the steps that fed exactly B tokens have their own mean, and the line is fitted on the others.
 """
 
 from __future__ import annotations
@@ -29,23 +37,32 @@ class ForwardCosts:
     def __init__(self, decay: float):
         self.decay = decay
         self.overall = LinearFit(decay)            # seconds by tokens fed, every forward
-        self.by_batch: dict[int, LinearFit] = {}   # ... of decode-only forwards, per batch size
+        self.by_batch: dict[int, LinearFit] = {}   # ... of decode-only forwards with drafts, per batch size
+        self.plain: dict[int, LinearFit] = {}      # ... and without (B tokens: only its mean is used)
 
     def observe(self, num_tokens: int, seconds: float, batch_size: int | None = None) -> None:
         """A forward fed `num_tokens` tokens in `seconds`; `batch_size`: the sequences of a step
         that only decoded (None when a prompt chunk was in it)."""
         self.overall.add(float(num_tokens), seconds)
         if batch_size:
-            fit = self.by_batch.get(batch_size)
+            fits = self.plain if num_tokens <= batch_size else self.by_batch
+            fit = fits.get(batch_size)
             if fit is None:  # not setdefault: that would build a fit on every step
-                fit = self.by_batch[batch_size] = LinearFit(self.decay)
+                fit = fits[batch_size] = LinearFit(self.decay)
             fit.add(float(num_tokens), seconds)
 
     def seconds(self, num_tokens: float, batch_size: int | None = None) -> float:
-        """T(n) for a decode step of `batch_size` sequences, or for any forward when None."""
-        local = self.by_batch.get(batch_size) if batch_size else None
-        measured = local.predict(num_tokens, self._overall) if local is not None else None
-        return measured if measured is not None else self._overall(num_tokens)
+        """T(n) for a decode step of `batch_size` sequences, or for any forward when None: without
+        drafts their measured mean, with drafts the line over such steps, each along the overall
+        line's shape where the other is not measured yet."""
+        plain = self.plain.get(batch_size) if batch_size else None
+        drafted = self.by_batch.get(batch_size) if batch_size else None
+        first = (plain, drafted) if num_tokens <= (batch_size or 0) else (drafted, plain)
+        for fit in first:
+            measured = fit.predict(num_tokens, self._overall) if fit is not None else None
+            if measured is not None:
+                return measured
+        return self._overall(num_tokens)
 
     def _overall(self, num_tokens: float) -> float:
         measured = self.overall.predict(num_tokens, _prior)

@@ -79,6 +79,11 @@ from trtspec.runtime.ngram_matches import MatchStats
 
 PROBE_EVERY = 8
 DECAY = 0.98            # forgetting per observation: the machine's speed and the text change
+# Acceptance forgets per step, not per draft: the B drafts of one step share one step's DECAY. Why:
+# per draft, a batch of 16 (4 n-gram drafts a step) remembered ~12 steps, about 50 drafts; so
+# noisy an estimate chooses drafting whenever it happens to read high, and at concurrency 16 the
+# steps that drafted a chain of 2 kept 7 % fewer tokens than the estimate that chose them
+# (in process, 2026-11-26; docs/BENCHMARKS.md, "Drafting only on long n-gram matches").
 PRIOR_ACCEPT = 0.5      # acceptance per draft position before measurements
 PRIOR_TREE_GAIN = 0.3   # a tree's uplift over its top-1 path per doubling of nodes over its depth, before measurements
 PRIOR_TREE_WEIGHT = 1.0  # top-1 accepted tokens the prior uplift counts as
@@ -119,6 +124,7 @@ class CostModel:
         self.tree_drafts: dict[int, float] = {}    # ... and how many drafts those are
         self.proposed = 2.0  # proposals asked, of which `found` returned a draft (f = found / proposed)
         self.found = 2.0
+        self.draft_decay = DECAY  # forgetting per verified draft this step: DECAY ** (1 / drafts asked)
         self.matches = MatchStats(DECAY)  # n-gram drafts by their lookup's match length (Choice.min_match)
         self.steps_waiting = 0  # steps since the last probe that did not draft the probed kind
         self.backoff = 0        # probes come 2^backoff times rarer (choose)
@@ -152,7 +158,7 @@ class CostModel:
         kept; or a tree `draft` (its depth offered) whose accepted nodes are `path`."""
         if draft is None or getattr(draft, "tree", None) is None:
             self._observe_chain(offered, accepted)
-            self.matches.observe_chain(getattr(draft, "match", 0), offered, accepted)
+            self.matches.observe_chain(getattr(draft, "match", 0), offered, accepted, self.draft_decay)
         else:
             self._observe_tree(draft.tree, path or [], getattr(draft, "score_rank", None),
                                getattr(draft, "budget", None) or draft.tree.num_nodes)
@@ -161,9 +167,10 @@ class CostModel:
         """A chain's position j was at stake when every earlier one passed: positions 0..accepted-1
         passed, position `accepted` (if offered) failed, the rest were never at stake."""
         self._grow(offered)
+        decay = self.draft_decay
         for j in range(min(accepted + 1, offered)):
-            self.offered[j] = self.offered[j] * DECAY + 1.0
-            self.accepted[j] = self.accepted[j] * DECAY + (1.0 if j < accepted else 0.0)
+            self.offered[j] = self.offered[j] * decay + 1.0
+            self.accepted[j] = self.accepted[j] * decay + (1.0 if j < accepted else 0.0)
 
     def _observe_tree(self, tree: Any, path: list[int], score_rank: list[int] | None, budget: int) -> None:
         """The chain through the tree's top-1 path, then the tree's accepted tokens and verified
@@ -179,12 +186,13 @@ class CostModel:
         budgets = {budget}
         if score_rank is not None:
             budgets |= {b for b in self.tree_accepted if b < budget}
+        decay = self.draft_decay
         for b in budgets:
             kept = len(path) if b >= tree.num_nodes else _kept_at(path, score_rank, b)
-            self.tree_accepted[b] = self.tree_accepted.get(b, 0.0) * DECAY + kept
-            self.tree_top1[b] = self.tree_top1.get(b, 0.0) * DECAY + top1
-            self.tree_nodes[b] = self.tree_nodes.get(b, 0.0) * DECAY + min(b, tree.num_nodes)
-            self.tree_drafts[b] = self.tree_drafts.get(b, 0.0) * DECAY + 1.0
+            self.tree_accepted[b] = self.tree_accepted.get(b, 0.0) * decay + kept
+            self.tree_top1[b] = self.tree_top1.get(b, 0.0) * decay + top1
+            self.tree_nodes[b] = self.tree_nodes.get(b, 0.0) * decay + min(b, tree.num_nodes)
+            self.tree_drafts[b] = self.tree_drafts.get(b, 0.0) * decay + 1.0
 
     def observe_proposals(self, asked: int, found: int, matches: list[int] | None = None) -> None:
         """A step asked `asked` sequences for drafts and `found` came back; `matches`: their
@@ -192,6 +200,7 @@ class CostModel:
         if asked:
             self.proposed = self.proposed * DECAY + asked
             self.found = self.found * DECAY + found
+            self.draft_decay = DECAY ** (1.0 / asked)
             self.matches.observe_found(matches or ())
 
     # -- predictions ---------------------------------------------------------------------------

@@ -17,11 +17,11 @@ from collections.abc import Iterable
 
 
 class MatchStats:
-    """Per match length: how often lookups found one (decayed per step) and, per chain position,
-    the drafts where that position was at stake and the ones it passed (decayed per draft)."""
+    """Per match length: how often lookups found one and, per chain position, the drafts where
+    that position was at stake and the ones it passed (forgotten as the cost model's own counts)."""
 
     def __init__(self, decay: float):
-        self.decay = decay
+        self.decay = decay  # per step
         self.found: dict[int, float] = {}
         self.offered: dict[int, list[float]] = {}
         self.accepted: dict[int, list[float]] = {}
@@ -34,9 +34,9 @@ class MatchStats:
             if match:
                 self.found[match] = self.found.get(match, 0.0) + 1.0
 
-    def observe_chain(self, match: int, offered: int, accepted: int) -> None:
+    def observe_chain(self, match: int, offered: int, accepted: int, decay: float) -> None:
         """A chain of `offered` tokens from a `match`-token lookup kept its first `accepted`
-        (positions at stake as in CostModel._observe_chain)."""
+        (positions at stake as in CostModel._observe_chain); `decay`: the forgetting per draft."""
         if not match:
             return
         at_stake = self.offered.setdefault(match, [])
@@ -45,8 +45,8 @@ class MatchStats:
             at_stake.append(0.0)
             passed.append(0.0)
         for j in range(min(accepted + 1, offered)):
-            at_stake[j] = at_stake[j] * self.decay + 1.0
-            passed[j] = passed[j] * self.decay + (1.0 if j < accepted else 0.0)
+            at_stake[j] = at_stake[j] * decay + 1.0
+            passed[j] = passed[j] * decay + (1.0 if j < accepted else 0.0)
 
     def levels(self) -> list[int]:
         """The match lengths a chain may require: each one seen above the shortest (requiring the
