@@ -1,9 +1,10 @@
 """T(n): what a target forward over n tokens costs, measured online for the load policy.
 
 Every step's forward is fitted as a + b n over the tokens it fed (`LinearFit`, forgetting old
-steps). Besides, steps that only decode (no prompt chunk in them) are fitted per batch size B,
-and T(n) for a step of B sequences is that fit where it has data: its own slope once drafts of
-several lengths were verified at B, else its own level along the overall fit's shape.
+steps). Besides, steps that only decode (no prompt chunk in them) are kept per batch size B: those
+without drafts (B tokens) as their mean, those with drafts as a line a + b n. T(n) for a step of B
+sequences is the mean at n = B and the line above it, each along the overall fit's shape while the
+other is not measured yet (the line's own slope once drafts of several lengths were verified).
 
 Why per batch size: a line over every forward is fitted mostly on prompt chunks (rows without
 logits, cheaper) and on smaller batches. At 16 sequences on 2 cores (SmolLM2, n-gram chains,
