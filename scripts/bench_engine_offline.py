@@ -93,13 +93,13 @@ def replay(data: dict, settings=REPLAY_SETTINGS, cost_fixed: float = 0.0, cost_s
         for category, ids, out in cases:
             session, tokens, done = NgramSession(n_min, n_max), ids + out[:1], 1
             while done < len(out):
-                draft = session.propose(tokens, k)
-                draft = draft.token_ids.tolist() if draft is not None else []
+                proposed = session.propose(tokens, k)
+                draft = proposed.token_ids.tolist() if proposed is not None else []
                 accepted = 0
                 while accepted < len(draft) and done + accepted < len(out) and out[done + accepted] == draft[accepted]:
                     accepted += 1
                 if by_match is not None and draft:
-                    counts = by_match[(category, session.match_n)]
+                    counts = by_match[(category, proposed.match)]
                     counts[0], counts[1], counts[2] = counts[0] + 1, counts[1] + accepted, counts[2] + len(draft)
                 step = min(accepted + 1, len(out) - done)
                 tokens += out[done:done + step]

@@ -31,7 +31,6 @@ class NgramSession(DraftSession):
         # n -> {n-gram tuple: index just past its first occurrence}
         self.index: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in self.sizes}
         self.indexed_until = 0  # n-grams ending at or before this index are in the index
-        self.match_n = 0  # the n of the last lookup's match (0: none), for policies and replays
 
     def _extend_index(self, tokens: list[int]) -> None:
         # Index an n-gram only once a token follows it, so a lookup never finds the query itself.
@@ -45,7 +44,6 @@ class NgramSession(DraftSession):
         import torch
 
         self._extend_index(tokens)
-        self.match_n = 0
         for n in self.sizes:
             if len(tokens) < n:
                 continue
@@ -53,6 +51,5 @@ class NgramSession(DraftSession):
             if start is not None:
                 continuation = tokens[start:start + max_len]
                 if continuation:
-                    self.match_n = n
                     return Draft(torch.tensor(continuation, dtype=torch.long), match=n)
         return None
