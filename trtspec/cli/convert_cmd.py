@@ -240,6 +240,11 @@ def _print_results(results, curve) -> None:
                        f"on {training.get('device', 'cpu')}{_machine(training.get('machine'))}, "
                        f"{training.get('processes', 1)} process(es), "
                        f"{training.get('tokens_per_s') or '-'} tokens/s); method: {acc['method']}")
+            if acc.get("speed"):
+                speed = acc["speed"]
+                click.echo(f"{'':<18} on this machine, concurrency 1, {speed['draft']}: "
+                           f"{speed['speculative_tokens_per_s']} tokens/s with the head, "
+                           f"{speed['plain_tokens_per_s']} without ({speed['speedup']}x)")
         if "budget" in report:
             click.echo(f"{'':<18} {_budget(report)}")
         if report.get("warning"):

@@ -116,9 +116,11 @@ def training_seconds(budget_s: float, elapsed_s: float, finish_s: float) -> floa
 # report runs the cpu engine with the new head, whose verify pass + head steps cost a fraction of
 # that forward. The default SmolLM2 run of issue 26 (load ~1.5, 2 cores) estimated 3.0 of them per
 # token, 193.5 s, for a finish that took 21.5 s (12 prompts x 48 tokens, 365 engine steps, AL 1.49):
-# about 0.28 per token after the load and export. 0.75 keeps a margin of 2.7x for a busier machine
-# or a head that accepts less (fewer tokens per step) and hands training the rest.
-FINISH_STEPS_PER_TOKEN = 0.75
+# about 0.28 per token after the load and export. The report also decodes every prompt without
+# speculation (is the head worth it on this machine?): one plain engine step per token, about as
+# much again. 1.1 keeps a margin of ~2x for a busier machine or a head that accepts less (fewer
+# tokens per step) and hands training the rest.
+FINISH_STEPS_PER_TOKEN = 1.1
 
 
 def finish_estimate(held_out_tokens: int, step_s: float) -> float:

@@ -43,7 +43,7 @@ def acceptance_curve(spec, layout, target_dir: Path, prompts: list[str], *, new_
             export.export_eagle3(model, Path(export_dir))
             acceptance = measure_acceptance(model, tokenizer, target_dir, Path(export_dir), prompts,
                                             max_draft_len=spec.speculative.max_draft_len, new_tokens=new_tokens,
-                                            report=report)
+                                            report=report, timed=False)
         curve.append({"step": snapshot["step"], "seconds": round(snapshot["seconds"], 1),
                       "mean_acceptance_length": acceptance["mean_acceptance_length"],
                       "acceptance_per_position": acceptance["acceptance_per_position"], "method": acceptance["method"]})

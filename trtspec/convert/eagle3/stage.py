@@ -204,12 +204,13 @@ def _training_progress(report: Reporter | None, settings: eagle3_train.TrainSett
 
 
 def measure_acceptance(model, tokenizer, target_dir: Path, head_dir: Path, prompts: list[str], *, max_draft_len: int,
-                       new_tokens: int, report: Reporter | None = None) -> dict[str, Any]:
-    """Acceptance on held-out prompts; see reports.runtime_acceptance / reports.eagle3_acceptance."""
+                       new_tokens: int, report: Reporter | None = None, timed: bool = True) -> dict[str, Any]:
+    """Acceptance on held-out prompts; see reports.runtime_acceptance / reports.eagle3_acceptance.
+    `timed`: also decode them without the head, for the speed-up on this machine."""
     phase = Phase(report, "acceptance", total=len(prompts), unit="prompts")
     try:
         return reports.runtime_acceptance(target_dir, head_dir, prompts, max_draft_len=max_draft_len,
-                                          new_tokens=new_tokens, on_prompt=phase.advance)
+                                          new_tokens=new_tokens, on_prompt=phase.advance, timed=timed)
     except ImportError:  # trtspec.runtime not installed: ModelOpt's own measurement
         references = _references(model, tokenizer, prompts, new_tokens)
         return reports.eagle3_acceptance(model, references, max_draft_len=max_draft_len, on_prompt=phase.advance)
