@@ -155,7 +155,7 @@ def runtime_acceptance(target_dir, head_dir, prompts: list[str], *, max_draft_le
 LOW_ACCEPTANCE_LENGTH = 1.3
 # A measured speed-up below this says the head slows decoding here. Whether a head pays depends on
 # the machine as much as on the head: the default 15-minute head (AL 1.44) drafting chains of 4 ran
-# 0.85-0.90x plain decoding on a 2-core AVX2 CPU, where a verify pass of 5 rows costs 1.2x a plain
+# 0.85-0.90x plain decoding on a 2-core AVX2 CPU, where a verify pass of 5 rows costs 1.26x a plain
 # step and the head's drafts a quarter of one (docs/BENCHMARKS.md, "On an AVX2 CPU").
 SLOWER_THAN_PLAIN = 0.98
 
