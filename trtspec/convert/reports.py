@@ -133,14 +133,14 @@ def runtime_acceptance(target_dir, head_dir, prompts: list[str], *, max_draft_le
                 on_prompt(1)
         stats = engine.cumulative_stats()
     per_position = list(stats.accepted_per_position) + [0] * (max_draft_len - len(stats.accepted_per_position))
-    rates = {speculative: tokens[speculative] / seconds[speculative] if seconds[speculative] else 0.0
-             for speculative in (True, False)}
     measured = {"method": "trtspec.runtime cpu engine (greedy, exported head)", "max_draft_len": max_draft_len,
                 "prompts": len(prompts), "steps": stats.num_drafts,
                 "mean_acceptance_length": round(stats.mean_acceptance_length, 3),
                 "acceptance_rate": round(stats.acceptance_rate, 3), "accepted_per_position": per_position,
                 "acceptance_per_position": [round(count / max(1, stats.num_drafts), 3) for count in per_position]}
     if timed:
+        rates = {speculative: tokens[speculative] / seconds[speculative] if seconds[speculative] else 0.0
+                 for speculative in (True, False)}
         measured["speed"] = {"concurrency": 1, "draft": f"chain of {max_draft_len}",
                              "speculative_tokens_per_s": round(rates[True], 2),
                              "plain_tokens_per_s": round(rates[False], 2),
