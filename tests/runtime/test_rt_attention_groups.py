@@ -1,9 +1,11 @@
-"""Grouped attention (trtspec.runtime.attention.Group) gives every sequence exactly what it gets alone.
+"""Grouped attention (trtspec.runtime.attention.Group, trtspec.runtime.attention_strided.StridedGroup)
+gives every sequence exactly what it gets alone.
 
 A decode batch's sequences whose rows share a key window are attended together: the same
 per-sequence matrix products, with padding, scale, bias, softmax and the scatter back done once
-for the group. Bit-for-bit equality with each sequence's own one-entry layout is the contract;
-the end-to-end invariance tests (test_rt_batch_invariance.py) check it through the model.
+for the group; members evenly spaced in the pool (lanes) share one product per key head.
+Bit-for-bit equality with each sequence's own one-entry layout is the contract; the end-to-end
+invariance tests (test_rt_batch_invariance.py) check it through the model.
 """
 
 from __future__ import annotations
@@ -12,14 +14,16 @@ import pytest
 import torch
 
 from trtspec.runtime.attention import Group, Layout
+from trtspec.runtime.attention_strided import StridedGroup
 from trtspec.runtime.paged import BlockAllocator, BlockTable, KVPool, SeqKV
 
 HEADS, KV_HEADS, HEAD_DIM = 9, 3, 64
 
 
-def _pool_with_sequences(lengths, scattered=()):
-    """A one-layer pool with random keys/values and a SeqKV per length (indices in `scattered` get
-    a non-contiguous block table, read through a gather)."""
+def _pool_with_sequences(lengths, scattered=(), gaps=None):
+    """A one-layer pool with random keys/values and a SeqKV per length, 8 blocks each, one after
+    the other (indices in `scattered` get a non-contiguous block table, read through a gather;
+    `gaps`: index -> blocks left free after that sequence's)."""
     generator = torch.Generator().manual_seed(0)
     allocator = BlockAllocator(64, 32)
     pool = KVPool(1, KV_HEADS, HEAD_DIM, 64 * 32)
@@ -30,6 +34,8 @@ def _pool_with_sequences(lengths, scattered=()):
         blocks = allocator.allocate(8)
         if index in scattered:
             blocks = blocks[::-1]
+        if (gaps or {}).get(index):
+            allocator.allocate(gaps[index])
         kvs.append(SeqKV(pool, BlockTable(blocks, 32), length))
     return pool, kvs
 
@@ -39,21 +45,28 @@ def _attend(kvs, rows, masks, queries, keys, values):
     return layout, layout.attend(0, queries, keys, values, 0.125)[0]
 
 
+@pytest.mark.parametrize("placement", ["one gathered", "strided", "strided with a free place"])
 @pytest.mark.parametrize("rows", [1, 5])
-def test_grouped_rows_equal_each_sequence_alone(rows):
+def test_grouped_rows_equal_each_sequence_alone(rows, placement):
     """Decode rows (1: 3 real rows padded to the probed minimum) and verify passes (5: 15 rows):
-    sequences at 70, 80, 100 share the 128-key window and form a group, 10 and 200 stay single;
-    one group member reads its keys through a gather. Every row equals its sequence alone."""
+    sequences at 70, 80, 100 share the 128-key window and form a group, 10 and 200 stay single.
+    One group member reads its keys through a gather (per-sequence products), or the members start
+    512 slots apart (one strided product per key head), or 512 and 1024 apart (a free place
+    between two members is computed and dropped). Every row equals its sequence alone."""
     lengths = [70, 10, 80, 200, 100]
     generator = torch.Generator().manual_seed(1)
     total = rows * len(lengths)
     queries = torch.randn(1, HEADS, total, HEAD_DIM, generator=generator)
     keys = torch.randn(1, KV_HEADS, total, HEAD_DIM, generator=generator)
     values = torch.randn(1, KV_HEADS, total, HEAD_DIM, generator=generator)
-    pool, kvs = _pool_with_sequences(lengths, scattered=(2,))
+    # members 0, 2, 4 start at blocks 0, 16, 32 (512 slots apart), or 0, 16, 48 (a free place at 32)
+    pool, kvs = _pool_with_sequences(lengths, scattered=(2,) if placement == "one gathered" else (),
+                                     gaps={3: 16} if placement == "strided with a free place" else None)
     snapshot = [tensor.clone() for tensor in (pool.keys[0], pool.values[0])]
     layout, batched = _attend(kvs, [rows] * len(lengths), [None] * len(lengths), queries, keys, values)
     assert [sorted(group.members) for group in layout.groups] == [[0, 2, 4]]
+    kind = Group if placement == "one gathered" else StridedGroup
+    assert type(layout.groups[0]) is kind
     for index, kv in enumerate(kvs):
         pool.keys[0].copy_(snapshot[0])
         pool.values[0].copy_(snapshot[1])

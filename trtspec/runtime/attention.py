@@ -72,7 +72,7 @@ class Layout:
     write_slots: Any  # [T] long: pool slot of every packed row
     pool: Any = None
     min_rows: int = 2  # rows per matrix product, at least (trtspec.runtime.gemm_rows)
-    groups: list[Group] | None = None  # built by the first layer that attends (it knows the head counts)
+    groups: list[Any] | None = None  # Group / StridedGroup, built by the first layer that attends (it knows the head counts)
 
     @classmethod
     def build(cls, kvs: list[SeqKV], lengths: list[int], masks: list[Any]) -> Layout:
@@ -179,15 +179,25 @@ class Group:
 
     @classmethod
     def plan(cls, entries: list[Entry], heads: int, kv_heads: int, head_dim: int, min_rows: int,
-             dtype: Any) -> list[Group]:
-        """Groups of two or more one-window entries with equal (rows, keys); the rest stay single."""
+             dtype: Any) -> list[Any]:
+        """Groups of two or more one-window entries with equal (rows, keys); the rest stay single.
+        Members evenly spaced in the pool (each in its lane, trtspec.runtime.paged) get a
+        StridedGroup: one product per key head for all of them."""
+        from trtspec.runtime.attention_strided import StridedGroup, spacing
+
         alike: dict[tuple[int, int], list[int]] = {}
         for index, entry in enumerate(entries):
             if len(entry.segments) == 1:
                 segment = entry.segments[0]
                 alike.setdefault((segment.last - segment.first, segment.keys), []).append(index)
-        return [cls(entries, members, heads, kv_heads, head_dim, min_rows, dtype)
-                for members in alike.values() if len(members) > 1]
+        groups: list[Any] = []
+        for members in alike.values():
+            if len(members) < 2:
+                continue
+            step = spacing(entries, members)
+            groups.append(cls(entries, members, heads, kv_heads, head_dim, min_rows, dtype) if step is None else
+                          StridedGroup(entries, members, heads, kv_heads, head_dim, min_rows, dtype, step))
+        return groups
 
     def attend(self, pool: Any, layer: int, query: Any, scaling: float, out: Any) -> None:
         """Write the group's rows of `out`. # query: [heads, T, head_dim]; out: [T, heads, head_dim]"""

@@ -5,8 +5,11 @@ Vocabulary (as TensorRT-LLM's KV cache manager uses it): the *pool* holds `num_b
 order); its token i lives in slot `table[i // block_size] * block_size + i % block_size`.
 
 - `BlockAllocator` hands out and takes back block ids; it never touches tensors. It prefers a
-  contiguous run of blocks (first fit): then the sequence's keys are one slice of the pool and
-  attention reads them in place; a scattered table still works, read through a gather.
+  contiguous run of blocks: then the sequence's keys are one slice of the pool and attention reads
+  them in place; a scattered table still works, read through a gather. Given a lane size (the
+  blocks of the longest sequence the engine admits), a run starts at a lane when one is free, so
+  the sequences of a batch sit a whole number of lanes apart and attention multiplies all their
+  keys in one strided product (trtspec.runtime.attention_strided); else first fit.
 - `KVPool` is the storage of one model (the target, or a draft model / EAGLE head): per layer
   keys stored transposed, [num_kv_heads, head_dim, slots], and values [num_kv_heads, slots,
   head_dim], so attention multiplies plain (untransposed) operands: MKL gives a row the same
@@ -29,13 +32,15 @@ if TYPE_CHECKING:
 
 
 class BlockAllocator:
-    """Block ids 0..num_blocks-1: allocate (contiguous first fit, else scattered) and free."""
+    """Block ids 0..num_blocks-1: allocate (contiguous at a free lane's start, else first fit, else
+    scattered) and free. `lane_blocks` 0: no lanes."""
 
-    def __init__(self, num_blocks: int, block_size: int):
+    def __init__(self, num_blocks: int, block_size: int, lane_blocks: int = 0):
         if num_blocks < 1 or block_size < 1:
             raise ValueError(f"need at least one block of one token (got {num_blocks} x {block_size})")
         self.num_blocks = num_blocks
         self.block_size = block_size
+        self.lane_blocks = lane_blocks
         self._free = bytearray(b"\x01") * num_blocks
         self.num_free = num_blocks
 
@@ -50,7 +55,9 @@ class BlockAllocator:
         """`count` block ids, contiguous when a run that long is free; None when fewer are free."""
         if count > self.num_free:
             return None
-        run = self._free.find(b"\x01" * count) if count else 0
+        run = self._lane_start(count)
+        if run < 0:
+            run = self._free.find(b"\x01" * count) if count else 0
         if run >= 0:
             blocks = list(range(run, run + count))
         else:
@@ -59,6 +66,16 @@ class BlockAllocator:
             self._free[block] = 0
         self.num_free -= count
         return blocks
+
+    def _lane_start(self, count: int) -> int:
+        """The first lane whose first `count` blocks are free; -1 when none is (or no lanes)."""
+        if not 0 < count <= self.lane_blocks:
+            return -1
+        wanted = b"\x01" * count
+        for start in range(0, self.num_blocks - count + 1, self.lane_blocks):
+            if self._free[start:start + count] == wanted:
+                return start
+        return -1
 
     def free(self, blocks: list[int]) -> None:
         for block in blocks:

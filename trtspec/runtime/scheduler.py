@@ -79,8 +79,9 @@ class Scheduler:
         from trtspec.runtime.attention import window_end
 
         block = config.tokens_per_block
-        tokens = config.kv_cache_max_tokens or config.max_batch_size * window_end(config.max_seq_len + self.widest_draft())
-        self.allocator = BlockAllocator(-(-tokens // block), block)
+        lane = window_end(config.max_seq_len + self.widest_draft())  # the longest sequence's reservation
+        tokens = config.kv_cache_max_tokens or config.max_batch_size * lane
+        self.allocator = BlockAllocator(-(-tokens // block), block, lane_blocks=-(-lane // block))
         slots = self.allocator.num_blocks * block
         self.pool = KVPool.for_model(engine.target.config, slots)
         drafter_kv = getattr(engine.drafter, "kv_config", None)
