@@ -158,21 +158,13 @@ class Group:
         self.rows, self.keys = first.last - first.first, first.keys
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
         self.group = heads // kv_heads
-        real = self.group * self.rows
-        width = max(real, min_rows)
+        width = max(self.group * self.rows, min_rows)  # attend_rows' padding
         n = len(members)
         # [n * rows] long: the packed rows of every member, member-major
         self.row_index = torch.tensor([row for e in self.entries for row in range(e.segments[0].first, e.segments[0].last)])
         # [n, 1, 1, rows, keys]: each member's bias, broadcast over the heads
         self.bias = torch.stack([e.segments[0].bias for e in self.entries])[:, None, None]
-        self.queries = torch.zeros(n, kv_heads, width, head_dim, dtype=dtype)
-        self.scores = torch.empty(n, kv_heads, width, self.keys, dtype=dtype)
-        self.weights = torch.empty_like(self.scores)
-        self.outputs = torch.empty(n, kv_heads, width, head_dim, dtype=dtype)
-        shape = (n, kv_heads, self.group, self.rows)
-        self.real_queries = self.queries[:, :, :real].view(*shape, head_dim)
-        self.real_scores = self.scores[:, :, :real].view(*shape, self.keys)
-        self.real_outputs = self.outputs[:, :, :real].view(*shape, head_dim)
+        allocate_products(self, (n, kv_heads), width, head_dim, dtype)
         # per-member views, made once: indexing them per layer was a tenth of attention's time
         self.views = list(zip(self.queries.unbind(0), self.scores.unbind(0), self.weights.unbind(0),
                               self.outputs.unbind(0), strict=True))
@@ -218,6 +210,22 @@ class Group:
             torch.bmm(weights, vals, out=outputs)  # [kv_heads, width, head_dim]
         rows = self.real_outputs.permute(0, 3, 1, 2, 4).reshape(n * self.rows, self.heads, self.head_dim)
         out.index_copy_(0, self.row_index, rows)
+
+
+def allocate_products(group: Any, lead: tuple[int, int], width: int, head_dim: int, dtype: Any) -> None:
+    """A group's product buffers, [*lead, width, ...] (queries zeroed: padding rows stay zero), and
+    views of their real rows, [*lead, query heads per key head, rows, ...]; `group` has its
+    `group` (query heads per key head), `rows` and `keys` set."""
+    import torch
+
+    group.queries = torch.zeros(*lead, width, head_dim, dtype=dtype)
+    group.scores = torch.empty(*lead, width, group.keys, dtype=dtype)
+    group.weights = torch.empty_like(group.scores)
+    group.outputs = torch.empty(*lead, width, head_dim, dtype=dtype)
+    real, shape = group.group * group.rows, (*lead, group.group, group.rows)
+    group.real_queries = group.queries[:, :, :real].view(*shape, head_dim)
+    group.real_scores = group.scores[:, :, :real].view(*shape, group.keys)
+    group.real_outputs = group.outputs[:, :, :real].view(*shape, head_dim)
 
 
 def attend_rows(query, keys_t, values, bias, scaling: float, min_rows: int):

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from trtspec.runtime.attention import allocate_products
+
 
 def spacing(entries: list[Any], members: list[int]) -> int | None:
     """The pool slots between neighbouring members when every member reads a contiguous run and
@@ -55,22 +57,14 @@ class StridedGroup:
         span = places[-1] + 1
         self.places = torch.tensor(places)
         self.dense = span == len(places)  # no free place between members: plain copies, no index ops
-        real = self.group * self.rows
-        width = max(real, min_rows)
+        width = max(self.group * self.rows, min_rows)  # attend_rows' padding
         # [n * rows] long: the packed rows of every member, in pool order
         self.row_index = torch.tensor([row for e in self.entries for row in range(e.segments[0].first, e.segments[0].last)])
         # [span, 1, rows, keys]: each member's bias at its place (0 elsewhere), broadcast over key and query heads
         self.bias = torch.zeros(span, 1, self.rows, self.keys, dtype=dtype)
         self.bias[self.places] = torch.stack([e.segments[0].bias for e in self.entries])[:, None].to(dtype)
-        # per key head, per place: [kv_heads, span, width, ...]; padding rows and free places stay zero
-        self.queries = torch.zeros(kv_heads, span, width, head_dim, dtype=dtype)
-        self.scores = torch.empty(kv_heads, span, width, self.keys, dtype=dtype)
-        self.weights = torch.empty_like(self.scores)
-        self.outputs = torch.empty(kv_heads, span, width, head_dim, dtype=dtype)
-        shape = (kv_heads, span, self.group, self.rows)
-        self.real_queries = self.queries[:, :, :real].view(*shape, head_dim)
-        self.real_scores = self.scores[:, :, :real].view(*shape, self.keys)
-        self.real_outputs = self.outputs[:, :, :real].view(*shape, head_dim)
+        # per key head, per place: [kv_heads, span, width, ...]; the queries of free places stay zero
+        allocate_products(self, (kv_heads, span), width, head_dim, dtype)
 
     def attend(self, pool: Any, layer: int, query: Any, scaling: float, out: Any) -> None:
         """Write the group's rows of `out`. # query: [heads, T, head_dim]; out: [T, heads, head_dim]"""

@@ -1,0 +1,149 @@
+#!/usr/bin/env python
+"""Where the engine's time goes at concurrency 1 and c: plain greedy decoding in process (closed
+loop, SmolLM2, the held-back dev prompts), each cell's step time split into the linear layers,
+attention and the rest, and what concurrency c over 1 would read if attention and the rest cost
+per step what they cost at concurrency 1 (the linear layers as measured).
+
+Why: concurrency 8 over 1 through Triton stayed at 4.0-4.4x on an AVX2 CPU (docs/BENCHMARKS.md);
+this says which part of a step grows with the batch. Timers wrap PackedLinear.forward and
+Layout.attend (a perf_counter pair per call). With --compare-per-sequence-attention every repeat
+runs each cell twice, once with the decode groups' strided products (trtspec.runtime.attention_strided)
+and once with per-sequence products (Group), in alternating order, and prints the ratios.
+
+    .venv/bin/python scripts/bench_step_costs.py --concurrency 1,8 --repeats 2 --requests-per-slot 8
+
+Needs the SmolLM2 cache (`trtspec models fetch smollm2`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+from bench_engine_batching import closed_loop, trtspec_contender  # the modules beside this script
+from bench_engine_offline import DEV_PROMPTS
+
+
+class StepTimer:
+    """Seconds spent in the linear layers and in attention since the last reset."""
+
+    def __init__(self) -> None:
+        from trtspec.runtime.attention import Layout
+        from trtspec.runtime.prepack import _packed_linear_class
+
+        self.linear = self.attention = 0.0
+        self._wrap(_packed_linear_class(), "forward", "linear")
+        self._wrap(Layout, "attend", "attention")
+
+    def _wrap(self, owner, name: str, bucket: str) -> None:
+        inner = getattr(owner, name)
+
+        def timed(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                setattr(self, bucket, getattr(self, bucket) + time.perf_counter() - started)
+
+        setattr(owner, name, timed)
+
+    def reset(self) -> None:
+        self.linear = self.attention = 0.0
+
+
+def per_sequence_attention(enabled: bool) -> None:
+    """Make decode groups multiply per sequence (Group) instead of in one strided product."""
+    from trtspec.runtime import attention_strided
+
+    if not hasattr(attention_strided, "_lanes_spacing"):
+        attention_strided._lanes_spacing = attention_strided.spacing
+    attention_strided.spacing = (lambda entries, members: None) if enabled else attention_strided._lanes_spacing
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--concurrency", default="1,8", help="the first is the reference (1)")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--requests-per-slot", type=int, default=8)
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--compare-per-sequence-attention", action="store_true")
+    parser.add_argument("--json", action="store_true", help="print the cells as JSON too")
+    args = parser.parse_args()
+
+    from trtspec.models import resolve_model
+    from trtspec.runtime import Engine
+    from trtspec.runtime.threads import release_idle_openmp_team
+
+    concurrencies = [int(c) for c in args.concurrency.split(",")]
+    engine = Engine.from_checkpoints(resolve_model("smollm2", quiet=True).path, mode="none",
+                                     max_batch_size=max(16, max(concurrencies)), kv_cache_reuse_mib=0)
+    rows = [json.loads(line) for line in DEV_PROMPTS.read_text().splitlines()[15:] if line.strip()]
+    prompts = [engine.encode(row["prompt"]) for row in rows]
+    timer = StepTimer()
+    release_idle_openmp_team()  # this thread loaded the model; the engine loop does the work
+    run_one = trtspec_contender(engine, args.max_tokens, speculative=False)
+    closed_loop(run_one, prompts[:2], 2)  # warm-up
+    variants = [False, True] if args.compare_per_sequence_attention else [False]
+    cells: dict[tuple[bool, int], list[dict]] = {}
+    for repeat in range(args.repeats):
+        for per_sequence in variants if repeat % 2 == 0 else variants[::-1]:
+            per_sequence_attention(per_sequence)
+            for concurrency in concurrencies:
+                work = [prompts[i % len(prompts)] for i in range(concurrency * args.requests_per_slot)]
+                timer.reset()
+                steps_before = engine.scheduler.stats.num_steps
+                wall, records = closed_loop(run_one, work, concurrency)
+                cells.setdefault((per_sequence, concurrency), []).append(
+                    {"tokens_per_s": sum(r["tokens"] for r in records) / wall, "wall_s": wall,
+                     "linear_s": timer.linear, "attention_s": timer.attention,
+                     "steps": engine.scheduler.stats.num_steps - steps_before})
+    engine.close()
+    _report(cells, concurrencies, variants, args.repeats)
+    if args.json:
+        print(json.dumps({f"{'per-sequence' if k[0] else 'strided'} c{k[1]}": v for k, v in cells.items()}))
+
+
+def _report(cells, concurrencies, variants, repeats) -> None:
+    first = concurrencies[0]
+    for per_sequence in variants:
+        label = "per-sequence attention" if per_sequence else "strided attention"
+        print(f"## {label}")
+        print("| conc | tokens/s (repeats) | steps | linear ms/step | attention ms/step | rest ms/step | "
+              f"c / c{first} (repeats) | if attention and rest cost as at c{first} |")
+        print("|---:|---|---:|---:|---:|---:|---|---|")
+        for concurrency in concurrencies:
+            runs = cells[(per_sequence, concurrency)]
+            refs = cells[(per_sequence, first)]
+            parts = []
+            for run, ref in zip(runs, refs, strict=True):
+                steps, ref_steps = run["steps"], ref["steps"]
+                rest, ref_rest = _rest(run), _rest(ref)
+                # the wall time c would take with attention and the rest at c1's per-step cost
+                wall = run["wall_s"] - (run["attention_s"] - steps * ref["attention_s"] / ref_steps) \
+                    - (rest - steps * ref_rest / ref_steps)
+                parts.append((run["tokens_per_s"] / ref["tokens_per_s"],
+                              run["tokens_per_s"] * run["wall_s"] / wall / ref["tokens_per_s"]))
+            per_step = {key: statistics.median(1000 * value(r) / r["steps"] for r in runs)
+                        for key, value in (("linear", lambda r: r["linear_s"]),
+                                           ("attention", lambda r: r["attention_s"]), ("rest", _rest))}
+            rates = ", ".join(f"{r['tokens_per_s']:.1f}" for r in runs)
+            print(f"| {concurrency} | {rates} | {statistics.median(r['steps'] for r in runs):.0f} | "
+                  f"{per_step['linear']:.1f} | {per_step['attention']:.1f} | {per_step['rest']:.1f} | "
+                  f"{', '.join(f'{a:.2f}' for a, _ in parts)} | {', '.join(f'{b:.2f}' for _, b in parts)} |")
+    if len(variants) == 2:
+        for concurrency in concurrencies:
+            ratios = [a["tokens_per_s"] / b["tokens_per_s"]
+                      for a, b in zip(cells[(False, concurrency)], cells[(True, concurrency)], strict=True)]
+            print(f"strided / per-sequence at {concurrency}: {statistics.median(ratios):.3f} "
+                  f"({', '.join(f'{r:.3f}' for r in ratios)})")
+    print(f"{repeats} repeats")
+
+
+def _rest(run: dict) -> float:
+    return run["wall_s"] - run["linear_s"] - run["attention_s"]
+
+
+if __name__ == "__main__":
+    main()
