@@ -59,7 +59,7 @@ def per_sequence_attention(enabled: bool) -> None:
 
     if not hasattr(attention_strided, "_lanes_spacing"):
         attention_strided._lanes_spacing = attention_strided.spacing
-    attention_strided.spacing = (lambda entries, members: None) if enabled else attention_strided._lanes_spacing
+    attention_strided.spacing = (lambda entries, members, kv_heads: None) if enabled else attention_strided._lanes_spacing
 
 
 def main() -> None:

@@ -49,22 +49,21 @@ def _attend(kvs, rows, masks, queries, keys, values):
 @pytest.mark.parametrize("rows", [1, 5])
 def test_grouped_rows_equal_each_sequence_alone(rows, placement):
     """Decode rows (1: 3 real rows padded to the probed minimum) and verify passes (5: 15 rows):
-    sequences at 70, 80, 100 share the 128-key window and form a group, 10 and 200 stay single.
-    One group member reads its keys through a gather (per-sequence products), or the members start
-    512 slots apart (one strided product per key head), or 512 and 1024 apart (a free place
-    between two members is computed and dropped). Every row equals its sequence alone."""
-    lengths = [70, 10, 80, 200, 100]
+    sequences at 70-110 share the 128-key window and form a group, 10 and 200 stay single. One
+    group member reads its keys through a gather (per-sequence products), or the members start
+    256 slots apart (one strided product per key head), or with a free place after the third
+    (computed and dropped). Every row equals its sequence alone."""
+    lengths = [70, 80, 100, 90, 110, 10, 200]
     generator = torch.Generator().manual_seed(1)
     total = rows * len(lengths)
     queries = torch.randn(1, HEADS, total, HEAD_DIM, generator=generator)
     keys = torch.randn(1, KV_HEADS, total, HEAD_DIM, generator=generator)
     values = torch.randn(1, KV_HEADS, total, HEAD_DIM, generator=generator)
-    # members 0, 2, 4 start at blocks 0, 16, 32 (512 slots apart), or 0, 16, 48 (a free place at 32)
     pool, kvs = _pool_with_sequences(lengths, scattered=(2,) if placement == "one gathered" else (),
-                                     gaps={3: 16} if placement == "strided with a free place" else None)
+                                     gaps={2: 8} if placement == "strided with a free place" else None)
     snapshot = [tensor.clone() for tensor in (pool.keys[0], pool.values[0])]
     layout, batched = _attend(kvs, [rows] * len(lengths), [None] * len(lengths), queries, keys, values)
-    assert [sorted(group.members) for group in layout.groups] == [[0, 2, 4]]
+    assert [sorted(group.members) for group in layout.groups] == [[0, 1, 2, 3, 4]]
     kind = Group if placement == "one gathered" else StridedGroup
     assert type(layout.groups[0]) is kind
     for index, kv in enumerate(kvs):
@@ -130,3 +129,16 @@ def test_with_autograd_on_every_sequence_takes_the_single_path():
     layout, recorded = _attend(kvs, [1, 1], [None, None], queries.clone().requires_grad_(), keys, values)
     assert layout.groups == [] and recorded.requires_grad
     assert torch.equal(recorded.detach(), grouped)
+
+
+def test_strided_products_only_where_they_are_fewer_calls_than_per_sequence():
+    """With 3 key heads, one product per key head (over every place) pays off from 4 evenly spaced
+    members; 3 members, or 4 spread over 7 places, keep two products per member."""
+    from trtspec.runtime.attention_strided import spacing
+
+    _, kvs = _pool_with_sequences([70, 80, 100, 90, 110, 120, 75])
+    entries = Layout.build(kvs, [1] * 7, [None] * 7).entries
+    assert spacing(entries, [0, 1, 2], KV_HEADS) is None
+    assert spacing(entries, [0, 1, 2, 3], KV_HEADS) == 256
+    assert spacing(entries, [0, 2, 4, 6], KV_HEADS) == 512
+    assert spacing(entries, [0, 1, 5, 6], KV_HEADS) is None

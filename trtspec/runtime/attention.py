@@ -186,7 +186,7 @@ class Group:
         for members in alike.values():
             if len(members) < 2:
                 continue
-            step = spacing(entries, members)
+            step = spacing(entries, members, kv_heads)
             groups.append(cls(entries, members, heads, kv_heads, head_dim, min_rows, dtype) if step is None else
                           StridedGroup(entries, members, heads, kv_heads, head_dim, min_rows, dtype, step))
         return groups

@@ -15,7 +15,7 @@ batched product computes each matrix of its batch by itself; scale, bias and sof
 elementwise and per-row operations. tests/runtime/test_rt_attention_groups.py checks each member
 against its one-entry layout bit for bit, tests/runtime/test_rt_batch_invariance.py through the
 model. Places between members (a free lane) are computed too, from zero queries over whatever
-the pool holds there, and dropped: never more places than twice the members.
+the pool holds there, and dropped; `spacing` takes this path only where its products cost less.
 """
 
 from __future__ import annotations
@@ -24,11 +24,17 @@ from typing import Any
 
 from trtspec.runtime.attention import allocate_products
 
+# A product call costs about as much as this many of attention's small matrices (per-sequence
+# calls of 3 matrices ~48 us, strided calls of 8 ~75 us: ~32 us a call, ~5.4 us a matrix; SmolLM2,
+# 128 keys, 2 threads, the AVX2 EPYC): strided pays off only with more members than key heads.
+CALL_IN_MATRICES = 6
 
-def spacing(entries: list[Any], members: list[int]) -> int | None:
-    """The pool slots between neighbouring members when every member reads a contiguous run and
-    they sit at multiples of one spacing from the first (gaps allowed, at most as many places as
-    members again); None otherwise (then Group multiplies per sequence)."""
+
+def spacing(entries: list[Any], members: list[int], kv_heads: int) -> int | None:
+    """The pool slots between neighbouring members when every member reads a contiguous run, they
+    sit at multiples of one spacing from the first (free places between them allowed), and one
+    product per key head over all places costs less than two per member; None otherwise (then
+    Group multiplies per sequence)."""
     tables = [entries[i].kv.table for i in members]
     if any(entries[i].gather is not None or table.base is None for i, table in zip(members, tables, strict=True)):
         return None
@@ -36,7 +42,9 @@ def spacing(entries: list[Any], members: list[int]) -> int | None:
     step = min(later - earlier for earlier, later in zip(bases, bases[1:], strict=False))
     if step <= 0 or any((base - bases[0]) % step for base in bases):
         return None
-    return step if (bases[-1] - bases[0]) // step + 1 <= 2 * len(bases) else None
+    places = (bases[-1] - bases[0]) // step + 1
+    cheaper = kv_heads * (CALL_IN_MATRICES + places) < len(bases) * (CALL_IN_MATRICES + kv_heads)
+    return step if cheaper else None
 
 
 class StridedGroup:
