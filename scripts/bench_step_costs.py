@@ -57,9 +57,11 @@ def per_sequence_attention(enabled: bool) -> None:
     """Make decode groups multiply per sequence (Group) instead of in one strided product."""
     from trtspec.runtime import attention_strided
 
-    if not hasattr(attention_strided, "_lanes_spacing"):
-        attention_strided._lanes_spacing = attention_strided.spacing
-    attention_strided.spacing = (lambda entries, members, kv_heads: None) if enabled else attention_strided._lanes_spacing
+    _LANES_SPACING.setdefault("spacing", attention_strided.spacing)
+    attention_strided.spacing = (lambda entries, members, kv_heads: None) if enabled else _LANES_SPACING["spacing"]
+
+
+_LANES_SPACING: dict = {}  # attention_strided.spacing as shipped, kept while it is switched off
 
 
 def main() -> None:
