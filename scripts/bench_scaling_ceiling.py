@@ -19,7 +19,7 @@ splits it in process into factors that multiply back to it:
 
     .venv/bin/python scripts/bench_scaling_ceiling.py --concurrency 1,8 --repeats 3
 
-Needs the SmolLM2 cache (`trtspec models fetch smollm2`). Runs nothing else while it measures.
+Needs the SmolLM2 cache (`trtspec models fetch smollm2`). Measure on an otherwise idle machine.
 """
 
 from __future__ import annotations
