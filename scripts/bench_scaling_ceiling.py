@@ -17,6 +17,9 @@ splits it in process into factors that multiply back to it:
   to 1's: a prompt step counts as a decode step that also carries prompt rows, so the product
   differs from the measured ratio by what that approximation misses.
 
+scripts/bench_prefill_share.py times a similar split per forward for its kv_cache_reuse A/B; this
+one adds the ceiling and multiplies the factors back into the ratio.
+
     .venv/bin/python scripts/bench_scaling_ceiling.py --concurrency 1,8 --repeats 3
 
 Needs the SmolLM2 cache (`trtspec models fetch smollm2`). Measure on an otherwise idle machine.
