@@ -33,7 +33,7 @@ import statistics
 import time
 
 from bench_engine_batching import closed_loop, trtspec_contender  # the modules beside this script
-from bench_engine_offline import DEV_PROMPTS
+from bench_step_costs import heldback_engine
 
 GENERATED = 32  # positions past the prompt in the ceiling's fixed contexts (half of 64 new tokens)
 
@@ -45,7 +45,7 @@ class StepLog:
     def __init__(self) -> None:
         from trtspec.runtime import step
 
-        self.steps: list[tuple[float, int, int, int]] = []
+        self.steps: list[tuple[float, float, int, int, int]] = []  # started, seconds, sequences, decoding, rows
         self._rows = 0
         run_step, forward = step.run_step, step.forward
 
@@ -59,15 +59,17 @@ class StepLog:
                 return run_step(scheduler, batch)
             finally:
                 stats = scheduler.stats
-                self.steps.append((time.perf_counter() - started, stats.last_batch_size, stats.last_num_decoding,
-                                   self._rows))
+                self.steps.append((started, time.perf_counter() - started, stats.last_batch_size,
+                                   stats.last_num_decoding, self._rows))
 
         step.forward = counted
         step.run_step = timed  # the scheduler's loop imports it when its thread starts
 
-    def cell(self, wall: float, tokens: int) -> dict:
-        decode = [(s, n) for s, n, decoding, _ in self.steps if n == decoding]
-        prompt = [(s, rows - decoding) for s, n, decoding, rows in self.steps if n != decoding]
+    def cell(self, since: float, wall: float, tokens: int) -> dict:
+        """The steps that started after `since` (not the previous cell's last one, which may end after it)."""
+        steps = [step[1:] for step in self.steps if step[0] >= since]
+        decode = [(s, n) for s, n, decoding, _ in steps if n == decoding]
+        prompt = [(s, rows - decoding) for s, n, decoding, rows in steps if n != decoding]
         decode_s, prompt_s = sum(s for s, _ in decode), sum(s for s, _ in prompt)
         decode_step = decode_s / max(1, len(decode))
         return {"tokens_per_s": tokens / wall, "wall_s": wall, "decode_steps": len(decode),
@@ -132,16 +134,11 @@ def main() -> None:
 
     import threading
 
-    from trtspec.models import resolve_model
-    from trtspec.runtime import Engine
     from trtspec.runtime.threads import release_idle_openmp_team
 
     concurrencies = [int(c) for c in args.concurrency.split(",")]
     log = StepLog()
-    engine = Engine.from_checkpoints(resolve_model("smollm2", quiet=True).path, mode="none",
-                                     max_batch_size=max(16, max(concurrencies)), kv_cache_reuse_mib=0)
-    rows = [json.loads(line) for line in DEV_PROMPTS.read_text().splitlines()[15:] if line.strip()]
-    prompts = [engine.encode(row["prompt"]) for row in rows]
+    engine, prompts = heldback_engine(max(16, max(concurrencies)))
     release_idle_openmp_team()  # this thread loaded the model; the engine's loop thread does the work
     ceiling: dict[int, float] = {}
     # the forwards run on a thread of their own, as the engine's loop does
@@ -154,9 +151,9 @@ def main() -> None:
     for _ in range(args.repeats):
         for concurrency in concurrencies:
             work = [prompts[i % len(prompts)] for i in range(concurrency * args.requests_per_slot)]
-            log.steps.clear()
+            since = time.perf_counter()
             wall, records = closed_loop(run_one, work, concurrency)
-            cells[concurrency].append(log.cell(wall, sum(r["tokens"] for r in records)))
+            cells[concurrency].append(log.cell(since, wall, sum(r["tokens"] for r in records)))
     engine.close()
     _report(ceiling, cells, concurrencies)
     if args.json:

@@ -64,6 +64,18 @@ def per_sequence_attention(enabled: bool) -> None:
 _LANES_SPACING: dict = {}  # attention_strided.spacing as shipped, kept while it is switched off
 
 
+def heldback_engine(max_batch_size: int):
+    """SmolLM2's plain engine (the shared chat start kept, nothing else) and the held-back dev
+    prompts (the last 15) as its token ids."""
+    from trtspec.models import resolve_model
+    from trtspec.runtime import Engine
+
+    engine = Engine.from_checkpoints(resolve_model("smollm2", quiet=True).path, mode="none",
+                                     max_batch_size=max_batch_size, kv_cache_reuse_mib=0)
+    rows = [json.loads(line) for line in DEV_PROMPTS.read_text().splitlines()[15:] if line.strip()]
+    return engine, [engine.encode(row["prompt"]) for row in rows]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--concurrency", default="1,8", help="the first is the reference (1)")
@@ -74,15 +86,10 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print the cells as JSON too")
     args = parser.parse_args()
 
-    from trtspec.models import resolve_model
-    from trtspec.runtime import Engine
     from trtspec.runtime.threads import release_idle_openmp_team
 
     concurrencies = [int(c) for c in args.concurrency.split(",")]
-    engine = Engine.from_checkpoints(resolve_model("smollm2", quiet=True).path, mode="none",
-                                     max_batch_size=max(16, max(concurrencies)), kv_cache_reuse_mib=0)
-    rows = [json.loads(line) for line in DEV_PROMPTS.read_text().splitlines()[15:] if line.strip()]
-    prompts = [engine.encode(row["prompt"]) for row in rows]
+    engine, prompts = heldback_engine(max(16, max(concurrencies)))
     timer = StepTimer()
     release_idle_openmp_team()  # this thread loaded the model; the engine loop does the work
     run_one = trtspec_contender(engine, args.max_tokens, speculative=False)
