@@ -1,6 +1,7 @@
 #!/usr/bin/env python
-"""Plain greedy decoding tokens/s at 1 and 2 threads x batch 1 and 8: this engine, HF transformers'
-`generate`, and (with --previous) an older checkout's engine; each figure its own process.
+"""Plain greedy decoding tokens/s at 1 and 2 threads (--threads: any counts) x batch 1 and 8: this
+engine, HF transformers' `generate`, and (with --previous) an older checkout's engine; each figure
+its own process.
 
 Why its own process: a torch process keeps its OpenMP teams and thread count, so figures measured
 one after the other in one process read each other's state (docs/BENCHMARKS.md, "Threads").
@@ -10,6 +11,7 @@ engine batches them in flight); HF runs batch 1 only (its `generate` does not ba
 Prompts: the first held-out summarize prompts of the dev set (lines 16-30 are held back from tuning).
 
     .venv/bin/python scripts/bench_threads.py --rounds 3 --max-tokens 48 --previous /tmp/trtspec-90883af
+    .venv/bin/python scripts/bench_threads.py --threads 1,2,4,8,16 --hf-threads 1,16   # a 16-core machine
 """
 
 from __future__ import annotations
@@ -91,11 +93,15 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--num-prompts", type=int, default=3)
     parser.add_argument("--previous", type=Path, default=None, help="a checkout of an older trtspec to compare")
+    parser.add_argument("--threads", default="1,2", help="OMP_NUM_THREADS values for the engines")
+    parser.add_argument("--hf-threads", default=None, help="OMP_NUM_THREADS values for HF (default: --threads)")
     args = parser.parse_args()
     prompts = held_out_summaries(args.num_prompts)
-    contenders = [("engine", t, b) for t in (1, 2) for b in (1, 8)] + [("hf", t, 1) for t in (1, 2)]
+    threads = [int(t) for t in args.threads.split(",")]
+    hf_threads = [int(t) for t in (args.hf_threads or args.threads).split(",")]
+    contenders = [("engine", t, b) for t in threads for b in (1, 8)] + [("hf", t, 1) for t in hf_threads]
     if args.previous is not None:
-        contenders += [("previous", t, b) for t in (1, 2) for b in (1, 8)]
+        contenders += [("previous", t, b) for t in threads for b in (1, 8)]
     figures: dict[tuple, list[float]] = {c: [] for c in contenders}
     for round_number in range(args.rounds):
         for contender in contenders:

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# device_cpu_scaling.sh: the cpu engine's thread scaling on the device machine's 16-core CPU (issue 25).
+#
+# The device tool (/work/.library/device) lends some tasks a machine with 16 CPU cores beside its
+# GPU: the only many-core CPU within reach. It takes at most 64 MiB from here and reaches no
+# package index, so the real SmolLM2 weights cannot travel: `run` builds SmolLM2's shapes with
+# seeded random weights there (scripts/random_smollm2.py; step costs do not depend on the values).
+#
+#   scripts/device_cpu_scaling.sh prepare   # here: .devcarry/ and .whl/ (git-ignored), about 18 MB
+#   then the device tool's run, with carry [".whl", ".devcarry"] and timeout_s 600:
+#     bash scripts/device_cpu_scaling.sh run
+#
+# `run` writes to $OUT (at most 8 files come back): lscpu.txt, linear.txt (bench_linear_kernels.py:
+# oneDNN and MKL per layer shape at 1/4/8/16 threads, times and row invariance), forwards.txt
+# (bench_decode_forward.py: engine at 1/8/16 threads and HF at 1/16, the engine's variants at 16:
+# MKL linear layers, small layers on 4 threads, each layer on its fastest measured thread count),
+# threads.txt (bench_threads.py: tokens/s at 1/8/16 threads x batch 1/8, HF at 16; one round), and
+# ceiling.txt (bench_scaling_ceiling.py at 16 threads). About 8 minutes on the 16-core Xeon;
+# each step has its own time limit so a slow one cannot eat the others. The device's own torch
+# (2.11+cu130 when last run) is used; transformers and tokenizers travel at this venv's versions.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+prepare() {
+  local cache="${TRTSPEC_CACHE:-$HOME/.cache/trtspec}/models/smollm2" file
+  [ -f "$cache/config.json" ] || { echo "device_cpu_scaling: no SmolLM2 cache; run 'trtspec models fetch smollm2'" >&2; exit 2; }
+  for path in /.whl/ /.devcarry/; do grep -qxF "$path" .git/info/exclude 2>/dev/null || echo "$path" >> .git/info/exclude; done
+  mkdir -p .devcarry/smollm2 .whl
+  for file in config.json generation_config.json tokenizer.json tokenizer_config.json chat_template.jinja; do
+    [ -f "$cache/$file" ] && cp "$cache/$file" .devcarry/smollm2/
+  done
+  cp ../shared/prompts/dev-prompts.jsonl .devcarry/
+  local versions
+  versions=$(.venv/bin/python -c "import transformers, tokenizers; print(f'transformers=={transformers.__version__} tokenizers=={tokenizers.__version__}')")
+  # shellcheck disable=SC2086
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl $versions
+  du -sh .devcarry .whl
+}
+
+run() {
+  : "${OUT:?run this on the device machine, where OUT is set}"
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 3
+  export PYTHONPATH=/tmp/site:$PWD TRTSPEC_CACHE=/tmp/trtspec-cache PYTHONUNBUFFERED=1
+  # the benchmarks read ../shared/prompts beside the checkout, which does not travel
+  if [ ! -f ../shared/prompts/dev-prompts.jsonl ]; then
+    mkdir -p ../shared/prompts && cp .devcarry/dev-prompts.jsonl ../shared/prompts/ || exit 4
+  fi
+  lscpu > "$OUT/lscpu.txt"; grep -E "Model name|^CPU\(s\)" "$OUT/lscpu.txt"
+  python3 -c "import torch; print('torch', torch.__version__, torch.get_num_threads(), 'threads')"
+  python3 scripts/random_smollm2.py --like .devcarry/smollm2 2>/dev/null || exit 5
+  local variant
+  timeout 90 python3 scripts/bench_linear_kernels.py --threads 1,4,8,16 > "$OUT/linear.txt" 2>&1; tail -4 "$OUT/linear.txt"
+  for variant in "engine 1" "hf 1" "engine 8" "engine 16 --profile" "hf 16" \
+                 "engine 16 --mkl-linear" "engine 16 --small-linear-threads 4" "engine 16 --measured-linear-threads"; do
+    echo "=== $variant (load $(cut -d' ' -f1 /proc/loadavg))" >> "$OUT/forwards.txt"
+    # shellcheck disable=SC2086
+    timeout 60 python3 scripts/bench_decode_forward.py $variant >> "$OUT/forwards.txt" 2>&1
+    tail -1 "$OUT/forwards.txt"
+  done
+  timeout 240 python3 scripts/bench_threads.py --threads 1,8,16 --hf-threads 16 --rounds 1 --max-tokens 32 \
+    > "$OUT/threads.txt" 2>&1; tail -12 "$OUT/threads.txt"
+  OMP_NUM_THREADS=16 timeout 100 python3 scripts/bench_scaling_ceiling.py --concurrency 1,8,16 --repeats 1 \
+    --requests-per-slot 4 --max-tokens 48 > "$OUT/ceiling.txt" 2>&1; tail -6 "$OUT/ceiling.txt"
+}
+
+case "${1:-}" in
+  prepare) prepare ;;
+  run) run ;;
+  *) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac
