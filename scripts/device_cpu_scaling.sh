@@ -14,6 +14,7 @@
 # oneDNN and MKL per layer shape at 1/4/8/16 threads, times and row invariance), forwards.txt
 # (bench_decode_forward.py: engine at 1/8/16 threads and HF at 1/16, the engine's variants at 16:
 # MKL linear layers, small layers on 4 threads, each layer on its fastest measured thread count),
+# onednn_verbose.txt (ONEDNN_VERBOSE=1: each linear call's kernel and time at 16 threads),
 # threads.txt (bench_threads.py: tokens/s at 1/8/16 threads x batch 1/8, HF at 16; one round), and
 # ceiling.txt (bench_scaling_ceiling.py at 16 threads). About 8 minutes on the 16-core Xeon;
 # each step has its own time limit so a slow one cannot eat the others. The device's own torch
@@ -58,6 +59,9 @@ run() {
     timeout 60 python3 scripts/bench_decode_forward.py $variant >> "$OUT/forwards.txt" 2>&1
     tail -1 "$OUT/forwards.txt"
   done
+  # which oneDNN kernel each linear call takes at 16 threads, and its own time (ms, last field)
+  ONEDNN_VERBOSE=1 timeout 60 python3 scripts/bench_decode_forward.py engine 16 > "$OUT/onednn_verbose.txt" 2>&1
+  grep -c ",exec," "$OUT/onednn_verbose.txt"
   timeout 240 python3 scripts/bench_threads.py --threads 1,8,16 --hf-threads 16 --rounds 1 --max-tokens 32 \
     > "$OUT/threads.txt" 2>&1; tail -12 "$OUT/threads.txt"
   OMP_NUM_THREADS=16 timeout 100 python3 scripts/bench_scaling_ceiling.py --concurrency 1,8,16 --repeats 1 \
@@ -67,5 +71,5 @@ run() {
 case "${1:-}" in
   prepare) prepare ;;
   run) run ;;
-  *) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
