@@ -31,15 +31,15 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     from trtspec import artifacts
 
     target = artifacts.model_cache_dir("smollm2")
     manifest = artifacts.read_manifest(target)
     if manifest is not None and manifest.get("note") != MARK:
         sys.exit(f"random_smollm2: {target} holds the real SmolLM2; set TRTSPEC_CACHE to another folder")
+
+    import torch  # after the check: a refusal should not wait for torch
+    from transformers import LlamaConfig, LlamaForCausalLM
     staging = target.with_name(target.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     torch.manual_seed(args.seed)
