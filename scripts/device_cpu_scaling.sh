@@ -27,8 +27,8 @@ prepare() {
   [ -f "$cache/config.json" ] || { echo "device_cpu_scaling: no SmolLM2 cache; run 'trtspec models fetch smollm2'" >&2; exit 2; }
   for path in /.whl/ /.devcarry/; do grep -qxF "$path" .git/info/exclude 2>/dev/null || echo "$path" >> .git/info/exclude; done
   mkdir -p .devcarry/smollm2 .whl
-  for file in config.json generation_config.json tokenizer.json tokenizer_config.json chat_template.jinja; do
-    [ -f "$cache/$file" ] && cp "$cache/$file" .devcarry/smollm2/
+  for file in "$cache"/*; do  # config and tokenizer files: the weights are made there
+    case "$file" in *.safetensors|*/manifest.json) ;; *) cp "$file" .devcarry/smollm2/ ;; esac
   done
   cp ../shared/prompts/dev-prompts.jsonl .devcarry/
   local versions

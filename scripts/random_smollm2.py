@@ -9,7 +9,8 @@ this checkpoint stand for SmolLM2's; generated text and acceptance rates do not.
 
     TRTSPEC_CACHE=/tmp/tc python scripts/random_smollm2.py --like .devcarry/smollm2
 
---like: a folder with SmolLM2's config.json and tokenizer files (the real cache has them).
+--like: a folder with SmolLM2's config.json and tokenizer files (the real cache has them); every
+file in it but weights and manifest is copied.
 Refuses to write over a cache that holds the real model.
 """
 
@@ -22,7 +23,7 @@ import sys
 from pathlib import Path
 
 MARK = "random weights, SmolLM2-135M shapes (scripts/random_smollm2.py)"
-KEEP = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
+NOT_COPIED = {"manifest.json"}  # and every *.safetensors: the weights are what this script makes
 
 
 def main() -> None:
@@ -45,9 +46,9 @@ def main() -> None:
     torch.manual_seed(args.seed)
     model = LlamaForCausalLM(LlamaConfig.from_pretrained(str(args.like))).to(torch.float32).eval()
     model.save_pretrained(str(staging), safe_serialization=True)
-    for name in KEEP:  # the original files, not save_pretrained's rewrite of the config
-        if (args.like / name).exists():
-            shutil.copy(args.like / name, staging / name)
+    for source in args.like.iterdir():  # the original config and tokenizer, not save_pretrained's rewrite
+        if source.is_file() and source.suffix != ".safetensors" and source.name not in NOT_COPIED:
+            shutil.copy(source, staging / source.name)
     artifacts.write_manifest(staging, "model", note=MARK, seed=args.seed)
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
