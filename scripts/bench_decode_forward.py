@@ -6,8 +6,10 @@ table of 5 batch-1 forwards.
 
 Why: tokens/s (scripts/bench_threads.py) says which contender is slower; this says where a
 step's time goes, with variants that swap one part:
-  --mkl-linear            the engine's linear layers on F.linear (MKL) instead of oneDNN's
-                          prepacked weights (NOT batch-invariant: a measurement, not a setting)
+  --onednn-linear         every linear layer on oneDNN's prepacked weights, as before the kernel
+                          was chosen per layer at load (trtspec.runtime.linear_choice)
+  --mkl-linear            the engine's linear layers on F.linear (MKL), unpadded (NOT
+                          batch-invariant: a measurement, not a setting)
   --small-linear-threads N  the engine's linear layers other than lm_head on N threads
   --measured-linear-threads each linear layer on the thread count (1, 2, 4, ... up to the
                           process's) that ran it fastest at 1 and 8 rows, timed in the step's thread
@@ -26,6 +28,7 @@ import argparse
 import statistics
 import threading
 import time
+from collections import Counter
 
 PROMPT_TOKENS = 96
 BATCHES = (1, 8)
@@ -44,6 +47,11 @@ def engine_steps(threads: int, args) -> tuple:
 
     model = Engine.from_checkpoints(resolve_model("smollm2", quiet=True).path, mode="none").target
     linears = [m for m in model.modules() if type(m).__name__ == "PackedLinear"]
+    if args.onednn_linear:
+        for layer in linears:
+            layer.choose(("onednn",))
+    print("linear kernels (layers, rows a call):",  # a checkout before the choice: oneDNN throughout
+          dict(Counter((getattr(layer, "kernel", "onednn"), layer.min_rows) for layer in linears)), flush=True)
     if args.mkl_linear:
         for layer in linears:
             layer.forward = lambda x, layer=layer: torch.nn.functional.linear(x, layer.weight, layer.bias)
@@ -169,6 +177,7 @@ def main() -> None:
     parser.add_argument("threads", type=int)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--mkl-linear", action="store_true")
+    parser.add_argument("--onednn-linear", action="store_true")
     parser.add_argument("--small-linear-threads", type=int, default=0)
     parser.add_argument("--attention-one-thread", action="store_true")
     parser.add_argument("--measured-linear-threads", action="store_true")

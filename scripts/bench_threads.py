@@ -77,7 +77,8 @@ def held_out_summaries(count: int) -> list[str]:
 def run_one(kind: str, threads: int, batch: int, max_tokens: int, prompts: list[str], previous: Path | None) -> float:
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     if kind == "previous":
-        env["PYTHONPATH"] = str(previous)  # that checkout's trtspec package first
+        # that checkout's trtspec package first, the rest of the path as it was (the device's wheels)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(previous), os.environ.get("PYTHONPATH")) if p)
     out = subprocess.run([sys.executable, "-c", CHILD, "hf" if kind == "hf" else "engine", str(batch), str(max_tokens),
                           json.dumps(prompts)], env=env, capture_output=True, text=True, check=True,
                          cwd=str(previous) if kind == "previous" else None)

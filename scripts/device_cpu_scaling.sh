@@ -6,17 +6,18 @@
 # package index, so the real SmolLM2 weights cannot travel: `run` builds SmolLM2's shapes with
 # seeded random weights there (scripts/random_smollm2.py; step costs do not depend on the values).
 #
-#   scripts/device_cpu_scaling.sh prepare   # here: .devcarry/ and .whl/ (git-ignored), about 18 MB
+#   scripts/device_cpu_scaling.sh prepare   # here: .devcarry/ and .whl/ (git-ignored), about 20 MB
 #   then the device tool's run, with carry [".whl", ".devcarry"] and timeout_s 600:
 #     bash scripts/device_cpu_scaling.sh run
 #
+# `prepare` also puts the trtspec package of commit $PREVIOUS (default e71410b: every linear layer
+# on oneDNN, before the kernel was chosen per layer at load) in .devcarry/previous, the "before".
 # `run` writes to $OUT (at most 8 files come back): lscpu.txt, linear.txt (bench_linear_kernels.py:
 # oneDNN and MKL per layer shape at 1/4/8/16 threads, times and row invariance), forwards.txt
-# (bench_decode_forward.py: engine at 1/8/16 threads and HF at 1/16, the engine's variants at 16:
-# MKL linear layers, small layers on 4 threads, each layer on its fastest measured thread count),
-# onednn_verbose.txt (ONEDNN_VERBOSE=1: each linear call's kernel and time at 16 threads),
-# threads.txt (bench_threads.py: tokens/s at 1/8/16 threads x batch 1/8, HF at 16; one round), and
-# ceiling.txt (bench_scaling_ceiling.py at 16 threads). About 8 minutes on the 16-core Xeon;
+# (bench_decode_forward.py: engine at 1/8/16 threads and HF at 1/16, each engine line preceded by
+# the kernels its layers chose; at 16 also every layer forced on oneDNN, the "before"), threads.txt
+# (bench_threads.py: tokens/s at 8/16 threads x batch 1/8, the previous engine the same, HF at 16;
+# one round), and ceiling.txt (bench_scaling_ceiling.py at 16 threads). About 9 minutes on the 16-core Xeon;
 # each step has its own time limit so a slow one cannot eat the others. The device's own torch
 # (2.11+cu130 when last run) is used; transformers and tokenizers travel at this venv's versions.
 set -uo pipefail
@@ -31,6 +32,8 @@ prepare() {
     case "$file" in *.safetensors|*/manifest.json) ;; *) cp "$file" .devcarry/smollm2/ ;; esac
   done
   cp ../shared/prompts/dev-prompts.jsonl .devcarry/
+  rm -rf .devcarry/previous && mkdir -p .devcarry/previous
+  git archive "${PREVIOUS:-e71410b}" trtspec | tar -x -C .devcarry/previous || exit 3
   local versions
   versions=$(.venv/bin/python -c "import transformers, tokenizers; print(f'transformers=={transformers.__version__} tokenizers=={tokenizers.__version__}')")
   # shellcheck disable=SC2086
@@ -52,18 +55,14 @@ run() {
   python3 scripts/random_smollm2.py --like .devcarry/smollm2 2>/dev/null || exit 5
   local variant
   timeout 90 python3 scripts/bench_linear_kernels.py --threads 1,4,8,16 > "$OUT/linear.txt" 2>&1; tail -4 "$OUT/linear.txt"
-  for variant in "engine 1" "hf 1" "engine 8" "engine 16 --profile" "hf 16" \
-                 "engine 16 --mkl-linear" "engine 16 --small-linear-threads 4" "engine 16 --measured-linear-threads"; do
+  for variant in "engine 1" "hf 1" "engine 8" "engine 16" "engine 16 --onednn-linear" "hf 16" "engine 16 --profile"; do
     echo "=== $variant (load $(cut -d' ' -f1 /proc/loadavg))" >> "$OUT/forwards.txt"
     # shellcheck disable=SC2086
     timeout 60 python3 scripts/bench_decode_forward.py $variant >> "$OUT/forwards.txt" 2>&1
     tail -1 "$OUT/forwards.txt"
   done
-  # which oneDNN kernel each linear call takes at 16 threads, and its own time (ms, last field)
-  ONEDNN_VERBOSE=1 timeout 60 python3 scripts/bench_decode_forward.py engine 16 > "$OUT/onednn_verbose.txt" 2>&1
-  grep -c ",exec," "$OUT/onednn_verbose.txt"
-  timeout 240 python3 scripts/bench_threads.py --threads 1,8,16 --hf-threads 16 --rounds 1 --max-tokens 32 \
-    > "$OUT/threads.txt" 2>&1; tail -12 "$OUT/threads.txt"
+  timeout 220 python3 scripts/bench_threads.py --threads 8,16 --hf-threads 16 --rounds 1 --max-tokens 32 \
+    --previous "$PWD/.devcarry/previous" > "$OUT/threads.txt" 2>&1; tail -14 "$OUT/threads.txt"
   OMP_NUM_THREADS=16 timeout 100 python3 scripts/bench_scaling_ceiling.py --concurrency 1,8,16 --repeats 1 \
     --requests-per-slot 4 --max-tokens 48 > "$OUT/ceiling.txt" 2>&1; tail -6 "$OUT/ceiling.txt"
 }
@@ -71,5 +70,5 @@ run() {
 case "${1:-}" in
   prepare) prepare ;;
   run) run ;;
-  *) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

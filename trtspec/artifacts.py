@@ -10,6 +10,7 @@ Layout (relative to the current directory unless the spec gives absolute paths):
     <build.output_dir>/<engine name>/engine.json (+ backend artifacts)
     <serve.repository>/       the Triton model repository
     $TRTSPEC_CACHE (default ~/.cache/trtspec)/models/<name>/   converted model sources
+    $TRTSPEC_CACHE/linear-timings.json   the cpu engine's first linear-kernel timings on each machine
 
 Every artifact directory carries manifest.json: what it is, the tool versions, the settings and
 the sha256 of its inputs. `atomic_dir()` writes into a temporary sibling and renames it into
@@ -45,6 +46,12 @@ def cache_root() -> Path:
 
 def model_cache_dir(name: str) -> Path:
     return cache_root() / "models" / name
+
+
+def linear_timings_file() -> Path:
+    """The cpu engine's linear-kernel timings, kept so every load on a machine chooses alike
+    (trtspec.runtime.linear_choice)."""
+    return cache_root() / "linear-timings.json"
 
 
 def downloads_dir() -> Path:

@@ -80,10 +80,13 @@ def test_random_smollm2_writes_a_marked_cache_and_never_over_a_real_one(random_c
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("variant", [["engine", "1", "--measured-linear-threads"], ["hf", "1"]])
+@pytest.mark.parametrize("variant", [["engine", "1", "--onednn-linear"], ["hf", "1"]])
 def test_decode_forward_variants_print_their_result(random_cache, variant):
     result = _python("bench_decode_forward.py", *variant, env={"TRTSPEC_CACHE": str(random_cache)})
     assert result.returncode == 0, result.stderr[-2000:]
+    if "--onednn-linear" in variant:  # the "before": every layer on oneDNN, whatever load chose
+        kernels = [x for x in result.stdout.splitlines() if x.startswith("linear kernels")][-1]
+        assert "'onednn'" in kernels and "'mkl'" not in kernels
     line = [x for x in result.stdout.splitlines() if x.startswith("RESULT")][-1]
     b1, b8 = (float(v) for v in re.search(r"b1=([\d.]+)ms b8=([\d.]+)ms", line).groups())
     assert b1 > 0 and b8 > 0 and line.split()[1] == variant[0]

@@ -9,22 +9,54 @@ its blocking, so this is checked, not assumed: for the two places where the batc
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import pytest
 import torch
 
+from trtspec.runtime.linear_choice import KERNELS
 from trtspec.runtime.prepack import available, prepack_linears
 
 pytestmark = pytest.mark.skipif(not available(), reason="oneDNN prepacking is not available in this torch build")
 
 
+@contextmanager
+def _threads(count: int):
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _mkl_rows_alike(in_features: int, out_features: int) -> int | None:
+    """What the load-time probe answers for MKL's F.linear on a layer of this shape here."""
+    from trtspec.runtime.linear_choice import fewest_rows
+
+    weight = torch.randn(out_features, in_features)
+    return fewest_rows(lambda x: torch.nn.functional.linear(x, weight), in_features)
+
+
+@pytest.mark.parametrize("kernels", [KERNELS, ("onednn",), ("mkl",)], ids=["chosen", "onednn", "mkl"])
+@pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("shape", [(64, 128), (576, 1536), (1536, 576), (576, 4096), (576, 16384)])
-def test_a_packed_linear_row_is_the_same_at_any_row_count(shape):
-    """One row alone (the decode of a lone sequence) equals the same row among 2..600 others.
-    1536 inputs (SmolLM2's down projection) are where a single row would round differently; the
-    layers whose lone rows are not paired (probed at load) must be exact too."""
+def test_a_packed_linear_row_is_the_same_at_any_row_count(shape, threads, kernels):
+    """One row alone (the decode of a lone sequence) equals the same row among 2..600 others,
+    on the kernel chosen at load and on each kernel forced (MKL only where its probe admits it).
+    1536 inputs (SmolLM2's down projection) are where a single oneDNN row would round differently;
+    the layers whose lone rows are not paired (probed at load) must be exact too."""
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(*shape, bias=False))
-    prepack_linears(model)
+    with _threads(threads):
+        if kernels == ("mkl",) and _mkl_rows_alike(*shape) is None:
+            pytest.skip(f"MKL's rows round alike at no row count up to 8 at {threads} threads here")
+        model = torch.nn.Sequential(torch.nn.Linear(*shape, bias=False))
+        prepack_linears(model, kernels)
+        assert model[0].kernel in kernels
+        _assert_rows_alike(model, shape)
+
+
+def _assert_rows_alike(model, shape):
     x = torch.randn(600, shape[0])
     with torch.inference_mode():
         alone = [model(x[r:r + 1]) for r in (0, 1, 299)]
@@ -66,23 +98,19 @@ def test_an_attention_row_is_the_same_at_any_width_and_key_length(threads):
     pass (a chain to verify, a prompt chunk), crossing key windows, for grouped (3 and 2 query
     heads per key head) and plain heads, head sizes 16 and 64."""
     torch.manual_seed(0)
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with _threads(threads):
         for shape in ((9, 3, 64), (4, 2, 16), (4, 4, 16)):
             for where, alone, in_pass in _attend_alone_and_in_passes(*shape):
                 assert torch.equal(in_pass, alone), where
-    finally:
-        torch.set_num_threads(before)
 
 
-def _paged_target(path):
+def _paged_target(path, kernels=KERNELS):
     from trtspec.runtime.attention import use_paged_attention
     from trtspec.runtime.checkpoints import load_causal_lm
     from trtspec.runtime.paged import BlockAllocator, KVPool
 
     model = load_causal_lm(path)
-    prepack_linears(model)
+    prepack_linears(model, kernels)
     use_paged_attention(model)
     allocator = BlockAllocator(64, 8)
     return model, allocator, KVPool.for_model(model.config, 64 * 8)
@@ -115,13 +143,23 @@ def _alone(model, allocator, pool, prompt, steps):
     return torch.stack(rows)
 
 
-def test_a_sequence_is_bitwise_the_same_alone_and_batched(tiny_llama):
+@pytest.mark.parametrize("kernels,threads", [(KERNELS, None), (("mkl",), 1)], ids=["chosen", "mkl-1-thread"])
+def test_a_sequence_is_bitwise_the_same_alone_and_batched(tiny_llama, kernels, threads):
     """Three sequences together, prompts in chunks of 5, then verify passes of 4 tokens (their own
     greedy continuation, so all accepted), one of them on scattered blocks: every logits row
-    equals the row the sequence gets alone decoding one token at a time."""
+    equals the row the sequence gets alone decoding one token at a time. Also with every linear
+    layer on MKL at one thread (where this machine's probe admits MKL: 4 rows a call on the AVX2 EPYC)."""
+    with _threads(threads or torch.get_num_threads()):
+        model, allocator, pool = _paged_target(tiny_llama, kernels)
+        linears = [m for m in model.modules() if type(m).__name__ == "PackedLinear"]
+        if not all(layer.rows_alike for layer in linears):
+            pytest.skip(f"{kernels}: some layer's rows round alike at no row count up to 8 here")
+        _check_alone_and_batched(model, allocator, pool)
+
+
+def _check_alone_and_batched(model, allocator, pool):
     from trtspec.runtime.batch import Feed, forward
 
-    model, allocator, pool = _paged_target(tiny_llama)
     prompts = [list(range(10, 40)), [5, 6, 7, 8] * 4, [42, 7]]
     with torch.inference_mode():
         reference = [_alone(model, allocator, pool, p, 12) for p in prompts]

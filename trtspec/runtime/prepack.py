@@ -18,12 +18,18 @@ is probed once at load, on this machine's kernels: pairing every layer
 cost a lone sequence's step ~3% (SmolLM2's lm_head, 576 x 49152: 6.9 ms for one row, 8.7 ms for
 two, 1 thread) where the one-row kernel already rounds like the others.
 
+Which kernel runs a layer is chosen at load too (trtspec.runtime.linear_choice): oneDNN on the
+packed copy by default, MKL's F.linear where its rows also round alike (padded likewise) and its
+calls cost clearly less. On the 2-core AVX2 EPYC measured first, MKL's rows round alike at no row
+count at 2 threads, so every layer stays on oneDNN; on a 16-core Xeon F.linear halved the decode
+forward at 16 threads.
+
 Contract: `prepack_linears(model)` replaces every float32 `nn.Linear` of `model` with a
 `PackedLinear` that shares the original weight and bias Parameters (state_dict, tied embeddings
-and anything reading `.weight` are unchanged) and keeps one packed copy for its forward (so the
-linear weights take twice the memory). Results equal `F.linear` up to float32 rounding (logits
-differ by ~1e-5). Inference only: the packed copy does not follow later changes to the weight
-and gets no gradient. Where oneDNN is missing it changes nothing and returns 0.
+and anything reading `.weight` are unchanged) and, where oneDNN runs it, keeps one packed copy for
+its forward (so those linear weights take twice the memory). Results equal `F.linear` up to float32
+rounding (logits differ by ~1e-5). Inference only: the packed copy does not follow later changes to
+the weight and gets no gradient. Where oneDNN is missing it changes nothing and returns 0.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+
+from trtspec.runtime.linear_choice import KERNELS, ONEDNN, ROW_COUNTS, choose
 
 # oneDNN picks its blocking for this many rows; 8 covers verify passes of 1 + up to 8 drafts.
 PACKED_FOR_ROWS = 8
@@ -42,9 +50,10 @@ def available() -> bool:
     return bool(torch.backends.mkldnn.is_available()) and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
 
 
-def prepack_linears(model: Any) -> int:
-    """Swap each float32 CPU nn.Linear in `model` for a PackedLinear; returns how many."""
-    return len(_swap_in(model))
+def prepack_linears(model: Any, kernels: tuple[str, ...] = KERNELS) -> int:
+    """Swap each float32 CPU nn.Linear in `model` for a PackedLinear running on the fastest of
+    `kernels` whose rows round alike here (the first is the default); returns how many."""
+    return len(_swap_in(model, kernels))
 
 
 @contextmanager
@@ -60,7 +69,7 @@ def prepacked(model: Any) -> Iterator[int]:
             setattr(parent, name, child)
 
 
-def _swap_in(model: Any) -> list[tuple[Any, str, Any]]:
+def _swap_in(model: Any, kernels: tuple[str, ...] = KERNELS) -> list[tuple[Any, str, Any]]:
     """(parent, name, original nn.Linear) for every linear layer swapped for a PackedLinear."""
     import torch
 
@@ -71,7 +80,7 @@ def _swap_in(model: Any) -> list[tuple[Any, str, Any]]:
              and child.weight.device.type == "cpu"]
     packed_linear = _packed_linear_class()
     for parent, name, child in swaps:
-        setattr(parent, name, packed_linear(child))
+        setattr(parent, name, packed_linear(child, kernels))
     return swaps
 
 
@@ -85,37 +94,38 @@ def _packed_linear_class():
     import torch
 
     class PackedLinear(torch.nn.Module):
-        """nn.Linear's forward on a oneDNN-packed copy of the same weight."""
+        """nn.Linear's forward on the kernel chosen for this layer on this CPU (linear_choice.py):
+        oneDNN on a packed copy of the same weight, or MKL's F.linear on the weight itself."""
 
-        def __init__(self, linear: torch.nn.Linear):
+        def __init__(self, linear: torch.nn.Linear, kernels: tuple[str, ...] = KERNELS):
             super().__init__()
             self.in_features, self.out_features = linear.in_features, linear.out_features
             self.weight = linear.weight
             self.bias = linear.bias
+            self.packed = None
+            self.choose(kernels)
+
+        def choose(self, kernels: tuple[str, ...]) -> str:
+            """Pick this layer's kernel among `kernels` (the first is the default) and the rows its
+            calls need; returns the kernel. The packed copy is kept only while oneDNN runs the layer."""
             with torch.no_grad():
-                self.packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), PACKED_FOR_ROWS)
-                self.min_rows = self._fewest_rows_that_round_alike()
+                if ONEDNN in kernels and self.packed is None:
+                    self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), PACKED_FOR_ROWS)
+                calls = {name: (lambda x, name=name: self._call(name, x)) for name in kernels}
+                shape = (self.in_features, self.out_features, self.bias is not None)
+                self.kernel, fewest = choose(calls, self.in_features, shape)
+            # no count rounds alike: the most rows probed (batch invariance is then not promised,
+            # and tests/runtime/test_rt_batch_invariance.py fails here)
+            self.rows_alike = fewest is not None
+            self.min_rows = fewest or ROW_COUNTS[-1]
+            if self.kernel != ONEDNN:
+                self.packed = None
+            return self.kernel
 
-        def _fewest_rows_that_round_alike(self) -> int:
-            """The fewest rows per call (1, 2, 4, 8) at which every row rounds as in a 32-row call
-            (1: a lone row already does), at one thread and at the current thread count; 8 when
-            none does. Intel machines measured 2 for 1536-wide inputs and 1 elsewhere; the
-            candidates go on in case another CPU switches kernels at a higher count (attention's
-            GEMMs do: gemm_rows.py, whose probe loop this shares)."""
-            from trtspec.runtime.gemm_rows import fewest_rows_alike
-
-            rows = torch.randn(32, self.in_features, generator=torch.Generator().manual_seed(0))
-            threads = torch.get_num_threads()
-            answers = []
-            try:
-                for count in sorted({1, threads}):
-                    torch.set_num_threads(count)
-                    answers.append(fewest_rows_alike(
-                        lambda n: torch.ops.mkldnn._linear_pointwise(rows[:n], self.packed, self.bias, "none", [], ""),
-                        (1, 2, 4, 8), 32))
-            finally:
-                torch.set_num_threads(threads)
-            return 8 if None in answers else max(answers)
+        def _call(self, kernel: str, x):
+            if kernel == ONEDNN:
+                return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+            return torch.nn.functional.linear(x, self.weight, self.bias)
 
         def forward(self, x):
             # x: [..., in_features] -> [..., out_features]
@@ -123,12 +133,11 @@ def _packed_linear_class():
             if 0 < count < self.min_rows:  # too few rows round apart: pad with zero rows, drop them
                 padded = x.new_zeros(self.min_rows, x.shape[-1])
                 padded[:count] = x.reshape(count, -1)
-                out = torch.ops.mkldnn._linear_pointwise(padded, self.packed, self.bias, "none", [], "")
-                return out[:count].reshape(*x.shape[:-1], -1)
-            return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+                return self._call(self.kernel, padded)[:count].reshape(*x.shape[:-1], -1)
+            return self._call(self.kernel, x)
 
         def extra_repr(self) -> str:
-            return f"in_features={self.in_features}, out_features={self.out_features}, packed=oneDNN"
+            return f"in_features={self.in_features}, out_features={self.out_features}, kernel={self.kernel}"
 
     _CLASS.append(PackedLinear)
     return PackedLinear

@@ -1,0 +1,83 @@
+"""linear_choice.choose: a layer's kernel is the fastest one whose rows round alike, by a margin.
+
+The kernels here are stand-ins with known behaviour (exact row-wise products, a row-count-dependent
+rounding, a 2 ms sleep), so the rule itself is checked, not this CPU's kernels; the real kernels
+are checked by tests/runtime/test_rt_batch_invariance.py.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from trtspec.artifacts import linear_timings_file
+from trtspec.runtime import linear_choice
+from trtspec.runtime.linear_choice import choose
+
+IN_FEATURES = 16
+
+
+@pytest.fixture(autouse=True)
+def own_timings(tmp_path, monkeypatch):
+    """Each test its own timing cache: empty in this process and on disk."""
+    monkeypatch.setenv("TRTSPEC_CACHE", str(tmp_path))
+    monkeypatch.setattr(linear_choice, "_SECONDS", {})
+
+
+def exact(x):
+    return x * 2.0  # each row by itself: the same at any row count
+
+
+def slow(x):
+    time.sleep(0.002)
+    return exact(x)
+
+
+def alike_from_4(x):
+    return exact(x) + (1e-3 if x.shape[0] < 4 else 0.0)  # 1-3 rows round apart
+
+
+def never_alike(x):
+    return exact(x) + x.shape[0] * 1e-6  # every count rounds its own way
+
+
+@pytest.mark.parametrize("calls,expected", [
+    ({"default": slow, "other": exact}, ("other", 1)),
+    ({"default": exact, "other": slow}, ("default", 1)),
+    ({"default": slow, "other": slow}, ("default", 1)),  # within the margin: the default stays
+    ({"default": slow, "other": never_alike}, ("default", 1)),  # faster, but rows round apart
+    ({"default": slow, "other": alike_from_4}, ("other", 4)),  # faster even padded to 4 rows
+    ({"default": never_alike, "other": slow}, ("other", 1)),  # the only one that rounds alike
+    ({"default": never_alike}, ("default", None)),
+], ids=["faster-other", "slower-other", "as-fast", "rounds-apart", "padded", "default-apart", "none-alike"])
+def test_the_fastest_kernel_whose_rows_round_alike_wins(calls, expected, request):
+    assert choose(calls, IN_FEATURES, (request.node.callspec.id,)) == expected
+
+
+
+def test_the_first_timings_on_a_machine_decide_every_later_load(tmp_path, monkeypatch):
+    """A later load (a new process: nothing timed in memory) reads the recorded times and chooses
+    what the first load chose, without timing again; the file names the machine and the shape."""
+    calls = {"default": slow, "other": alike_from_4}
+    first = choose(calls, IN_FEATURES, ("recorded",))
+    recorded = linear_timings_file().read_text()
+    assert linear_timings_file().parent == tmp_path
+    assert "recorded" in recorded and linear_choice._machine() in recorded
+
+    def no_timing(*args):
+        raise AssertionError("timed again")
+
+    monkeypatch.setattr(linear_choice, "_SECONDS", {})
+    monkeypatch.setattr(linear_choice, "seconds_per_call", no_timing)
+    assert choose(calls, IN_FEATURES, ("recorded",)) == first == ("other", 4)
+
+
+def test_a_cache_that_cannot_be_written_still_chooses(tmp_path, monkeypatch):
+    """TRTSPEC_CACHE on a file (not a folder): nothing is recorded, nothing is left behind, the
+    choice is made from this process's timings."""
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    monkeypatch.setenv("TRTSPEC_CACHE", str(blocker))
+    assert choose({"default": slow, "other": exact}, IN_FEATURES, ("unwritable",)) == ("other", 1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["not-a-folder"]

@@ -1,0 +1,151 @@
+"""Which matrix kernel runs a linear layer on this CPU: oneDNN on prepacked weights or MKL's F.linear.
+
+Why (docs/BENCHMARKS.md, "A 16-core Xeon" and "Linear kernels chosen at load"): the faster kernel
+depends on the CPU. On the AVX2 AMD EPYC this project first measured, oneDNN's prepacked calls beat
+MKL at every row count from 2 up (MKL repacks the weight on every multi-row call) and MKL's rows
+round alike at no row count at 2 threads. On a 16-core Xeon (AVX-512, AMX), SmolLM2's decode
+forward at 16 threads took 38 ms with every linear layer on oneDNN and 18.8 ms on F.linear: at the
+default thread count the engine decoded a lone request at 0.70x HF transformers' speed.
+
+A kernel is a candidate for a layer only where its rows round alike (the batch-invariance probe,
+trtspec.runtime.gemm_rows.fewest_rows_alike, at one thread and at the current count): a lone row
+padded to that many rows then gets exactly what it gets among any other rows. Among candidates,
+MKL replaces oneDNN only when its padded calls (1 row and 8 rows, as a lone decode step and a
+batch or verify pass take them) cost at most MKL_AT_MOST of oneDNN's. Each kernel rounds its own
+way, so the margin is wide enough that timing noise does not flip a layer's kernel between two
+starts of the same server: outputs stay the same from one start to the next on one machine.
+
+Contract: `choose(calls, in_features, shape)` returns (kernel name, the fewest rows per call at
+which its rows round alike, None when no kernel has one); it only calls the given functions on
+random inputs and times them. Timings are cached per layer shape, thread
+count and rows, so a model's 30 layers of one shape are timed once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from functools import cache
+from typing import Any
+
+ONEDNN, MKL = "onednn", "mkl"
+KERNELS = (ONEDNN, MKL)
+MKL_AT_MOST = 0.8  # MKL's time over oneDNN's for MKL to be chosen
+ROW_COUNTS = (1, 2, 4, 8)  # rows per call a kernel may need before its rows round alike; 8: a verify pass
+TIMED_ROWS = (1, 8)  # a lone decode step, a batch of 8
+_SECONDS: dict[str, float] = {}  # this process's view of the file: key -> seconds a call
+
+
+def fewest_rows(call: Callable[[Any], Any], in_features: int) -> int | None:
+    """The fewest rows per call (ROW_COUNTS) at which every row rounds as in a 32-row call, at one
+    thread and at the current thread count: the larger answer; None when some count has none.
+    `call(rows)`: the layer's output for [rows, in_features] inputs."""
+    import torch
+
+    from trtspec.runtime.gemm_rows import fewest_rows_alike
+
+    rows = torch.randn(32, in_features, generator=torch.Generator().manual_seed(0))
+    threads = torch.get_num_threads()
+    answers = []
+    try:
+        for count in sorted({1, threads}):
+            torch.set_num_threads(count)
+            answers.append(fewest_rows_alike(lambda n: call(rows[:n]), ROW_COUNTS, 32))
+    finally:
+        torch.set_num_threads(threads)
+    return None if None in answers else max(answers)
+
+
+def seconds_per_call(call: Callable[[Any], Any], rows: int, in_features: int) -> float:
+    """Median seconds of one call on `rows` random rows (3 batches of calls, 2 ms a batch or 1 call)."""
+    import torch
+
+    x = torch.randn(rows, in_features, generator=torch.Generator().manual_seed(1))
+    start = time.perf_counter()
+    call(x)  # warm-up, and the first estimate of a call's time
+    repeats = max(1, min(50, int(2e-3 / max(time.perf_counter() - start, 1e-7))))
+    batches = []
+    for _ in range(3):
+        start = time.perf_counter()
+        for _ in range(repeats):
+            call(x)
+        batches.append((time.perf_counter() - start) / repeats)
+    return statistics.median(batches)
+
+
+def choose(calls: dict[str, Callable[[Any], Any]], in_features: int, shape: tuple) -> tuple[str, int | None]:
+    """(kernel, fewest rows per call at which its rows round alike) for one layer. `calls`: kernel name -> call, the first the default;
+    `shape`: what the timing cache keys on besides thread count and rows (in, out, bias or not).
+    Another kernel is probed only when even its unpadded calls are clearly faster (the probe of a
+    wide layer costs more than its timing). When no kernel's rows round alike: (the first, None)."""
+    import torch
+
+    def cost(name: str, fewest: int) -> float:
+        total = 0.0
+        for wanted in TIMED_ROWS:
+            padded = max(wanted, fewest)
+            key = f"{_machine()} | {torch.get_num_threads()} threads | {shape} | {name} | {padded} rows"
+            if key not in _SECONDS:
+                _SECONDS.update(_recorded())
+            if key not in _SECONDS:
+                _record(key, seconds_per_call(calls[name], padded, in_features))
+            total += _SECONDS[key]
+        return total
+
+    names = list(calls)
+    best = names[0]
+    fewest = fewest_rows(calls[best], in_features)
+    for name in names[1:]:
+        if fewest is not None and cost(name, 1) > MKL_AT_MOST * cost(best, fewest):
+            continue
+        rows = fewest_rows(calls[name], in_features)
+        if rows is not None and (fewest is None or cost(name, rows) <= MKL_AT_MOST * cost(best, fewest)):
+            best, fewest = name, rows
+    return best, fewest
+
+
+@cache
+def _machine() -> str:
+    """What a timing is valid for: the CPU model and the torch build."""
+    import torch
+
+    try:
+        with open("/proc/cpuinfo") as info:
+            cpu = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), "")
+    except OSError:
+        cpu = ""
+    return f"{cpu or platform.processor() or platform.machine()} | torch {torch.__version__}"
+
+
+def _recorded() -> dict[str, float]:
+    from trtspec.artifacts import linear_timings_file
+
+    try:
+        return json.loads(linear_timings_file().read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _record(key: str, seconds: float) -> None:
+    """Keep `seconds` for `key` in this process and, unless another process recorded it first, in
+    the cache file (re-read and merged: the first timing on a machine is the one every load uses)."""
+    from trtspec.artifacts import linear_timings_file
+
+    recorded = _recorded()
+    _SECONDS[key] = recorded.setdefault(key, seconds)
+    path = linear_timings_file()
+    partial = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=".linear-timings-", delete=False) as out:
+            partial = out.name
+            json.dump(recorded, out, indent=0, sort_keys=True)
+        os.replace(partial, path)  # readers see the old file or the new one, never half of one
+    except OSError:  # a read-only cache: this process keeps its own timings
+        if partial is not None and os.path.exists(partial):
+            os.unlink(partial)
