@@ -1,9 +1,9 @@
 """Which matrix kernel runs a linear layer on this CPU: oneDNN on prepacked weights or MKL's F.linear.
 
 Why (docs/BENCHMARKS.md, "A 16-core Xeon" and "Linear kernels chosen at load"): the faster kernel
-depends on the CPU. On the AVX2 AMD EPYC this project first measured, oneDNN's prepacked calls beat
-MKL at every row count from 2 up (MKL repacks the weight on every multi-row call) and MKL's rows
-round alike at no row count at 2 threads. On a 16-core Xeon (AVX-512, AMX), SmolLM2's decode
+depends on the CPU. On a 2-core AVX2 AMD EPYC, oneDNN's prepacked calls beat MKL at 8 rows for
+every SmolLM2 layer but the small k/v projections (MKL repacks the weight on every multi-row call)
+and MKL's rows round alike at no row count at 2 threads. On a 16-core Xeon (AVX-512, AMX), SmolLM2's decode
 forward at 16 threads took 38 ms with every linear layer on oneDNN and 18.8 ms on F.linear: at the
 default thread count the engine decoded a lone request at 0.70x HF transformers' speed.
 
@@ -11,14 +11,21 @@ A kernel is a candidate for a layer only where its rows round alike (the batch-i
 trtspec.runtime.gemm_rows.fewest_rows_alike, at one thread and at the current count): a lone row
 padded to that many rows then gets exactly what it gets among any other rows. Among candidates,
 MKL replaces oneDNN only when its padded calls (1 row and 8 rows, as a lone decode step and a
-batch or verify pass take them) cost at most MKL_AT_MOST of oneDNN's. Each kernel rounds its own
-way, so the margin is wide enough that timing noise does not flip a layer's kernel between two
-starts of the same server: outputs stay the same from one start to the next on one machine.
+batch or verify pass take them) cost at most MKL_AT_MOST of oneDNN's.
+
+Each kernel rounds its own way, so a choice that timing noise flips between two starts of a server
+would change its outputs from one start to the next (measured: SmolLM2's k/v projections at one
+thread on the AVX2 EPYC, MKL at 0.7-0.9 of oneDNN's time, went either way in three loads). So the
+first timings made on a machine are kept, as TensorRT keeps a timing cache: in
+$TRTSPEC_CACHE/linear-timings.json (trtspec.artifacts), keyed by CPU model, torch version, thread
+count, layer shape, kernel and rows; every later load there reads them and chooses the same.
+Deleting the file makes the next load measure again. Where the cache cannot be written, each
+process measures for itself.
 
 Contract: `choose(calls, in_features, shape)` returns (kernel name, the fewest rows per call at
 which its rows round alike, None when no kernel has one); it only calls the given functions on
-random inputs and times them. Timings are cached per layer shape, thread
-count and rows, so a model's 30 layers of one shape are timed once.
+random inputs, times them and records the times in the cache file. A model's 30 layers of one
+shape are timed once.
 """
 
 from __future__ import annotations
@@ -79,8 +86,9 @@ def seconds_per_call(call: Callable[[Any], Any], rows: int, in_features: int) ->
 
 
 def choose(calls: dict[str, Callable[[Any], Any]], in_features: int, shape: tuple) -> tuple[str, int | None]:
-    """(kernel, fewest rows per call at which its rows round alike) for one layer. `calls`: kernel name -> call, the first the default;
-    `shape`: what the timing cache keys on besides thread count and rows (in, out, bias or not).
+    """(kernel, fewest rows per call at which its rows round alike) for one layer. `calls`: kernel
+    name -> call, the first the default; `shape`: what the timings are keyed on besides machine,
+    thread count and rows (in, out, bias or not).
     Another kernel is probed only when even its unpadded calls are clearly faster (the probe of a
     wide layer costs more than its timing). When no kernel's rows round alike: (the first, None)."""
     import torch

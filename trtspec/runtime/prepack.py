@@ -20,8 +20,8 @@ two, 1 thread) where the one-row kernel already rounds like the others.
 
 Which kernel runs a layer is chosen at load too (trtspec.runtime.linear_choice): oneDNN on the
 packed copy by default, MKL's F.linear where its rows also round alike (padded likewise) and its
-calls cost clearly less. On the 2-core AVX2 EPYC measured first, MKL's rows round alike at no row
-count at 2 threads, so every layer stays on oneDNN; on a 16-core Xeon F.linear halved the decode
+calls cost clearly less. On a 2-core AVX2 AMD EPYC, MKL's rows round alike at no row count at 2
+threads, so every layer stays on oneDNN; on a 16-core Xeon F.linear halved the decode
 forward at 16 threads.
 
 Contract: `prepack_linears(model)` replaces every float32 `nn.Linear` of `model` with a
