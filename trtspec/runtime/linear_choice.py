@@ -49,20 +49,21 @@ _SECONDS: dict[str, float] = {}  # this process's view of the file: key -> secon
 
 
 def fewest_rows(call: Callable[[Any], Any], in_features: int) -> int | None:
-    """The fewest rows per call (ROW_COUNTS) at which every row rounds as in a 32-row call, at one
+    """The fewest rows per call (ROW_COUNTS) at which every row rounds as in a 128-row call (counts
+    r to 4 r, and 100: a prompt chunk, where a kernel may split its work another way), at one
     thread and at the current thread count: the larger answer; None when some count has none.
     `call(rows)`: the layer's output for [rows, in_features] inputs."""
     import torch
 
     from trtspec.runtime.gemm_rows import fewest_rows_alike
 
-    rows = torch.randn(32, in_features, generator=torch.Generator().manual_seed(0))
+    rows = torch.randn(128, in_features, generator=torch.Generator().manual_seed(0))
     threads = torch.get_num_threads()
     answers = []
     try:
         for count in sorted({1, threads}):
             torch.set_num_threads(count)
-            answers.append(fewest_rows_alike(lambda n: call(rows[:n]), ROW_COUNTS, 32))
+            answers.append(fewest_rows_alike(lambda n: call(rows[:n]), ROW_COUNTS, 128, also=(100,)))
     finally:
         torch.set_num_threads(threads)
     return None if None in answers else max(answers)
