@@ -152,7 +152,7 @@ def test_a_sequence_is_bitwise_the_same_alone_and_batched(tiny_llama, kernels, t
     with _threads(threads or torch.get_num_threads()):
         model, allocator, pool = _paged_target(tiny_llama, kernels)
         linears = [m for m in model.modules() if type(m).__name__ == "PackedLinear"]
-        if not all(layer.rows_alike for layer in linears):
+        if kernels != KERNELS and not all(layer.rows_alike for layer in linears):  # the chosen ones must hold
             pytest.skip(f"{kernels}: some layer's rows round alike at no row count up to 8 here")
         _check_alone_and_batched(model, allocator, pool)
 
