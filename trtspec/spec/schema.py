@@ -188,8 +188,9 @@ class BuildSpec(Section):
     1.2.1 is in the 26.04-26.07 containers."""
     prepack: bool = True
     """cpu backend: run the linear layers on oneDNN-prepacked weights (multi-token verify passes
-    cost far less; twice the linear-weight memory). false keeps plain nn.Linear. Other backends
-    ignore it."""
+    cost far less; twice the linear-weight memory), or per layer on MKL where its rows round alike
+    and it is clearly faster on the CPU at hand (chosen at load, first timings kept in
+    $TRTSPEC_CACHE/linear-timings.json). false keeps plain nn.Linear. Other backends ignore it."""
 
     @model_validator(mode="after")
     def _check_lengths(self) -> BuildSpec:
