@@ -14,6 +14,7 @@ from contextlib import contextmanager
 import pytest
 import torch
 
+from trtspec.runtime import rowdot
 from trtspec.runtime.linear_choice import KERNELS
 from trtspec.runtime.prepack import available, prepack_linears
 
@@ -38,18 +39,21 @@ def _mkl_rows_alike(in_features: int, out_features: int) -> int | None:
     return fewest_rows(lambda x: torch.nn.functional.linear(x, weight), in_features)
 
 
-@pytest.mark.parametrize("kernels", [KERNELS, ("onednn",), ("mkl",)], ids=["chosen", "onednn", "mkl"])
+@pytest.mark.parametrize("kernels", [KERNELS, ("onednn",), ("rowdot",), ("mkl",)], ids=["chosen", "onednn", "rowdot", "mkl"])
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("shape", [(64, 128), (576, 1536), (1536, 576), (576, 4096), (576, 16384)])
 def test_a_packed_linear_row_is_the_same_at_any_row_count(shape, threads, kernels):
     """One row alone (the decode of a lone sequence) equals the same row among 2..600 others,
-    on the kernel chosen at load and on each kernel forced (MKL only where its probe admits it).
+    on the kernel chosen at load and on each kernel forced (MKL only where its probe admits it,
+    the row kernel where it builds).
     1536 inputs (SmolLM2's down projection) are where a single oneDNN row would round differently;
     the layers whose lone rows are not paired (probed at load) must be exact too."""
     torch.manual_seed(0)
     with _threads(threads):
         if kernels == ("mkl",) and _mkl_rows_alike(*shape) is None:
             pytest.skip(f"MKL's rows round alike at no row count up to 8 at {threads} threads here")
+        if kernels == ("rowdot",) and not rowdot.available():
+            pytest.skip(f"the row kernel is not available here: {rowdot.unavailable()}")
         model = torch.nn.Sequential(torch.nn.Linear(*shape, bias=False))
         prepack_linears(model, kernels)
         assert model[0].kernel in kernels
@@ -143,12 +147,13 @@ def _alone(model, allocator, pool, prompt, steps):
     return torch.stack(rows)
 
 
-@pytest.mark.parametrize("kernels,threads", [(KERNELS, None), (("mkl",), 1)], ids=["chosen", "mkl-1-thread"])
+@pytest.mark.parametrize("kernels,threads", [(KERNELS, None), (("onednn",), None), (("mkl",), 1)],
+                         ids=["chosen", "onednn", "mkl-1-thread"])
 def test_a_sequence_is_bitwise_the_same_alone_and_batched(tiny_llama, kernels, threads):
     """Three sequences together, prompts in chunks of 5, then verify passes of 4 tokens (their own
     greedy continuation, so all accepted), one of them on scattered blocks: every logits row
     equals the row the sequence gets alone decoding one token at a time. Also with every linear
-    layer on MKL at one thread (where this machine's probe admits MKL: 4 rows a call on the AVX2 EPYC)."""
+    layer on oneDNN (the default where the row kernel cannot be built) and on MKL at one thread (where this machine's probe admits MKL: 4 rows a call on the AVX2 EPYC)."""
     with _threads(threads or torch.get_num_threads()):
         model, allocator, pool = _paged_target(tiny_llama, kernels)
         linears = [m for m in model.modules() if type(m).__name__ == "PackedLinear"]

@@ -1,4 +1,5 @@
-"""Which matrix kernel runs a linear layer on this CPU: oneDNN on prepacked weights or MKL's F.linear.
+"""Which matrix kernel runs a linear layer on this CPU: oneDNN on prepacked weights, the row kernel
+(trtspec.runtime.rowdot) or MKL's F.linear.
 
 Why (docs/BENCHMARKS.md, "A 16-core Xeon" and "Linear kernels chosen at load"): the faster kernel
 depends on the CPU. On a 2-core AVX2 AMD EPYC, oneDNN's prepacked calls beat MKL at 8 rows for
@@ -7,11 +8,16 @@ and MKL's rows round alike at no row count at 2 threads. On a 16-core Xeon (AVX-
 forward at 16 threads took 38 ms with every linear layer on oneDNN and 18.8 ms on F.linear: at the
 default thread count the engine decoded a lone request at 0.70x HF transformers' speed.
 
+The row kernel, where it can be built (x86-64 with AVX2 and FMA, a C++ compiler), ran SmolLM2's
+linear layers on the AVX2 EPYC in 0.55-0.65 of oneDNN's time at one row and 0.68-0.79 at 8 rows
+(docs/BENCHMARKS.md, "A row kernel").
+
 A kernel is a candidate for a layer only where its rows round alike (the batch-invariance probe,
 trtspec.runtime.gemm_rows.fewest_rows_alike, at one thread and at the current count): a lone row
 padded to that many rows then gets exactly what it gets among any other rows. Among candidates,
-MKL replaces oneDNN only when its padded calls (1 row and 8 rows, as a lone decode step and a
-batch or verify pass take them) cost at most MKL_AT_MOST of oneDNN's.
+another kernel replaces oneDNN (or the kernel that replaced it) only when its padded calls (1 row
+and 8 rows, as a lone decode step and a batch or verify pass take them) cost at most
+SWITCH_AT_MOST of the incumbent's.
 
 Each kernel rounds its own way, so a choice that timing noise flips between two starts of a server
 would change its outputs from one start to the next (measured: SmolLM2's k/v projections at one
@@ -40,9 +46,9 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any
 
-ONEDNN, MKL = "onednn", "mkl"
-KERNELS = (ONEDNN, MKL)
-MKL_AT_MOST = 0.8  # MKL's time over oneDNN's for MKL to be chosen
+ONEDNN, ROWDOT, MKL = "onednn", "rowdot", "mkl"
+KERNELS = (ROWDOT, ONEDNN, MKL)  # the default first (the first available here), then each challenger in turn
+SWITCH_AT_MOST = 0.8  # a challenger's time over the incumbent's for the challenger to be chosen
 ROW_COUNTS = (1, 2, 4, 8)  # rows per call a kernel may need before its rows round alike; 8: a verify pass
 TIMED_ROWS = (1, 8)  # a lone decode step, a batch of 8
 _SECONDS: dict[str, float] = {}  # this process's view of the file: key -> seconds a call
@@ -98,7 +104,7 @@ def choose(calls: dict[str, Callable[[Any], Any]], in_features: int, shape: tupl
         total = 0.0
         for wanted in TIMED_ROWS:
             padded = max(wanted, fewest)
-            key = f"{_machine()} | {torch.get_num_threads()} threads | {shape} | {name} | {padded} rows"
+            key = f"{_machine()} | {torch.get_num_threads()} threads | {shape} | {_version(name)} | {padded} rows"
             if key not in _SECONDS:
                 _SECONDS.update(_recorded())
             if key not in _SECONDS:
@@ -110,12 +116,21 @@ def choose(calls: dict[str, Callable[[Any], Any]], in_features: int, shape: tupl
     best = names[0]
     fewest = fewest_rows(calls[best], in_features)
     for name in names[1:]:
-        if fewest is not None and cost(name, 1) > MKL_AT_MOST * cost(best, fewest):
+        if fewest is not None and cost(name, 1) > SWITCH_AT_MOST * cost(best, fewest):
             continue
         rows = fewest_rows(calls[name], in_features)
-        if rows is not None and (fewest is None or cost(name, rows) <= MKL_AT_MOST * cost(best, fewest)):
+        if rows is not None and (fewest is None or cost(name, rows) <= SWITCH_AT_MOST * cost(best, fewest)):
             best, fewest = name, rows
     return best, fewest
+
+
+def _version(kernel: str) -> str:
+    """The kernel's name in a timing's key; the row kernel's with its build (a changed source is timed anew)."""
+    if kernel != ROWDOT:
+        return kernel
+    from trtspec.runtime import rowdot
+
+    return f"{kernel} {rowdot.digest()}"
 
 
 @cache

@@ -18,11 +18,13 @@ is probed once at load, on this machine's kernels: pairing every layer
 cost a lone sequence's step ~3% (SmolLM2's lm_head, 576 x 49152: 6.9 ms for one row, 8.7 ms for
 two, 1 thread) where the one-row kernel already rounds like the others.
 
-Which kernel runs a layer is chosen at load too (trtspec.runtime.linear_choice): oneDNN on the
-packed copy by default, MKL's F.linear where its rows also round alike (padded likewise) and its
-calls cost clearly less. On a 2-core AVX2 AMD EPYC, MKL's rows round alike at no row count at 2
-threads, so every layer stays on oneDNN; on a 16-core Xeon F.linear halved the decode
-forward at 16 threads.
+Which kernel runs a layer is chosen at load too (trtspec.runtime.linear_choice): the row kernel
+(trtspec.runtime.rowdot: every row one fixed-order dot product, batch-invariant by construction)
+where it can be built, else oneDNN on the packed copy; another kernel (oneDNN, MKL's F.linear)
+replaces it only where its rows also round alike (padded likewise) and its calls cost clearly
+less. On a 2-core AVX2 AMD EPYC the row kernel runs every SmolLM2 layer (a decode forward
+0.81-0.87 of oneDNN's time); on a 16-core Xeon F.linear halved the oneDNN decode forward at 16 threads.
+Where the row kernel cannot be built, one line on stderr says why.
 
 Contract: `prepack_linears(model)` replaces every float32 `nn.Linear` of `model` with a
 `PackedLinear` that shares the original weight and bias Parameters (state_dict, tied embeddings
@@ -38,7 +40,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from trtspec.runtime.linear_choice import KERNELS, ONEDNN, ROW_COUNTS, choose
+from trtspec.runtime.linear_choice import KERNELS, ONEDNN, ROW_COUNTS, ROWDOT, choose
 
 # oneDNN picks its blocking for this many rows; 8 covers verify passes of 1 + up to 8 drafts.
 PACKED_FOR_ROWS = 8
@@ -79,12 +81,28 @@ def _swap_in(model: Any, kernels: tuple[str, ...] = KERNELS) -> list[tuple[Any, 
              if type(child) is torch.nn.Linear and child.weight.dtype == torch.float32
              and child.weight.device.type == "cpu"]
     packed_linear = _packed_linear_class()
+    if swaps and ROWDOT in kernels:
+        _say_why_no_row_kernel()
     for parent, name, child in swaps:
         setattr(parent, name, packed_linear(child, kernels))
     return swaps
 
 
 _CLASS: list = []
+_TOLD: list[bool] = []
+
+
+def _say_why_no_row_kernel() -> None:
+    """One line on stderr, once per process, where the row kernel cannot run (decoding is slower)."""
+    import sys
+
+    from trtspec.runtime import rowdot
+
+    why = rowdot.unavailable()
+    if why and not _TOLD:
+        _TOLD.append(True)
+        print(f"trtspec: linear layers run on oneDNN, not the row kernel: {why} (install g++ for faster "
+              "cpu decoding)", file=sys.stderr)
 
 
 def _packed_linear_class():
@@ -93,9 +111,12 @@ def _packed_linear_class():
         return _CLASS[0]
     import torch
 
+    from trtspec.runtime import rowdot
+
     class PackedLinear(torch.nn.Module):
         """nn.Linear's forward on the kernel chosen for this layer on this CPU (linear_choice.py):
-        oneDNN on a packed copy of the same weight, or MKL's F.linear on the weight itself."""
+        oneDNN on a packed copy of the same weight, the row kernel (rowdot.py) or MKL's F.linear on
+        the weight itself."""
 
         def __init__(self, linear: torch.nn.Linear, kernels: tuple[str, ...] = KERNELS):
             super().__init__()
@@ -111,7 +132,8 @@ def _packed_linear_class():
             with torch.no_grad():
                 if ONEDNN in kernels and self.packed is None:
                     self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), PACKED_FOR_ROWS)
-                calls = {name: (lambda x, name=name: self._call(name, x)) for name in kernels}
+                calls = {name: (lambda x, name=name: self._call(name, x)) for name in kernels
+                         if name != ROWDOT or (rowdot.available() and self.weight.is_contiguous())}
                 shape = (self.in_features, self.out_features, self.bias is not None)
                 self.kernel, fewest = choose(calls, self.in_features, shape)
             # no count rounds alike: the most rows probed (batch invariance is then not promised,
@@ -125,6 +147,8 @@ def _packed_linear_class():
         def _call(self, kernel: str, x):
             if kernel == ONEDNN:
                 return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+            if kernel == ROWDOT:
+                return rowdot.linear(x, self.weight, self.bias)
             return torch.nn.functional.linear(x, self.weight, self.bias)
 
         def forward(self, x):

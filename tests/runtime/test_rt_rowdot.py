@@ -1,0 +1,93 @@
+"""The row kernel (trtspec.runtime.rowdot): F.linear's numbers up to rounding, every row the same
+at any row count and any thread count (by construction, checked here bit for bit), built once per
+source into the kernels cache, and a clear reason where it cannot be used."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from trtspec.runtime import rowdot
+
+needs_kernel = pytest.mark.skipif(not rowdot.available(), reason=f"row kernel unavailable: {rowdot.unavailable()}")
+
+
+@needs_kernel
+@pytest.mark.parametrize("shape", [(16, 8), (21, 37), (576, 192), (1536, 576), (577, 1537)],
+                         ids=["tiny", "odd", "kv", "down", "tails"])
+@pytest.mark.parametrize("bias", [False, True])
+def test_it_computes_f_linear(shape, bias):
+    """Inputs that are not a multiple of 8 and outputs that are not a multiple of 4 take the tails."""
+    generator = torch.Generator().manual_seed(0)
+    in_features, out_features = shape
+    weight = torch.randn(out_features, in_features, generator=generator)
+    b = torch.randn(out_features, generator=generator) if bias else None
+    x = torch.randn(2, 5, in_features, generator=generator)
+    out = rowdot.linear(x, weight, b)
+    assert out.shape == (2, 5, out_features)
+    torch.testing.assert_close(out, torch.nn.functional.linear(x, weight, b), rtol=1e-5, atol=1e-4)
+    strided = x.transpose(0, 1)  # not contiguous: copied first
+    torch.testing.assert_close(rowdot.linear(strided, weight, b), torch.nn.functional.linear(strided, weight, b),
+                               rtol=1e-5, atol=1e-4)
+
+
+@needs_kernel
+@pytest.mark.parametrize("shape", [(576, 576), (1536, 576), (577, 1537)], ids=["q", "down", "tails"])
+def test_a_row_is_the_same_alone_among_others_and_on_any_thread_count(shape):
+    in_features, out_features = shape
+    generator = torch.Generator().manual_seed(1)
+    weight = torch.randn(out_features, in_features, generator=generator)
+    x = torch.randn(300, in_features, generator=generator)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        alone = [rowdot.linear(x[r:r + 1], weight) for r in (0, 2, 299)]
+        for threads in (1, 2, 3):
+            torch.set_num_threads(threads)
+            for rows in (2, 3, 4, 5, 8, 9, 64, 100, 300):
+                batch = rowdot.linear(x[:rows], weight)
+                for index, r in enumerate((0, 2, 299)):
+                    if r < rows:
+                        assert torch.equal(batch[r:r + 1], alone[index]), (threads, rows, r)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _python(code: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **env})
+
+
+@needs_kernel
+def test_it_is_built_once_into_the_kernels_cache(tmp_path):
+    code = "from trtspec.runtime import rowdot; print(rowdot.available(), rowdot.library()._name)"
+    first = _python(code, TRTSPEC_CACHE=str(tmp_path))
+    assert first.returncode == 0 and first.stdout.split()[0] == "True", first.stderr[-2000:]
+    built = list((tmp_path / "kernels").iterdir())
+    assert [p.name for p in built] == [f"rowdot-{rowdot.digest()}.so"]  # nothing half-written beside it
+    stamp = built[0].stat()
+    again = _python(code, TRTSPEC_CACHE=str(tmp_path))
+    assert again.stdout.split() == first.stdout.split()
+    now = built[0].stat()  # a rebuild would have renamed a new file into place
+    assert (now.st_ino, now.st_mtime_ns) == (stamp.st_ino, stamp.st_mtime_ns)
+
+
+def test_without_a_compiler_it_says_why_and_the_engine_keeps_onednn(tmp_path):
+    code = ("import torch\n"
+            "from trtspec.runtime import rowdot\n"
+            "from trtspec.runtime.prepack import prepack_linears\n"
+            "print(rowdot.unavailable())\n"
+            "model = torch.nn.Sequential(torch.nn.Linear(16, 8))\n"
+            "prepack_linears(model)\n"
+            "print('kernel', model[0].kernel)\n")
+    result = _python(code, TRTSPEC_CACHE=str(tmp_path), CXX="/nonexistent/g++")
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    assert "/nonexistent/g++" in lines[0] and "not found" in lines[0]
+    assert lines[-1] in ("kernel onednn", "kernel mkl")
+    assert "not the row kernel" in result.stderr and result.stderr.count("trtspec:") == 1
+    assert not list((tmp_path / "kernels").glob("*"))  # no partial library left behind
