@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from trtspec.runtime import rowdot
 from trtspec.testing.tiny import make_tiny_llama
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -99,3 +100,13 @@ def test_linear_kernels_table_has_both_kernels_for_every_layer():
     rows = [line.split("|")[1:-1] for line in result.stdout.splitlines() if re.match(r"\| \d+ x \d+", line)]
     assert len(rows) == 10 and {r[2].strip() for r in rows} == {"onednn", "mkl"}
     assert all(float(r[3]) > 0 and r[6].strip() in {"1", "2", "4", "8", "-"} for r in rows)
+
+
+@pytest.mark.skipif(not rowdot.available(), reason="the row kernel cannot be built here")
+def test_linear_sequence_table_compares_the_row_kernel_with_onednn():
+    result = _python("bench_linear_sequence.py", "--threads", "1", "--rows", "1,8", "--rounds", "1", "--layers", "1")
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = [line.split("|")[1:-1] for line in result.stdout.splitlines() if re.match(r"\| \d+ \|", line)]
+    assert [r[0].strip() for r in rows] == ["1", "8"]
+    assert all(float(r[1]) > 0 and float(r[2]) > 0 and float(r[3]) > 0 for r in rows)
+    assert "8 layers" in result.stdout
