@@ -10,10 +10,12 @@
 #   then the device tool's run, with carry [".whl", ".devcarry"] and timeout_s 600:
 #     bash scripts/device_cpu_scaling.sh run
 #
-# `prepare` also puts the trtspec package of commit $PREVIOUS (default e71410b: every linear layer
-# on oneDNN, before the kernel was chosen per layer at load) in .devcarry/previous, the "before".
+# `prepare` also puts the trtspec package of commit $PREVIOUS (default 878e027: oneDNN or MKL per
+# layer, before the row kernel) in .devcarry/previous, the "before".
 # `run` writes to $OUT (at most 8 files come back): lscpu.txt, linear.txt (bench_linear_kernels.py:
-# oneDNN and MKL per layer shape at 1/4/8/16 threads, times and row invariance), forwards.txt
+# oneDNN and MKL per layer shape at 1/4/8/16 threads, times and row invariance; then
+# bench_linear_sequence.py: all 211 layers in sequence on the row kernel, oneDNN and MKL at 16
+# threads, 1/8/64 rows), forwards.txt
 # (bench_decode_forward.py: engine at 1/8/16 threads and HF at 1/16, each engine line preceded by
 # the kernels its layers chose; at 16 also every layer forced on oneDNN, the "before"), threads.txt
 # (bench_threads.py: tokens/s at 8/16 threads x batch 1/8, the previous engine the same, HF at 16;
@@ -33,7 +35,7 @@ prepare() {
   done
   cp ../shared/prompts/dev-prompts.jsonl .devcarry/
   rm -rf .devcarry/previous && mkdir -p .devcarry/previous
-  git archive "${PREVIOUS:-e71410b}" trtspec | tar -x -C .devcarry/previous || exit 3
+  git archive "${PREVIOUS:-878e027}" trtspec | tar -x -C .devcarry/previous || exit 3
   local versions
   versions=$(.venv/bin/python -c "import transformers, tokenizers; print(f'transformers=={transformers.__version__} tokenizers=={tokenizers.__version__}')")
   # shellcheck disable=SC2086
@@ -55,6 +57,8 @@ run() {
   python3 scripts/random_smollm2.py --like .devcarry/smollm2 2>/dev/null || exit 5
   local variant
   timeout 90 python3 scripts/bench_linear_kernels.py --threads 1,4,8,16 > "$OUT/linear.txt" 2>&1; tail -4 "$OUT/linear.txt"
+  timeout 60 python3 scripts/bench_linear_sequence.py --threads 16 --rows 1,8,64 --rounds 3 --kernels rowdot,onednn,mkl \
+    >> "$OUT/linear.txt" 2>&1; tail -5 "$OUT/linear.txt"
   for variant in "engine 1" "hf 1" "engine 8" "engine 16" "engine 16 --onednn-linear" "hf 16" "engine 16 --profile"; do
     echo "=== $variant (load $(cut -d' ' -f1 /proc/loadavg))" >> "$OUT/forwards.txt"
     # shellcheck disable=SC2086

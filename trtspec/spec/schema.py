@@ -187,8 +187,9 @@ class BuildSpec(Section):
     trtspec/builders/contract_data/). 1.1.0 is what the Dockerfile's container (25.12) carries;
     1.2.1 is in the 26.04-26.07 containers."""
     prepack: bool = True
-    """cpu backend: run the linear layers on oneDNN-prepacked weights (multi-token verify passes
-    cost far less; twice the linear-weight memory), or per layer on MKL where its rows round alike
+    """cpu backend: run the linear layers on the row kernel (AVX2 dot products in a fixed order,
+    built with g++ on first use) or, where it cannot be built, on oneDNN-prepacked weights
+    (multi-token verify passes cost far less); per layer on oneDNN or MKL where its rows round alike
     and it is clearly faster on the CPU at hand (chosen at load, first timings kept in
     $TRTSPEC_CACHE/linear-timings.json). false keeps plain nn.Linear. Other backends ignore it."""
 
