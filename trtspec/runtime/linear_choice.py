@@ -9,8 +9,9 @@ forward at 16 threads took 38 ms with every linear layer on oneDNN and 18.8 ms o
 default thread count the engine decoded a lone request at 0.70x HF transformers' speed.
 
 The row kernel, where it can be built (x86-64 with AVX2 and FMA, a C++ compiler), ran SmolLM2's
-linear layers on the AVX2 EPYC in 0.55-0.65 of oneDNN's time at one row and 0.68-0.79 at 8 rows
-(docs/BENCHMARKS.md, "A row kernel").
+linear layers in sequence on the AVX2 EPYC in 0.61-0.71 of oneDNN's time at one row and 0.59-0.64
+at 8 rows, 0.98-1.12 at 64 and 1.23-1.30 at 256 (docs/BENCHMARKS.md, "A row kernel"): it is the
+default where it builds, since decode rows are most of a served step.
 
 A kernel is a candidate for a layer only where its rows round alike (the batch-invariance probe,
 trtspec.runtime.gemm_rows.fewest_rows_alike, at one thread and at the current count): a lone row

@@ -1,10 +1,11 @@
 """The row kernel (rowdot.cpp): a batch-invariant linear layer for AVX2 + FMA CPUs, compiled once
 per machine and loaded with ctypes.
 
-Why: on a 2-core AVX2 AMD EPYC it ran SmolLM2's linear layers in 0.55-0.65 of oneDNN's time at one
-row and 0.68-0.79 at 8 rows (docs/BENCHMARKS.md, "A row kernel"), and every row of a call rounds
-as it would alone, at any thread count, by construction. trtspec.runtime.linear_choice offers it
-as a kernel beside oneDNN and MKL; it runs a layer only where it is measured faster there.
+Why: on a 2-core AVX2 AMD EPYC it ran SmolLM2's linear layers in sequence in 0.61-0.71 of oneDNN's
+time at one row and 0.59-0.64 at 8 rows (slower from about 64 rows: 1.23-1.30x at 256;
+docs/BENCHMARKS.md, "A row kernel"), and every row of a call rounds as it would alone, at any
+thread count, by construction. trtspec.runtime.linear_choice makes it the default kernel where
+it builds; oneDNN or MKL take a layer from it only where they measure clearly faster.
 
 Built with the system's g++ (or $CXX) into $TRTSPEC_CACHE/kernels/rowdot-<hash>.so, the hash
 covering the source and the flags: about a second, on the first load on a machine; written to
