@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import cache
 from typing import Any
 
 from trtspec.runtime.linear_choice import KERNELS, ONEDNN, ROW_COUNTS, ROWDOT, choose
@@ -81,28 +82,31 @@ def _swap_in(model: Any, kernels: tuple[str, ...] = KERNELS) -> list[tuple[Any, 
              if type(child) is torch.nn.Linear and child.weight.dtype == torch.float32
              and child.weight.device.type == "cpu"]
     packed_linear = _packed_linear_class()
-    if swaps and ROWDOT in kernels:
-        _say_why_no_row_kernel()
     for parent, name, child in swaps:
         setattr(parent, name, packed_linear(child, kernels))
     return swaps
 
 
 _CLASS: list = []
-_TOLD: list[bool] = []
 
 
-def _say_why_no_row_kernel() -> None:
-    """One line on stderr, once per process, where the row kernel cannot run (decoding is slower)."""
+@cache
+def _without_missing_row_kernel(kernels: tuple[str, ...]) -> tuple[str, ...]:
+    """`kernels` as given where the row kernel runs here (or is not asked for); else without it,
+    said once on stderr (decoding is slower), and an error when nothing is left."""
     import sys
 
     from trtspec.runtime import rowdot
 
-    why = rowdot.unavailable()
-    if why and not _TOLD:
-        _TOLD.append(True)
-        print(f"trtspec: linear layers run on oneDNN, not the row kernel: {why} (install g++ for faster "
-              "cpu decoding)", file=sys.stderr)
+    why = rowdot.unavailable() if ROWDOT in kernels else None
+    if why is None:
+        return kernels
+    left = tuple(name for name in kernels if name != ROWDOT)
+    if not left:
+        raise ValueError(f"the row kernel was the only kernel asked for and cannot run here: {why}")
+    print(f"trtspec: linear layers run on oneDNN, not the row kernel: {why} (install g++ for faster "
+          "cpu decoding)", file=sys.stderr)
+    return left
 
 
 def _packed_linear_class():
@@ -129,11 +133,12 @@ def _packed_linear_class():
         def choose(self, kernels: tuple[str, ...]) -> str:
             """Pick this layer's kernel among `kernels` (the first is the default) and the rows its
             calls need; returns the kernel. The packed copy is kept only while oneDNN runs the layer."""
+            kernels = _without_missing_row_kernel(tuple(kernels))
             with torch.no_grad():
                 if ONEDNN in kernels and self.packed is None:
                     self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), PACKED_FOR_ROWS)
                 calls = {name: (lambda x, name=name: self._call(name, x)) for name in kernels
-                         if name != ROWDOT or (rowdot.available() and self.weight.is_contiguous())}
+                         if name != ROWDOT or self.weight.is_contiguous()}
                 shape = (self.in_features, self.out_features, self.bias is not None)
                 self.kernel, fewest = choose(calls, self.in_features, shape)
             # no count rounds alike: the most rows probed (batch invariance is then not promised,
