@@ -126,7 +126,7 @@ def _built() -> Path:
             return Path(partial)
         os.replace(partial, target)  # loaders see no library or a whole one
     except TrtSpecError as error:
-        raise RuntimeError(f"building {SOURCE.name} failed: {str(error).splitlines()[0]}") from None
+        raise RuntimeError(f"building {SOURCE.name} failed: {error.problem.splitlines()[0]}") from None
     finally:
         if target is not None and os.path.exists(partial):
             os.unlink(partial)
