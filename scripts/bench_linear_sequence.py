@@ -47,12 +47,12 @@ def main() -> None:
 
     import torch
 
-    from trtspec.runtime import rowdot
+    from trtspec.runtime import native, rowdot
 
     torch.set_num_threads(args.threads)
     kernels = args.kernels.split(",")
-    if "rowdot" in kernels and not rowdot.available():
-        raise SystemExit(f"the row kernel is not available here: {rowdot.unavailable()}")
+    if "rowdot" in kernels and not native.available():
+        raise SystemExit(f"the row kernel is not available here: {native.unavailable()}")
     generator = torch.Generator().manual_seed(0)
     weights = [torch.randn(out, inp, generator=generator) * 0.02 for _ in range(args.layers) for inp, out in LAYER]
     weights.append(torch.randn(LM_HEAD[1], LM_HEAD[0], generator=generator) * 0.02)

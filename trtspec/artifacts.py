@@ -11,7 +11,7 @@ Layout (relative to the current directory unless the spec gives absolute paths):
     <serve.repository>/       the Triton model repository
     $TRTSPEC_CACHE (default ~/.cache/trtspec)/models/<name>/   converted model sources
     $TRTSPEC_CACHE/linear-timings.json   the cpu engine's first linear-kernel timings on each machine
-    $TRTSPEC_CACHE/kernels/              the cpu engine's compiled row kernel (rowdot-<hash>.so)
+    $TRTSPEC_CACHE/kernels/              the cpu engine's compiled kernels (cpu-kernels-<hash>.so)
 
 Every artifact directory carries manifest.json: what it is, the tool versions, the settings and
 the sha256 of its inputs. `atomic_dir()` writes into a temporary sibling and renames it into
@@ -56,7 +56,7 @@ def linear_timings_file() -> Path:
 
 
 def kernels_dir() -> Path:
-    """Compiled cpu kernels (trtspec.runtime.rowdot), one file per source and compiler flags."""
+    """Compiled cpu kernels (trtspec.runtime.native), one file per sources and compiler flags."""
     return cache_root() / "kernels"
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from trtspec.runtime import rowdot
+from trtspec.runtime import native
 from trtspec.testing.tiny import make_tiny_llama
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -102,7 +102,7 @@ def test_linear_kernels_table_has_both_kernels_for_every_layer():
     assert all(float(r[3]) > 0 and r[6].strip() in {"1", "2", "4", "8", "-"} for r in rows)
 
 
-@pytest.mark.skipif(not rowdot.available(), reason="the row kernel cannot be built here")
+@pytest.mark.skipif(not native.available(), reason="the row kernel cannot be built here")
 def test_linear_sequence_table_compares_the_row_kernel_with_onednn():
     result = _python("bench_linear_sequence.py", "--threads", "1", "--rows", "1,8", "--rounds", "1", "--layers", "1")
     assert result.returncode == 0, result.stderr[-2000:]

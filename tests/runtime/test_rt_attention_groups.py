@@ -5,7 +5,8 @@ A decode batch's sequences whose rows share a key window are attended together: 
 per-sequence matrix products, with padding, scale, bias, softmax and the scatter back done once
 for the group; members evenly spaced in the pool (lanes) share one product per key head.
 Bit-for-bit equality with each sequence's own one-entry layout is the contract; the end-to-end
-invariance tests (test_rt_batch_invariance.py) check it through the model.
+invariance tests (test_rt_batch_invariance.py) check it through the model. This is torch's
+attention route (TRTSPEC_CPU_ATTENTION=torch, or where the compiled kernels cannot be built).
 """
 
 from __future__ import annotations
@@ -18,6 +19,12 @@ from trtspec.runtime.attention_strided import StridedGroup
 from trtspec.runtime.paged import BlockAllocator, BlockTable, KVPool, SeqKV
 
 HEADS, KV_HEADS, HEAD_DIM = 9, 3, 64
+
+
+@pytest.fixture(autouse=True)
+def _torch_products(monkeypatch):
+    """Groups are torch's route; the compiled attention (test_rt_attention_kernel.py) takes none."""
+    monkeypatch.setenv("TRTSPEC_CPU_ATTENTION", "torch")
 
 
 def _pool_with_sequences(lengths, scattered=(), gaps=None):

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 import pytest
 import torch
 
-from trtspec.runtime import rowdot
+from trtspec.runtime import native
 from trtspec.runtime.linear_choice import KERNELS
 from trtspec.runtime.prepack import available, prepack_linears
 
@@ -52,8 +52,8 @@ def test_a_packed_linear_row_is_the_same_at_any_row_count(shape, threads, kernel
     with _threads(threads):
         if kernels == ("mkl",) and _mkl_rows_alike(*shape) is None:
             pytest.skip(f"MKL's rows round alike at no row count up to 8 at {threads} threads here")
-        if kernels == ("rowdot",) and not rowdot.available():
-            pytest.skip(f"the row kernel is not available here: {rowdot.unavailable()}")
+        if kernels == ("rowdot",) and not native.available():
+            pytest.skip(f"the row kernel is not available here: {native.unavailable()}")
         model = torch.nn.Sequential(torch.nn.Linear(*shape, bias=False))
         prepack_linears(model, kernels)
         assert model[0].kernel in kernels
@@ -96,11 +96,22 @@ def _attend_alone_and_in_passes(heads, kv_heads, head_dim):
                 yield (heads, past, rows, row), run(past + row, 1)[0], chunk[row]
 
 
+ROUTES = ["kernel", "torch"]  # attention compiled (trtspec.runtime.attention_kernel) or torch's products
+
+
+def _route(monkeypatch, route: str) -> None:
+    if route == "kernel" and not native.available():
+        pytest.skip(f"the compiled attention is not available here: {native.unavailable()}")
+    monkeypatch.setenv("TRTSPEC_CPU_ATTENTION", route)
+
+
+@pytest.mark.parametrize("route", ROUTES)
 @pytest.mark.parametrize("threads", [1, 2])
-def test_an_attention_row_is_the_same_at_any_width_and_key_length(threads):
+def test_an_attention_row_is_the_same_at_any_width_and_key_length(threads, route, monkeypatch):
     """A query row at position p: alone (one row) equals the same row among 2..200 rows of one
     pass (a chain to verify, a prompt chunk), crossing key windows, for grouped (3 and 2 query
-    heads per key head) and plain heads, head sizes 16 and 64."""
+    heads per key head) and plain heads, head sizes 16 and 64; on both attention routes."""
+    _route(monkeypatch, route)
     torch.manual_seed(0)
     with _threads(threads):
         for shape in ((9, 3, 64), (4, 2, 16), (4, 4, 16)):
@@ -147,13 +158,16 @@ def _alone(model, allocator, pool, prompt, steps):
     return torch.stack(rows)
 
 
-@pytest.mark.parametrize("kernels,threads", [(KERNELS, None), (("onednn",), None), (("mkl",), 1)],
-                         ids=["chosen", "onednn", "mkl-1-thread"])
-def test_a_sequence_is_bitwise_the_same_alone_and_batched(tiny_llama, kernels, threads):
+@pytest.mark.parametrize("kernels,threads,route", [(KERNELS, None, "kernel"), (("onednn",), None, "torch"),
+                                                  (KERNELS, None, "torch"), (("mkl",), 1, "kernel")],
+                         ids=["chosen", "onednn-torch-attention", "torch-attention", "mkl-1-thread"])
+def test_a_sequence_is_bitwise_the_same_alone_and_batched(tiny_llama, kernels, threads, route, monkeypatch):
     """Three sequences together, prompts in chunks of 5, then verify passes of 4 tokens (their own
     greedy continuation, so all accepted), one of them on scattered blocks: every logits row
     equals the row the sequence gets alone decoding one token at a time. Also with every linear
-    layer on oneDNN (the default where the row kernel cannot be built) and on MKL at one thread (where this machine's probe admits MKL: 4 rows a call on the AVX2 EPYC)."""
+    layer on oneDNN and attention on torch's products (where the compiled kernels cannot be
+    built), attention alone on torch's products, and every linear layer on MKL at one thread (where this machine's probe admits MKL: 4 rows a call on the AVX2 EPYC)."""
+    _route(monkeypatch, route)
     with _threads(threads or torch.get_num_threads()):
         model, allocator, pool = _paged_target(tiny_llama, kernels)
         linears = [m for m in model.modules() if type(m).__name__ == "PackedLinear"]

@@ -1,6 +1,7 @@
 """The row kernel (trtspec.runtime.rowdot): F.linear's numbers up to rounding, every row the same
 at any row count and any thread count (by construction, checked here bit for bit), built once per
-source into the kernels cache, and a clear reason where it cannot be used."""
+source into the kernels cache (with the attention kernel: trtspec.runtime.native), and a clear
+reason where it cannot be used."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ import sys
 import pytest
 import torch
 
-from trtspec.runtime import rowdot
+from trtspec.runtime import native, rowdot
 
-needs_kernel = pytest.mark.skipif(not rowdot.available(), reason=f"row kernel unavailable: {rowdot.unavailable()}")
+needs_kernel = pytest.mark.skipif(not native.available(), reason=f"row kernel unavailable: {native.unavailable()}")
 
 
 @needs_kernel
@@ -64,11 +65,11 @@ def _python(code: str, **env: str) -> subprocess.CompletedProcess:
 
 @needs_kernel
 def test_it_is_built_once_into_the_kernels_cache(tmp_path):
-    code = "from trtspec.runtime import rowdot; print(rowdot.available(), rowdot.library()._name)"
+    code = "from trtspec.runtime import native; print(native.available(), native.library()._name)"
     first = _python(code, TRTSPEC_CACHE=str(tmp_path))
     assert first.returncode == 0 and first.stdout.split()[0] == "True", first.stderr[-2000:]
     built = list((tmp_path / "kernels").iterdir())
-    assert [p.name for p in built] == [f"rowdot-{rowdot.digest()}.so"]  # nothing half-written beside it
+    assert [p.name for p in built] == [f"cpu-kernels-{native.digest()}.so"]  # nothing half-written beside it
     stamp = built[0].stat()
     again = _python(code, TRTSPEC_CACHE=str(tmp_path))
     assert again.stdout.split() == first.stdout.split()
@@ -78,9 +79,9 @@ def test_it_is_built_once_into_the_kernels_cache(tmp_path):
 
 def test_without_a_compiler_it_says_why_and_the_engine_keeps_onednn(tmp_path):
     code = ("import torch\n"
-            "from trtspec.runtime import rowdot\n"
+            "from trtspec.runtime import native\n"
             "from trtspec.runtime.prepack import prepack_linears\n"
-            "print(rowdot.unavailable())\n"
+            "print(native.unavailable())\n"
             "model = torch.nn.Sequential(torch.nn.Linear(16, 8))\n"
             "prepack_linears(model)\n"
             "print('kernel', model[0].kernel)\n")

@@ -73,6 +73,7 @@ class Layout:
     pool: Any = None
     min_rows: int = 2  # rows per matrix product, at least (trtspec.runtime.gemm_rows)
     groups: list[Any] | None = None  # Group / StridedGroup, built by the first layer that attends (it knows the head counts)
+    kernel_rows: Any = None  # attention_kernel.KernelRows, False for torch's products; set by the first layer
 
     @classmethod
     def build(cls, kvs: list[SeqKV], lengths: list[int], masks: list[Any]) -> Layout:
@@ -111,6 +112,12 @@ class Layout:
         """# query: [1, heads, T, head_dim]; key, value: [1, kv_heads, T, head_dim] (new rows)
         Returns [1, T, heads, head_dim], as transformers' attention functions do."""
         self.pool.write(layer, self.write_slots, key[0], value[0])
+        if self.kernel_rows is None:
+            from trtspec.runtime.attention_kernel import KernelRows
+
+            self.kernel_rows = KernelRows.build(self, query) or False
+        if self.kernel_rows:
+            return self.kernel_rows.attend(self.pool, layer, query, scaling)
         if len(self.entries) == 1 and len(self.entries[0].segments) == 1:  # one sequence, one window
             entry = self.entries[0]
             keys, values = self.pool.read(layer, entry.kv.table, entry.segments[0].keys, entry.gather)

@@ -129,9 +129,9 @@ def _version(kernel: str) -> str:
     """The kernel's name in a timing's key; the row kernel's with its build (a changed source is timed anew)."""
     if kernel != ROWDOT:
         return kernel
-    from trtspec.runtime import rowdot
+    from trtspec.runtime import native
 
-    return f"{kernel} {rowdot.digest()}"
+    return f"{kernel} {native.digest()}"
 
 
 @cache

@@ -96,16 +96,16 @@ def _without_missing_row_kernel(kernels: tuple[str, ...]) -> tuple[str, ...]:
     said once on stderr (decoding is slower), and an error when nothing is left."""
     import sys
 
-    from trtspec.runtime import rowdot
+    from trtspec.runtime import native
 
-    why = rowdot.unavailable() if ROWDOT in kernels else None
+    why = native.unavailable() if ROWDOT in kernels else None
     if why is None:
         return kernels
     left = tuple(name for name in kernels if name != ROWDOT)
     if not left:
         raise ValueError(f"the row kernel was the only kernel asked for and cannot run here: {why}")
-    print(f"trtspec: linear layers run on oneDNN, not the row kernel: {why} (install g++ for faster "
-          "cpu decoding)", file=sys.stderr)
+    print(f"trtspec: linear layers run on oneDNN, not the row kernel, and attention on torch's products: {why} "
+          "(install g++ for faster cpu decoding)", file=sys.stderr)
     return left
 
 

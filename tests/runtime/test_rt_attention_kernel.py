@@ -1,0 +1,137 @@
+"""The compiled attention (trtspec.runtime.attention_kernel, paged_attend.cpp): torch's attention
+to float rounding, and every row bit for bit the same alone and in any batch, at any thread count.
+
+The end-to-end checks (a sequence alone and batched through the model, speculative greedy against
+the target alone) run on it too: it is the engine's route wherever the library builds.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from trtspec.runtime import native
+from trtspec.runtime.attention import Layout
+from trtspec.runtime.paged import BlockAllocator, BlockTable, KVPool, SeqKV
+
+pytestmark = pytest.mark.skipif(not native.available(), reason=f"compiled kernels unavailable: {native.unavailable()}")
+
+BLOCK = 16
+
+
+def _sequences(lengths, kv_heads, head_dim, scattered=(), seed=0):
+    """A one-layer pool with random keys and values and a sequence per length, 16 blocks each
+    (those in `scattered` on every other block: read through a gather)."""
+    generator = torch.Generator().manual_seed(seed)
+    allocator = BlockAllocator(64 * len(lengths), BLOCK)
+    pool = KVPool(1, kv_heads, head_dim, 64 * len(lengths) * BLOCK)
+    pool.keys[0].copy_(torch.randn(pool.keys[0].shape, generator=generator))
+    pool.values[0].copy_(torch.randn(pool.values[0].shape, generator=generator))
+    kvs = []
+    for index, length in enumerate(lengths):
+        blocks = allocator.allocate(32)
+        blocks = blocks[::2] if index in scattered else blocks[:16]
+        kvs.append(SeqKV(pool, BlockTable(blocks, BLOCK), length))
+    return pool, kvs
+
+
+def _attend(monkeypatch, route, kvs, rows, masks, new, threads=None):
+    monkeypatch.setenv("TRTSPEC_CPU_ATTENTION", route)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads or before)
+    try:
+        layout = Layout.build(kvs, rows, masks)
+        out = layout.attend(0, *new, 0.125)[0]
+    finally:
+        torch.set_num_threads(before)
+    assert (layout.kernel_rows is not False) == (route == "kernel")
+    return out
+
+
+def _new_rows(total, heads, kv_heads, head_dim, seed=1):
+    generator = torch.Generator().manual_seed(seed)
+    return (torch.randn(1, heads, total, head_dim, generator=generator),
+            torch.randn(1, kv_heads, total, head_dim, generator=generator),
+            torch.randn(1, kv_heads, total, head_dim, generator=generator))
+
+
+@pytest.mark.parametrize("shape", [(9, 3, 64), (4, 2, 16), (4, 4, 8), (8, 1, 32), (5, 1, 8)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_it_equals_torch_attention_to_rounding(monkeypatch, shape):
+    """Decode rows, a 5-token verify pass, a 40-row prompt chunk crossing a key window and a fresh
+    prompt, one sequence on scattered blocks; query heads per key head 3, 2, 1, 8 (two passes of
+    4) and 5 (4 + 1)."""
+    lengths, rows = [70, 10, 130, 60, 0], [1, 5, 1, 40, 7]
+    total = sum(rows)
+    new = _new_rows(total, *shape)
+    results = {}
+    for route in ("torch", "kernel"):
+        pool, kvs = _sequences(lengths, *shape[1:], scattered=(2,))
+        results[route] = _attend(monkeypatch, route, kvs, rows, [None] * len(rows), new)
+    torch.testing.assert_close(results["kernel"], results["torch"], rtol=1e-5, atol=1e-5)
+
+
+def test_tree_masks_equal_torch_attention(monkeypatch):
+    """Rows that see keys with holes (a static draft tree's verify pass): the bias carries the
+    mask, as on torch's route."""
+    past, rows = 50, 4
+    mask = torch.zeros(rows, past + rows, dtype=torch.bool)
+    mask[:, :past] = True
+    for row, ancestors in enumerate(([0], [0, 1], [0, 2], [0, 2, 3])):
+        mask[row, [past + a for a in ancestors]] = True
+    new = _new_rows(rows, 9, 3, 64)
+    results = {}
+    for route in ("torch", "kernel"):
+        pool, kvs = _sequences([past], 3, 64)
+        results[route] = _attend(monkeypatch, route, kvs, [rows], [mask], new)
+    torch.testing.assert_close(results["kernel"], results["torch"], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_a_row_is_the_same_alone_and_in_any_batch(monkeypatch, threads):
+    """Each sequence's rows alone (one sequence, at one thread) equal the same rows among five
+    sequences of mixed row counts (a chunk crossing a window, a verify pass, decode rows, a
+    scattered table) at 1, 2 and 3 threads: bit for bit."""
+    shape = (9, 3, 64)
+    lengths, rows = [70, 10, 130, 60, 100], [1, 5, 1, 40, 1]
+    new = _new_rows(sum(rows), *shape)
+    pool, kvs = _sequences(lengths, *shape[1:], scattered=(4,))
+    snapshot = [pool.keys[0].clone(), pool.values[0].clone()]
+    batched = _attend(monkeypatch, "kernel", kvs, rows, [None] * len(rows), new, threads)
+    start = 0
+    for kv, count, length in zip(kvs, rows, lengths, strict=True):
+        pool.keys[0].copy_(snapshot[0])
+        pool.values[0].copy_(snapshot[1])
+        part = slice(start, start + count)
+        alone = _attend(monkeypatch, "kernel", [SeqKV(pool, kv.table, length)], [count], [None],
+                        tuple(t[:, :, part] for t in new), 1)
+        assert torch.equal(batched[part], alone), (length, count)
+        start += count
+
+
+def test_masked_keys_get_exactly_zero_weight(monkeypatch):
+    """Keys past a row's position (the rest of its window) weigh nothing: values there as large
+    as 1e30 leave the output exactly as zeros there do (a weight of e^-88 instead of 0 would not)."""
+    new = _new_rows(1, 9, 3, 64)
+    outputs = []
+    for filler in (0.0, 1e30):
+        pool, kvs = _sequences([20], 3, 64)
+        slots = kvs[0].table.slots(21, 64)  # after the new row's slot (position 20), to the window's end
+        pool.values[0][:, slots] = filler
+        outputs.append(_attend(monkeypatch, "kernel", kvs, [1], [None], new))
+    assert torch.equal(outputs[0], outputs[1])
+
+
+def test_torch_route_where_the_kernel_does_not_apply(monkeypatch):
+    """TRTSPEC_CPU_ATTENTION=torch, a float64 batch or one that needs gradients: torch's products."""
+    from trtspec.runtime.attention_kernel import KernelRows
+
+    pool, kvs = _sequences([10], 3, 64)
+    layout = Layout.build(kvs, [1], [None])
+    query = torch.randn(1, 9, 1, 64)
+    monkeypatch.setenv("TRTSPEC_CPU_ATTENTION", "kernel")
+    assert KernelRows.build(layout, query) is not None
+    assert KernelRows.build(layout, query.double()) is None
+    assert KernelRows.build(layout, query.clone().requires_grad_()) is None
+    monkeypatch.setenv("TRTSPEC_CPU_ATTENTION", "torch")
+    assert KernelRows.build(layout, query) is None

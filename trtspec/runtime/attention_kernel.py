@@ -1,0 +1,98 @@
+"""Attention of a packed batch in one compiled call per layer (paged_attend.cpp, in the library
+trtspec.runtime.native builds): every sequence, every window, every head at once.
+
+Why (docs/BENCHMARKS.md, "Attention in one call"): torch's route (trtspec.runtime.attention's
+products per sequence, Group and StridedGroup) spends most of attention's time on calls, not
+arithmetic: ~8 ms of a decode step at one sequence and ~27 ms at eight on SmolLM2 (2-core AVX2
+AMD EPYC), growing with the batch. The kernel reads each row's keys in place from the pool (a
+slice, or the block table's slots) and writes the output rows directly.
+
+Batch invariance by construction: a row's output is one fixed order of operations over its own
+query, keys, values and bias (paged_attend.cpp), so it is the same alone, in any batch, in any
+window split, at any thread count; tests/runtime/test_rt_attention_kernel.py checks it bit for bit
+and against torch's attention to float rounding. Its numbers differ from torch's products in the
+last bits; the engine uses one route or the other, never both in one process.
+
+Used where the library runs and the batch is float32 inference with a head size and key windows
+of multiples of 8; TRTSPEC_CPU_ATTENTION=torch keeps torch's products (to compare the two).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+
+def wanted() -> bool:
+    """The kernel route, unless TRTSPEC_CPU_ATTENTION=torch or the library cannot run here."""
+    from trtspec.runtime import native
+
+    return os.environ.get("TRTSPEC_CPU_ATTENTION", "kernel") != "torch" and native.available()
+
+
+@dataclass
+class KernelRows:
+    """What every packed row of a forward reads, as the kernel's arrays; built once, used by every layer."""
+
+    base: Any        # [T] long: first pool slot of the row's keys when its table is one run, else -1
+    gather: Any      # [G] long: the slots of scattered tables, one run per such sequence (at least one element)
+    gather_at: Any   # [T] long: where the row's sequence's slots start in `gather`
+    key_counts: Any  # [T] long: keys the row reads (its window's end)
+    bias: Any        # [B] float: every segment's [rows, keys] bias, flattened one after another
+    bias_at: Any     # [T] long: where the row's [keys] bias starts in `bias`
+
+    @classmethod
+    def build(cls, layout: Any, query: Any) -> KernelRows | None:
+        """The rows of `layout`, or None where the kernel does not apply (the torch route then)."""
+        import torch
+
+        heads, total, head_dim = query.shape[1:]
+        pool = layout.pool
+        if (query.dtype != torch.float32 or query.requires_grad or head_dim % 8 or pool is None
+                or heads % pool.keys[0].shape[0] or not wanted()):
+            return None
+        base, gather_at, key_counts, bias_at, gathers, biases = [], [], [], [], [], []
+        gathered = biased = 0
+        for entry in layout.entries:
+            start = table_base = entry.kv.table.base
+            if table_base is None:
+                table_base, start = -1, gathered
+                gathers.append(entry.gather)
+                gathered += len(entry.gather)
+            for segment in entry.segments:
+                if segment.keys % 8:
+                    return None
+                rows = segment.last - segment.first
+                base += [table_base] * rows
+                gather_at += [start if table_base < 0 else 0] * rows
+                key_counts += [segment.keys] * rows
+                bias_at += range(biased, biased + rows * segment.keys, segment.keys)
+                biases.append(segment.bias.reshape(-1))
+                biased += rows * segment.keys
+        if len(base) != total:
+            raise AssertionError(f"the layout covers {len(base)} rows of a {total}-row batch")
+        longs = {"dtype": torch.long}
+        return cls(torch.tensor(base, **longs), torch.cat(gathers) if gathers else torch.zeros(1, **longs),
+                   torch.tensor(gather_at, **longs), torch.tensor(key_counts, **longs),
+                   torch.cat(biases).to(torch.float32).contiguous(), torch.tensor(bias_at, **longs))
+
+    def attend(self, pool: Any, layer: int, query: Any, scaling: float):
+        """# query: [1, heads, T, head_dim] -> [1, T, heads, head_dim] (as Layout.attend)"""
+        import torch
+
+        from trtspec.runtime import native
+
+        rows = query[0].transpose(0, 1)
+        if not rows.is_contiguous():
+            rows = rows.contiguous()
+        total, heads, head_dim = rows.shape
+        keys, values = pool.keys[layer], pool.values[layer]  # [kv_heads, head_dim, slots] (rows padded), [kv_heads, slots, head_dim]
+        kv_heads, _, slots = keys.shape
+        out = torch.empty(total, heads, head_dim, dtype=rows.dtype)
+        native.library().paged_attend(
+            rows.data_ptr(), total, heads, kv_heads, head_dim, keys.data_ptr(), keys.stride(1), values.data_ptr(),
+            slots, self.base.data_ptr(), self.gather.data_ptr(), self.gather_at.data_ptr(),
+            self.key_counts.data_ptr(), self.bias.data_ptr(), self.bias_at.data_ptr(), scaling, out.data_ptr(),
+            torch.get_num_threads())
+        return out.unsqueeze(0)
