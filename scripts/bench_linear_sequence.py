@@ -47,7 +47,7 @@ def main() -> None:
 
     import torch
 
-    from trtspec.runtime import native, rowdot
+    from trtspec.runtime import native
 
     torch.set_num_threads(args.threads)
     kernels = args.kernels.split(",")

@@ -6,11 +6,14 @@ per step what they cost at concurrency 1 (the linear layers as measured).
 
 Why: concurrency 8 over 1 through Triton stayed at 4.0-4.4x on an AVX2 CPU (docs/BENCHMARKS.md);
 this says which part of a step grows with the batch. Timers wrap PackedLinear.forward and
-Layout.attend (a perf_counter pair per call). With --compare-per-sequence-attention every repeat
-runs each cell twice, once with the decode groups' strided products (trtspec.runtime.attention_strided)
-and once with per-sequence products (Group), in alternating order, and prints the ratios.
+Layout.attend (a perf_counter pair per call). --attention names the attention routes to run, each
+cell once per route per repeat in alternating order, with the ratios of the first route to the
+others: kernel (compiled, trtspec.runtime.attention_kernel; the engine's default where it builds),
+strided (torch's products, decode groups in lanes: trtspec.runtime.attention_strided) and
+per-sequence (torch's products per sequence: Group).
 
     .venv/bin/python scripts/bench_step_costs.py --concurrency 1,8 --repeats 2 --requests-per-slot 8
+    .venv/bin/python scripts/bench_step_costs.py --attention kernel,strided --concurrency 1,8,16
 
 Needs the SmolLM2 cache (`trtspec models fetch smollm2`).
 """
@@ -53,12 +56,19 @@ class StepTimer:
         self.linear = self.attention = 0.0
 
 
-def per_sequence_attention(enabled: bool) -> None:
-    """Make decode groups multiply per sequence (Group) instead of in one strided product."""
+ROUTES = ("kernel", "strided", "per-sequence")
+
+
+def use_attention(route: str) -> None:
+    """Make the next forwards attend on `route` (read by every new Layout: no reload)."""
+    import os
+
     from trtspec.runtime import attention_strided
 
+    os.environ["TRTSPEC_CPU_ATTENTION"] = "kernel" if route == "kernel" else "torch"
     _LANES_SPACING.setdefault("spacing", attention_strided.spacing)
-    attention_strided.spacing = (lambda entries, members, kv_heads: None) if enabled else _LANES_SPACING["spacing"]
+    attention_strided.spacing = ((lambda entries, members, kv_heads: None) if route == "per-sequence"
+                                 else _LANES_SPACING["spacing"])
 
 
 _LANES_SPACING: dict = {}  # attention_strided.spacing as shipped, kept while it is switched off
@@ -82,49 +92,50 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--requests-per-slot", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--compare-per-sequence-attention", action="store_true")
+    parser.add_argument("--attention", default="kernel", help=f"routes to compare, of {', '.join(ROUTES)}")
     parser.add_argument("--json", action="store_true", help="print the cells as JSON too")
     args = parser.parse_args()
 
     from trtspec.runtime.threads import release_idle_openmp_team
 
     concurrencies = [int(c) for c in args.concurrency.split(",")]
+    variants = args.attention.split(",")
+    if not set(variants) <= set(ROUTES):
+        parser.error(f"--attention: routes are {', '.join(ROUTES)} (got {args.attention})")
     engine, prompts = heldback_engine(max(16, max(concurrencies)))
     timer = StepTimer()
     release_idle_openmp_team()  # this thread loaded the model; the engine loop does the work
     run_one = trtspec_contender(engine, args.max_tokens, speculative=False)
     closed_loop(run_one, prompts[:2], 2)  # warm-up
-    variants = [False, True] if args.compare_per_sequence_attention else [False]
-    cells: dict[tuple[bool, int], list[dict]] = {}
+    cells: dict[tuple[str, int], list[dict]] = {}
     for repeat in range(args.repeats):
-        for per_sequence in variants if repeat % 2 == 0 else variants[::-1]:
-            per_sequence_attention(per_sequence)
+        for route in variants if repeat % 2 == 0 else variants[::-1]:
+            use_attention(route)
             for concurrency in concurrencies:
                 work = [prompts[i % len(prompts)] for i in range(concurrency * args.requests_per_slot)]
                 timer.reset()
                 steps_before = engine.scheduler.stats.num_steps
                 wall, records = closed_loop(run_one, work, concurrency)
-                cells.setdefault((per_sequence, concurrency), []).append(
+                cells.setdefault((route, concurrency), []).append(
                     {"tokens_per_s": sum(r["tokens"] for r in records) / wall, "wall_s": wall,
                      "linear_s": timer.linear, "attention_s": timer.attention,
                      "steps": engine.scheduler.stats.num_steps - steps_before})
     engine.close()
     _report(cells, concurrencies, variants, args.repeats)
     if args.json:
-        print(json.dumps({f"{'per-sequence' if k[0] else 'strided'} c{k[1]}": v for k, v in cells.items()}))
+        print(json.dumps({f"{k[0]} c{k[1]}": v for k, v in cells.items()}))
 
 
 def _report(cells, concurrencies, variants, repeats) -> None:
     first = concurrencies[0]
-    for per_sequence in variants:
-        label = "per-sequence attention" if per_sequence else "strided attention"
-        print(f"## {label}")
+    for route in variants:
+        print(f"## {route} attention")
         print("| conc | tokens/s (repeats) | steps | linear ms/step | attention ms/step | rest ms/step | "
               f"c / c{first} (repeats) | if attention and rest cost as at c{first} |")
         print("|---:|---|---:|---:|---:|---:|---|---|")
         for concurrency in concurrencies:
-            runs = cells[(per_sequence, concurrency)]
-            refs = cells[(per_sequence, first)]
+            runs = cells[(route, concurrency)]
+            refs = cells[(route, first)]
             parts = []
             for run, ref in zip(runs, refs, strict=True):
                 steps, ref_steps = run["steps"], ref["steps"]
@@ -141,11 +152,11 @@ def _report(cells, concurrencies, variants, repeats) -> None:
             print(f"| {concurrency} | {rates} | {statistics.median(r['steps'] for r in runs):.0f} | "
                   f"{per_step['linear']:.1f} | {per_step['attention']:.1f} | {per_step['rest']:.1f} | "
                   f"{', '.join(f'{a:.2f}' for a, _ in parts)} | {', '.join(f'{b:.2f}' for _, b in parts)} |")
-    if len(variants) == 2:
+    for other in variants[1:]:
         for concurrency in concurrencies:
             ratios = [a["tokens_per_s"] / b["tokens_per_s"]
-                      for a, b in zip(cells[(False, concurrency)], cells[(True, concurrency)], strict=True)]
-            print(f"strided / per-sequence at {concurrency}: {statistics.median(ratios):.3f} "
+                      for a, b in zip(cells[(variants[0], concurrency)], cells[(other, concurrency)], strict=True)]
+            print(f"{variants[0]} / {other} at {concurrency}: {statistics.median(ratios):.3f} "
                   f"({', '.join(f'{r:.3f}' for r in ratios)})")
     print(f"{repeats} repeats")
 
