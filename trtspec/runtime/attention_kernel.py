@@ -61,7 +61,7 @@ class KernelRows:
                 gathers.append(entry.gather)
                 gathered += len(entry.gather)
             for segment in entry.segments:
-                if segment.keys % 8:
+                if segment.keys % 8 or segment.keys > entry.kv.table.capacity:  # the kernel reads every key it is given
                     return None
                 rows = segment.last - segment.first
                 base += [table_base] * rows
