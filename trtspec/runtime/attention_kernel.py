@@ -50,7 +50,7 @@ class KernelRows:
         heads, total, head_dim = query.shape[1:]
         pool = layout.pool
         if (query.dtype != torch.float32 or query.requires_grad or head_dim % 8 or pool is None
-                or heads % pool.keys[0].shape[0] or not wanted()):
+                or pool.keys[0].dtype != torch.float32 or heads % pool.keys[0].shape[0] or not wanted()):
             return None
         base, gather_at, key_counts, bias_at, gathers, biases = [], [], [], [], [], []
         gathered = biased = 0

@@ -59,7 +59,8 @@ inline __m256 exp_nonpositive(__m256 x) {
   return _mm256_andnot_ps(underflow, result);
 }
 
-// Eight keys from j: one vector load when their slots are a run, else gathered.
+// Eight keys from j: one vector load when the sequence's slots are one run (base >= 0), else one by one
+// through its block table's slots.
 inline __m256 load_keys(const float* row, int64_t base, const int64_t* slot_of, int64_t j) {
   if (base >= 0) return _mm256_loadu_ps(row + base + j);
   alignas(32) float picked[8];
