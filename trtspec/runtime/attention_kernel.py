@@ -55,7 +55,7 @@ class KernelRows:
         base, gather_at, key_counts, bias_at, gathers, biases = [], [], [], [], [], []
         gathered = biased = 0
         for entry in layout.entries:
-            start = table_base = entry.kv.table.base
+            table_base, start = entry.kv.table.base, 0
             if table_base is None:
                 table_base, start = -1, gathered
                 gathers.append(entry.gather)
@@ -65,7 +65,7 @@ class KernelRows:
                     return None
                 rows = segment.last - segment.first
                 base += [table_base] * rows
-                gather_at += [start if table_base < 0 else 0] * rows
+                gather_at += [start] * rows
                 key_counts += [segment.keys] * rows
                 bias_at += range(biased, biased + rows * segment.keys, segment.keys)
                 biases.append(segment.bias.reshape(-1))
@@ -75,7 +75,7 @@ class KernelRows:
         longs = {"dtype": torch.long}
         return cls(torch.tensor(base, **longs), torch.cat(gathers) if gathers else torch.zeros(1, **longs),
                    torch.tensor(gather_at, **longs), torch.tensor(key_counts, **longs),
-                   torch.cat(biases).to(torch.float32).contiguous(), torch.tensor(bias_at, **longs))
+                   torch.cat(biases).to(torch.float32), torch.tensor(bias_at, **longs))
 
     def attend(self, pool: Any, layer: int, query: Any, scaling: float):
         """# query: [1, heads, T, head_dim] -> [1, T, heads, head_dim] (as Layout.attend)"""
