@@ -22,17 +22,19 @@ needs_kernel = pytest.mark.skipif(not native.available(), reason=f"row kernel un
                          ids=["tiny", "odd", "kv", "down", "tails"])
 @pytest.mark.parametrize("bias", [False, True])
 def test_it_computes_f_linear(shape, bias):
-    """Inputs that are not a multiple of 8 and outputs that are not a multiple of 4 take the tails."""
+    """Inputs that are not a multiple of 8 and outputs that are not a multiple of the packed group
+    (3 weight rows) take the tails."""
     generator = torch.Generator().manual_seed(0)
     in_features, out_features = shape
     weight = torch.randn(out_features, in_features, generator=generator)
     b = torch.randn(out_features, generator=generator) if bias else None
     x = torch.randn(2, 5, in_features, generator=generator)
-    out = rowdot.linear(x, weight, b)
+    packed = rowdot.pack(weight)
+    out = rowdot.linear(x, packed, b)
     assert out.shape == (2, 5, out_features)
     torch.testing.assert_close(out, torch.nn.functional.linear(x, weight, b), rtol=1e-5, atol=1e-4)
     strided = x.transpose(0, 1)  # not contiguous: copied first
-    torch.testing.assert_close(rowdot.linear(strided, weight, b), torch.nn.functional.linear(strided, weight, b),
+    torch.testing.assert_close(rowdot.linear(strided, packed, b), torch.nn.functional.linear(strided, weight, b),
                                rtol=1e-5, atol=1e-4)
 
 
@@ -43,19 +45,42 @@ def test_a_row_is_the_same_alone_among_others_and_on_any_thread_count(shape):
     generator = torch.Generator().manual_seed(1)
     weight = torch.randn(out_features, in_features, generator=generator)
     x = torch.randn(300, in_features, generator=generator)
+    packed = rowdot.pack(weight)
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        alone = [rowdot.linear(x[r:r + 1], weight) for r in (0, 2, 299)]
+        alone = [rowdot.linear(x[r:r + 1], packed) for r in (0, 2, 299)]
         for threads in (1, 2, 3):
             torch.set_num_threads(threads)
-            for rows in (2, 3, 4, 5, 8, 9, 64, 100, 300):
-                batch = rowdot.linear(x[:rows], weight)
+            for rows in (2, 3, 4, 5, 7, 8, 9, 16, 17, 64, 65, 100, 300):  # chunks of 4 or 8, slabs of 64
+                batch = rowdot.linear(x[:rows], packed)
                 for index, r in enumerate((0, 2, 299)):
                     if r < rows:
                         assert torch.equal(batch[r:r + 1], alone[index]), (threads, rows, r)
     finally:
         torch.set_num_threads(before)
+
+
+@needs_kernel
+def test_an_avx2_only_build_gives_the_same_numbers(tmp_path):
+    """Where the CPU has AVX-512VL the library is built for 32 vector registers (8 input rows a
+    pass), elsewhere for 16 (4 rows a pass): each output's arithmetic is the same, so are its bits.
+    The AVX2-only build is made here by hiding the CPU's AVX-512 flags from native.py."""
+    code = ("import sys, torch\n"
+            "from trtspec.runtime import native, rowdot\n"
+            "native._cpu_flags = lambda: {'avx2', 'fma'}\n"
+            "assert '-mavx512vl' not in native.flags() and native.available(), native.unavailable()\n"
+            "generator = torch.Generator().manual_seed(2)\n"
+            "weight, x = torch.randn(577, 1537, generator=generator), torch.randn(300, 1537, generator=generator)\n"
+            "torch.save([rowdot.linear(x[:rows], rowdot.pack(weight)) for rows in (1, 5, 9, 16, 300)], sys.argv[1])\n")
+    out = tmp_path / "avx2.pt"
+    result = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "TRTSPEC_CACHE": str(tmp_path)})
+    assert result.returncode == 0, result.stderr[-2000:]
+    generator = torch.Generator().manual_seed(2)
+    weight, x = torch.randn(577, 1537, generator=generator), torch.randn(300, 1537, generator=generator)
+    here = [rowdot.linear(x[:rows], rowdot.pack(weight)) for rows in (1, 5, 9, 16, 300)]
+    assert all(torch.equal(a, b) for a, b in zip(torch.load(out), here, strict=True))
 
 
 def _python(code: str, **env: str) -> subprocess.CompletedProcess:

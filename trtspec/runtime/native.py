@@ -29,16 +29,22 @@ from typing import Any
 SOURCES = tuple(Path(__file__).with_name(name) for name in ("rowdot.cpp", "paged_attend.cpp"))
 # -ffp-contract=off: a scalar tail must not become an FMA in some instantiations and not others
 FLAGS = ("-O3", "-mavx2", "-mfma", "-ffp-contract=off", "-fopenmp", "-fPIC", "-shared")
+# where the CPU has them: 32 vector registers for the row kernel's sums (the same 8-lane arithmetic,
+# so the same numbers; rowdot.cpp), and no 512-bit vectors in code the compiler vectorizes itself
+WIDE_REGISTERS = ("-mavx512f", "-mavx512vl", "-mprefer-vector-width=256")
 _WHY: list[str] = []  # why the library is unavailable, once known
 
 _POINTER, _INT64, _INT, _FLOAT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
-_SIGNATURES = {
-    # x, rows, in_features, weight, out_features, bias, y, threads
-    "rowdot_linear": [_POINTER, _INT64, _INT64, _POINTER, _INT64, _POINTER, _POINTER, _INT],
+_SIGNATURES = {  # name: (argument types, result type)
+    "rowdot_group": ([], _INT),
+    # weight, out_features, in_features, packed
+    "rowdot_pack": ([_POINTER, _INT64, _INT64, _POINTER], None),
+    # x, rows, in_features, packed weight, out_features, bias, y, threads
+    "rowdot_linear": ([_POINTER, _INT64, _INT64, _POINTER, _INT64, _POINTER, _POINTER, _INT], None),
     # query, rows, heads, kv_heads, head_dim, keys, key_row, values, slots, base, gather, gather_at,
     # key_counts, bias, bias_at, scaling, out, threads
-    "paged_attend": [_POINTER, _INT64, _INT64, _INT64, _INT64, _POINTER, _INT64, _POINTER, _INT64, _POINTER,
-                     _POINTER, _POINTER, _POINTER, _POINTER, _POINTER, _FLOAT, _POINTER, _INT],
+    "paged_attend": ([_POINTER, _INT64, _INT64, _INT64, _INT64, _POINTER, _INT64, _POINTER, _INT64, _POINTER,
+                      _POINTER, _POINTER, _POINTER, _POINTER, _POINTER, _FLOAT, _POINTER, _INT], None),
 }
 
 
@@ -65,9 +71,9 @@ def library() -> Any:
         lib = ctypes.CDLL(str(path))
     except (OSError, RuntimeError) as error:
         return _unusable(str(error))
-    for name, argtypes in _SIGNATURES.items():
+    for name, (argtypes, restype) in _SIGNATURES.items():
         function = getattr(lib, name)
-        function.argtypes, function.restype = argtypes, None
+        function.argtypes, function.restype = argtypes, restype
     return lib
 
 
@@ -75,7 +81,13 @@ def library() -> Any:
 def digest() -> str:
     """What a build and its timings are valid for: the sources, the compiler and the flags."""
     sources = b"".join(source.read_bytes() for source in SOURCES)
-    return hashlib.sha256(sources + " ".join((_compiler(), *FLAGS)).encode()).hexdigest()[:16]
+    return hashlib.sha256(sources + " ".join((_compiler(), *flags())).encode()).hexdigest()[:16]
+
+
+@cache
+def flags() -> tuple[str, ...]:
+    """The compiler flags for this CPU."""
+    return FLAGS + (WIDE_REGISTERS if {"avx512f", "avx512vl"} <= _cpu_flags() else ())
 
 
 def _compiler() -> str:
@@ -114,7 +126,7 @@ def _built() -> Path:
     handle, partial = tempfile.mkstemp(suffix=".so", prefix=".cpu-kernels-", dir=folder)
     os.close(handle)
     try:
-        subproc.run([_compiler(), *FLAGS, *map(str, SOURCES), "-o", partial], timeout=120)
+        subproc.run([_compiler(), *flags(), *map(str, SOURCES), "-o", partial], timeout=120)
         if target is None:
             return Path(partial)
         os.replace(partial, target)  # loaders see no library or a whole one

@@ -28,8 +28,8 @@ Where the row kernel cannot be built, one line on stderr says why.
 
 Contract: `prepack_linears(model)` replaces every float32 `nn.Linear` of `model` with a
 `PackedLinear` that shares the original weight and bias Parameters (state_dict, tied embeddings
-and anything reading `.weight` are unchanged) and, where oneDNN runs it, keeps one packed copy for
-its forward (so those linear weights take twice the memory). Results equal `F.linear` up to float32
+and anything reading `.weight` are unchanged) and keeps one packed copy in the layout of the kernel
+that runs it, oneDNN's or the row kernel's (so those linear weights take twice the memory). Results equal `F.linear` up to float32
 rounding (logits differ by ~1e-5). Inference only: the packed copy does not follow later changes to
 the weight and gets no gradient. Where oneDNN is missing it changes nothing and returns 0.
 """
@@ -119,15 +119,16 @@ def _packed_linear_class():
 
     class PackedLinear(torch.nn.Module):
         """nn.Linear's forward on the kernel chosen for this layer on this CPU (linear_choice.py):
-        oneDNN on a packed copy of the same weight, the row kernel (rowdot.py) or MKL's F.linear on
-        the weight itself."""
+        oneDNN or the row kernel (rowdot.py) on its own packed copy of the same weight, or MKL's
+        F.linear on the weight itself."""
 
         def __init__(self, linear: torch.nn.Linear, kernels: tuple[str, ...] = KERNELS):
             super().__init__()
             self.in_features, self.out_features = linear.in_features, linear.out_features
             self.weight = linear.weight
             self.bias = linear.bias
-            self.packed = None
+            self.packed = None  # oneDNN's copy of the weight, while oneDNN runs the layer
+            self.rowdot_weight = None  # the row kernel's copy (rowdot.pack), while the row kernel runs it
             self.choose(kernels)
 
         def choose(self, kernels: tuple[str, ...]) -> str:
@@ -137,8 +138,9 @@ def _packed_linear_class():
             with torch.no_grad():
                 if ONEDNN in kernels and self.packed is None:
                     self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), PACKED_FOR_ROWS)
-                calls = {name: (lambda x, name=name: self._call(name, x)) for name in kernels
-                         if name != ROWDOT or self.weight.is_contiguous()}
+                if ROWDOT in kernels and self.rowdot_weight is None:
+                    self.rowdot_weight = rowdot.pack(self.weight)
+                calls = {name: (lambda x, name=name: self._call(name, x)) for name in kernels}
                 shape = (self.in_features, self.out_features, self.bias is not None)
                 self.kernel, fewest = choose(calls, self.in_features, shape)
             # no count rounds alike: the most rows probed (batch invariance is then not promised,
@@ -147,13 +149,15 @@ def _packed_linear_class():
             self.min_rows = fewest or ROW_COUNTS[-1]
             if self.kernel != ONEDNN:
                 self.packed = None
+            if self.kernel != ROWDOT:
+                self.rowdot_weight = None
             return self.kernel
 
         def _call(self, kernel: str, x):
             if kernel == ONEDNN:
                 return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
             if kernel == ROWDOT:
-                return rowdot.linear(x, self.weight, self.bias)
+                return rowdot.linear(x, self.rowdot_weight, self.bias)
             return torch.nn.functional.linear(x, self.weight, self.bias)
 
         def forward(self, x):
