@@ -10,8 +10,9 @@ default thread count the engine decoded a lone request at 0.70x HF transformers'
 
 The row kernel, where it can be built (x86-64 with AVX2 and FMA, a C++ compiler), ran SmolLM2's
 linear layers in sequence on the AVX2 EPYC in 0.61-0.71 of oneDNN's time at one row and 0.59-0.64
-at 8 rows, 0.98-1.12 at 64 and 1.23-1.30 at 256 (docs/BENCHMARKS.md, "A row kernel"): it is the
-default where it builds, since decode rows are most of a served step.
+at 8 rows, 0.98-1.12 at 64 and 1.23-1.30 at 256 (docs/BENCHMARKS.md, "A row kernel"); on packed
+weights, on a 2-core AVX-512 EPYC, 0.61 at one row, 0.68 at 8, 0.80 at 16, 0.96 at 64 and 1.23 at
+256 ("Packed weights"): it is the default where it builds, since decode rows are most of a served step.
 
 A kernel is a candidate for a layer only where its rows round alike (the batch-invariance probe,
 trtspec.runtime.gemm_rows.fewest_rows_alike, at one thread and at the current count): a lone row
