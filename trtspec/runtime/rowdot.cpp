@@ -7,7 +7,7 @@
 // GROUP weight rows interleaved eight floats at a time. Every input row of a call (up to ROWS at a
 // time, the rest in further chunks while the group's weights sit in L1) meets a group's weights in
 // one pass. On a 2-core AVX-512 AMD EPYC this read SmolLM2's 211 layers in sequence at 8 rows in
-// about the time of one row (0.6 of the unpacked kernel's time at 8 rows, 0.75 at 1 row).
+// about the time of one row (0.65 of the unpacked kernel's time at 8 rows, 0.84 at 1 row).
 //
 // Batch-invariant by construction: an output's sum runs over k in the same order (eight lanes of
 // k modulo 8, then a fixed horizontal sum, then the scalar tail, then the bias) whichever rows

@@ -3,8 +3,8 @@ engine's compiled library (trtspec.runtime.native).
 
 Why: decoding's linear layers take 1 to 16 rows, where the time is reading the weights. Packed once
 at load (`pack`: a few weight rows interleaved, read as one prefetched stream), SmolLM2's 211
-layers in sequence took on a 2-core AVX-512 AMD EPYC about the same time at 8 rows as at one, 0.6
-of the unpacked row kernel's time at 8 rows and 0.75 at one (docs/BENCHMARKS.md, "Packed weights").
+layers in sequence took on a 2-core AVX-512 AMD EPYC about the same time at 8 rows as at one,
+0.65 of the unpacked row kernel's time at 8 rows and 0.84 at one (docs/BENCHMARKS.md, "Packed weights").
 Every row of a call rounds as it would alone, at any thread count, by construction.
 trtspec.runtime.linear_choice makes it the default kernel where the library builds; oneDNN or MKL
 take a layer from it only where they measure clearly faster.
