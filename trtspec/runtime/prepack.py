@@ -28,10 +28,10 @@ Where the row kernel cannot be built, one line on stderr says why.
 
 Contract: `prepack_linears(model)` replaces every float32 `nn.Linear` of `model` with a
 `PackedLinear` that shares the original weight and bias Parameters (state_dict, tied embeddings
-and anything reading `.weight` are unchanged) and keeps one packed copy in the layout of the kernel
-that runs it, oneDNN's or the row kernel's (so those linear weights take twice the memory). Results equal `F.linear` up to float32
-rounding (logits differ by ~1e-5). Inference only: the packed copy does not follow later changes to
-the weight and gets no gradient. Where oneDNN is missing it changes nothing and returns 0.
+and anything reading `.weight` are unchanged) and keeps one packed copy in the layout of the
+kernel that runs it, oneDNN's or the row kernel's (so those linear weights take twice the memory).
+Results equal `F.linear` up to float32 rounding (logits differ by ~1e-5). Inference only: the
+packed copy does not follow later changes to the weight and gets no gradient. Where oneDNN is missing it changes nothing and returns 0.
 """
 
 from __future__ import annotations

@@ -32,11 +32,10 @@ def pack(weight: Any) -> Packed:
     """The row kernel's copy of `weight` [out_features, in_features] (float32)."""
     import torch
 
-    weight = weight.detach().contiguous()
-    group = native.library().rowdot_group()
-    rows = -(-weight.shape[0] // group) * group
-    data = torch.empty(rows, weight.shape[1], dtype=weight.dtype)
-    native.library().rowdot_pack(weight.data_ptr(), weight.shape[0], weight.shape[1], data.data_ptr())
+    weight, library = weight.detach().contiguous(), native.library()
+    group = library.rowdot_group()
+    data = torch.empty(-(-weight.shape[0] // group) * group, weight.shape[1], dtype=weight.dtype)
+    library.rowdot_pack(weight.data_ptr(), weight.shape[0], weight.shape[1], data.data_ptr())
     return Packed(data, weight.shape[0])
 
 
