@@ -135,3 +135,35 @@ def test_torch_route_where_the_kernel_does_not_apply(monkeypatch):
     assert KernelRows.build(layout, query.clone().requires_grad_()) is None
     monkeypatch.setenv("TRTSPEC_CPU_ATTENTION", "torch")
     assert KernelRows.build(layout, query) is None
+
+
+@pytest.mark.parametrize("shape", [(9, 3, 64), (4, 2, 16)], ids=lambda s: "x".join(map(str, s)))
+def test_rotating_in_the_kernel_gives_torch_rotations_bits(monkeypatch, shape):
+    """attend_unrotated (rope_write.cpp, then the kernel) equals torch's rotate-half rotation and
+    attend, bit for bit: outputs and the keys and values written to the cache (a scattered table
+    among them; the inputs as one stacked projection's strided views, as the lean forward has them)."""
+    heads, kv_heads, head_dim = shape
+    lengths, rows = [70, 10, 130, 0], [1, 5, 1, 7]
+    total = sum(rows)
+    generator = torch.Generator().manual_seed(4)
+    stacked = torch.randn(1, total, (heads + 2 * kv_heads) * head_dim, generator=generator)
+    query, key, value = stacked.split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], dim=-1)
+    angles = torch.rand(1, total, head_dim // 2, generator=generator) * 6.0
+    cos, sin = torch.cat([angles.cos()] * 2, dim=-1), torch.cat([angles.sin()] * 2, dim=-1)
+    monkeypatch.setenv("TRTSPEC_CPU_ATTENTION", "kernel")
+    results = {}
+    for route in ("torch rotation", "kernel rotation"):
+        pool, kvs = _sequences(lengths, kv_heads, head_dim, scattered=(1,))
+        layout = Layout.build(kvs, rows, [None] * len(rows))
+        if route == "kernel rotation":
+            out = layout.attend_unrotated(0, query, key, value, cos, sin, head_dim, 0.125)
+        else:
+            q, k, v = (x.reshape(1, total, -1, head_dim).transpose(1, 2) for x in (query, key, value))
+            c, s = cos.unsqueeze(1), sin.unsqueeze(1)
+            half = head_dim // 2
+            q = (q * c) + (torch.cat((-q[..., half:], q[..., :half]), dim=-1) * s)
+            k = (k * c) + (torch.cat((-k[..., half:], k[..., :half]), dim=-1) * s)
+            out = layout.attend(0, q, k, v, 0.125)
+        results[route] = (out, pool.keys[0].clone(), pool.values[0].clone())
+    for mine, theirs in zip(results["kernel rotation"], results["torch rotation"], strict=True):
+        assert torch.equal(mine, theirs)

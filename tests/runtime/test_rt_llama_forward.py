@@ -10,10 +10,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trtspec.runtime import batch, llama_forward
+from trtspec.runtime import batch, llama_forward, native
 from trtspec.runtime.attention import use_paged_attention
 from trtspec.runtime.batch import Feed
 from trtspec.runtime.checkpoints import load_causal_lm
+from trtspec.runtime.linear_choice import ROWDOT
 from trtspec.runtime.paged import BlockAllocator, BlockTable, KVPool, SeqKV
 from trtspec.runtime.prepack import prepack_linears
 from trtspec.runtime.tree import Tree, tree_inputs
@@ -21,10 +22,20 @@ from trtspec.runtime.tree import Tree, tree_inputs
 AUX_IDS = (1, 2)  # hidden_states indices: the outputs of layers 0 and 1
 
 
-def _target(path, packed: bool):
+@pytest.fixture(scope="module")
+def stackable_llama(tmp_path_factory):
+    """A tiny Llama whose q, k, v and gate, up row counts are multiples of the row kernel's group,
+    so prepack stacks them (trtspec.runtime.fused_linears) and the lean path makes one call each."""
+    from trtspec.testing.tiny import make_tiny_llama
+
+    return make_tiny_llama(tmp_path_factory.mktemp("stackable"), seed=3, hidden_size=96, intermediate_size=192)
+
+
+def _target(path, packed: bool, kernels: tuple[str, ...] | None = None):
+    """`kernels`: the linear kernels prepack may choose from (default: all, the fastest here)."""
     model = load_causal_lm(path)
     if packed:
-        prepack_linears(model)
+        prepack_linears(model, *([kernels] if kernels else []))
     use_paged_attention(model)
     return model
 
@@ -64,11 +75,22 @@ def _script(kvs):
         yield [Feed(kv, [20 + kv.length % 50], num_logits=1) for kv in kvs]
 
 
-@pytest.mark.parametrize("packed", [True, False], ids=["prepacked", "nn.Linear"])
-def test_llama_forward_equals_transformers_bit_for_bit(tiny_llama, monkeypatch, packed):
-    """Logits and auxiliary layer outputs of every feed, every step: identical on both paths."""
-    lean_model, plain_model = _target(tiny_llama, packed), _target(tiny_llama, packed)
+@pytest.mark.parametrize(("checkpoint", "packed"), [("tiny_llama", True), ("tiny_llama", False),
+                                                    ("stackable_llama", True)],
+                         ids=["prepacked", "nn.Linear", "prepacked-stacked"])
+def test_llama_forward_equals_transformers_bit_for_bit(request, checkpoint, monkeypatch, packed):
+    """Logits and auxiliary layer outputs of every feed, every step: identical on both paths
+    (the stacked projections' one call included: transformers calls each layer alone)."""
+    path = request.getfixturevalue(checkpoint)
+    stacking = checkpoint == "stackable_llama"
+    if stacking and not native.available():
+        pytest.skip(f"the row kernel cannot run here: {native.unavailable()}")
+    kernels = (ROWDOT,) if stacking else None  # tiny layers may time faster on MKL: the row kernel is what stacks
+    lean_model, plain_model = _target(path, packed, kernels), _target(path, packed, kernels)
     assert llama_forward.supports(lean_model)
+    if stacking:
+        for layer in lean_model.model.layers:
+            assert layer.self_attn.q_proj.fused.usable() and layer.mlp.gate_proj.fused.usable()
     store: dict = {}
     _hooked(plain_model, store)
     lean_kvs = _sequences(lean_model, BlockAllocator(64, 8))

@@ -114,6 +114,25 @@ class Layout:
         pool = kvs[0].pool if kvs else None
         return cls(entries, torch.tensor(slots, dtype=torch.long), pool, min_rows())
 
+    def attend_unrotated(self, layer: int, query, key, value, cos, sin, head_dim: int, scaling: float):
+        """`attend` for a Llama layer's projections before its rotary embedding (rotate-half form),
+        on the compiled kernels: the same numbers as rotating with torch and calling `attend`
+        (trtspec.runtime.attention_kernel). None where the kernel route does not apply: the caller
+        rotates and calls `attend`.
+        # query: [1, T, heads * head_dim]; key, value: [1, T, kv_heads * head_dim]; cos, sin: [1, T, head_dim]"""
+        import torch
+
+        if self.kernel_rows is None:
+            from trtspec.runtime.attention_kernel import KernelRows
+
+            rows = query.shape[1]
+            shaped = query.view(1, rows, -1, head_dim).transpose(1, 2)
+            self.kernel_rows = KernelRows.build(self, shaped) or False
+        if not self.kernel_rows or cos.dtype != torch.float32 or sin.dtype != torch.float32:
+            return None
+        return self.kernel_rows.attend_unrotated(self.pool, layer, self.write_slots, query, key, value, cos, sin,
+                                                 head_dim, scaling)
+
     def attend(self, layer: int, query, key, value, scaling: float):
         """# query: [1, heads, T, head_dim]; key, value: [1, kv_heads, T, head_dim] (new rows)
         Returns [1, T, heads, head_dim], as transformers' attention functions do."""

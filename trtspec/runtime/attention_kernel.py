@@ -79,13 +79,38 @@ class KernelRows:
 
     def attend(self, pool: Any, layer: int, query: Any, scaling: float):
         """# query: [1, heads, T, head_dim] -> [1, T, heads, head_dim] (as Layout.attend)"""
+        rows = query[0].transpose(0, 1)
+        if not rows.is_contiguous():
+            rows = rows.contiguous()
+        return self._attend_rows(pool, layer, rows, scaling)
+
+    def attend_unrotated(self, pool: Any, layer: int, slots: Any, query: Any, key: Any, value: Any, cos: Any, sin: Any,
+                         head_dim: int, scaling: float):
+        """Rotate the new rows' queries and keys, write keys and values into the cache, attend
+        (rope_write.cpp, then paged_attend.cpp): the numbers of Layout.attend after torch's rotation.
+        # query: [1, T, heads * head_dim]; key, value: [1, T, kv_heads * head_dim]; cos, sin: [1, T, head_dim];
+        slots: [T] long -> [1, T, heads, head_dim]"""
         import torch
 
         from trtspec.runtime import native
 
-        rows = query[0].transpose(0, 1)
-        if not rows.is_contiguous():
-            rows = rows.contiguous()
+        query, key, value = (x[0] if x[0].stride(-1) == 1 else x[0].contiguous() for x in (query, key, value))
+        cos, sin = cos[0].contiguous(), sin[0].contiguous()
+        total, heads = query.shape[0], query.shape[1] // head_dim
+        keys, values = pool.keys[layer], pool.values[layer]
+        rotated = torch.empty(total, heads, head_dim, dtype=query.dtype)
+        native.library().rope_write(
+            query.data_ptr(), query.stride(0), key.data_ptr(), key.stride(0), value.data_ptr(), value.stride(0), total,
+            heads, keys.shape[0], head_dim, cos.data_ptr(), sin.data_ptr(), slots.data_ptr(), keys.data_ptr(),
+            keys.stride(1), values.data_ptr(), values.shape[1], rotated.data_ptr())
+        return self._attend_rows(pool, layer, rotated, scaling)
+
+    def _attend_rows(self, pool: Any, layer: int, rows: Any, scaling: float):
+        """# rows: [T, heads, head_dim] contiguous queries -> [1, T, heads, head_dim]"""
+        import torch
+
+        from trtspec.runtime import native
+
         total, heads, head_dim = rows.shape
         keys, values = pool.keys[layer], pool.values[layer]  # [kv_heads, head_dim, slots] (rows padded), [kv_heads, slots, head_dim]
         kv_heads, _, slots = keys.shape

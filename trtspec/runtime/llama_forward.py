@@ -8,7 +8,10 @@ off every step, at every batch size.
 
 Contract: `run` computes exactly what transformers' LlamaForCausalLM computes with trtspec's
 paged attention (trtspec.runtime.attention): the same torch operations on the same operands in
-the same order, so logits and hidden states are bit-for-bit equal (tests/runtime/test_rt_llama_forward.py
+the same order, or compiled ones that round every element as those do (a layer's q, k, v and its
+gate, up each in one row-kernel call where prepack stacked them: trtspec.runtime.fused_linears;
+the rotary embedding and the cache write in one call on the compiled attention route:
+rope_write.cpp), so logits and hidden states are bit-for-bit equal (tests/runtime/test_rt_llama_forward.py
 checks it for prefill, verify passes, several sequences and tree masks). It reads the model's
 own modules and parameters and changes nothing. `supports` admits only the exact transformers
 classes whose forward this mirrors; any other model goes through transformers (trtspec.runtime.batch).
@@ -65,8 +68,8 @@ def run(model: Any, input_ids: Any, position_ids: Any, layout: Any, keep: Any,
 
     inner = model.model
     hidden = F.embedding(input_ids, inner.embed_tokens.weight, inner.embed_tokens.padding_idx)
-    cos, sin = inner.rotary_emb(hidden, position_ids)
-    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    row_cos, row_sin = inner.rotary_emb(hidden, position_ids)  # [1, T, head_dim]
+    cos, sin = row_cos.unsqueeze(1), row_sin.unsqueeze(1)
     rows = input_ids.shape[1]
     wanted = set(aux_ids)
     for index, layer in enumerate(inner.layers, start=1):
@@ -74,20 +77,32 @@ def run(model: Any, input_ids: Any, position_ids: Any, layout: Any, keep: Any,
         # 1. attention block
         x = _rms_norm(hidden, layer.input_layernorm)
         shape = (1, rows, -1, attention.head_dim)
-        query = attention.q_proj.forward(x).view(shape).transpose(1, 2)
-        key = attention.k_proj.forward(x).view(shape).transpose(1, 2)
-        value = attention.v_proj.forward(x).view(shape).transpose(1, 2)
-        query = (query * cos) + (_rotate_half(query) * sin)
-        key = (key * cos) + (_rotate_half(key) * sin)
-        attended = layout.attend(attention.layer_idx, query, key, value, attention.scaling)
+        query, key, value = _projections(x, attention.q_proj, attention.k_proj, attention.v_proj)
+        attended = layout.attend_unrotated(attention.layer_idx, query, key, value, row_cos, row_sin,
+                                           attention.head_dim, attention.scaling)
+        if attended is None:  # torch's attention route: rotate here
+            query, key, value = (y.view(shape).transpose(1, 2) for y in (query, key, value))
+            query = (query * cos) + (_rotate_half(query) * sin)
+            key = (key * cos) + (_rotate_half(key) * sin)
+            attended = layout.attend(attention.layer_idx, query, key, value, attention.scaling)
         hidden = hidden + attention.o_proj.forward(attended.reshape(1, rows, -1).contiguous())
         # 2. MLP block
         x = _rms_norm(hidden, layer.post_attention_layernorm)
-        hidden = hidden + mlp.down_proj.forward(F.silu(mlp.gate_proj.forward(x)) * mlp.up_proj.forward(x))
+        gate, up = _projections(x, mlp.gate_proj, mlp.up_proj)
+        hidden = hidden + mlp.down_proj.forward(F.silu(gate) * up)
         if index in wanted:
             aux_outputs[index] = hidden
     hidden = _rms_norm(hidden, inner.norm)
     return model.lm_head.forward(hidden[:, keep, :])
+
+
+def _projections(x: Any, *linears: Any) -> list[Any]:
+    """Each linear layer applied to `x`: in one call where prepack stacked them
+    (trtspec.runtime.fused_linears: the same numbers, bit for bit), else one by one."""
+    fused = getattr(linears[0], "fused", None)
+    if fused is not None and fused.members == linears and fused.usable():
+        return fused(x)
+    return [linear.forward(x) for linear in linears]
 
 
 def _rms_norm(hidden: Any, norm: Any):

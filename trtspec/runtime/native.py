@@ -1,6 +1,6 @@
-"""The cpu engine's compiled kernels: rowdot.cpp (the linear layers' row kernel) and
-paged_attend.cpp (attention over the paged KV cache), one library built once per machine and
-loaded with ctypes.
+"""The cpu engine's compiled kernels: rowdot.cpp (the linear layers' row kernel),
+paged_attend.cpp (attention over the paged KV cache) and rope_write.cpp (a layer's new rows
+rotated and written into the cache), one library built once per machine and loaded with ctypes.
 
 Why compiled: both are batch-invariant by construction (every output one fixed order of
 operations, whatever else shares the call) and faster than torch's kernels at decoding's shapes on
@@ -26,7 +26,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-SOURCES = tuple(Path(__file__).with_name(name) for name in ("rowdot.cpp", "paged_attend.cpp"))
+SOURCES = tuple(Path(__file__).with_name(name) for name in ("rowdot.cpp", "paged_attend.cpp", "rope_write.cpp"))
 # -ffp-contract=off: a scalar tail must not become an FMA in some instantiations and not others
 FLAGS = ("-O3", "-mavx2", "-mfma", "-ffp-contract=off", "-fopenmp", "-fPIC", "-shared")
 # where the CPU has them: 32 vector registers for the row kernel's sums (the same 8-lane arithmetic,
@@ -45,6 +45,10 @@ _SIGNATURES = {  # name: (argument types, result type)
     # key_counts, bias, bias_at, scaling, out, threads
     "paged_attend": ([_POINTER, _INT64, _INT64, _INT64, _INT64, _POINTER, _INT64, _POINTER, _INT64, _POINTER,
                       _POINTER, _POINTER, _POINTER, _POINTER, _POINTER, _FLOAT, _POINTER, _INT], None),
+    # query, query_row, key, key_row_in, value, value_row, rows, heads, kv_heads, head_dim, cos, sin, slots,
+    # keys, key_row, values, num_slots, query_out
+    "rope_write": ([_POINTER, _INT64, _POINTER, _INT64, _POINTER, _INT64, _INT64, _INT64, _INT64, _INT64, _POINTER,
+                    _POINTER, _POINTER, _POINTER, _INT64, _POINTER, _INT64, _POINTER], None),
 }
 
 

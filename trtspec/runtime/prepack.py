@@ -56,7 +56,11 @@ def available() -> bool:
 def prepack_linears(model: Any, kernels: tuple[str, ...] = KERNELS) -> int:
     """Swap each float32 CPU nn.Linear in `model` for a PackedLinear running on the fastest of
     `kernels` whose rows round alike here (the first is the default); returns how many."""
-    return len(_swap_in(model, kernels))
+    from trtspec.runtime.fused_linears import fuse_siblings
+
+    swaps = _swap_in(model, kernels)
+    fuse_siblings(model)
+    return len(swaps)
 
 
 @contextmanager
@@ -64,7 +68,10 @@ def prepacked(model: Any) -> Iterator[int]:
     """prepack_linears for the duration of a `with` block (yields how many): the model's own
     nn.Linear modules are put back on exit, so a model borrowed by an engine (convert's target
     making its training answers) leaves it as it came, trainable and convertible."""
+    from trtspec.runtime.fused_linears import fuse_siblings
+
     swaps = _swap_in(model)
+    fuse_siblings(model)
     try:
         yield len(swaps)
     finally:
