@@ -109,6 +109,32 @@ def test_a_row_is_the_same_alone_and_in_any_batch(monkeypatch, threads):
         start += count
 
 
+def test_reading_only_to_the_last_seen_key_gives_the_whole_windows_bits(monkeypatch):
+    """A row reads its keys through its last visible one (rounded up to 8), not its whole window:
+    the same numbers, bit for bit, as reading the window (the keys left out weigh exactly 0), for
+    decode rows, a verify pass, a chunk crossing a window and a tree's rows with holes."""
+    monkeypatch.setenv("TRTSPEC_CPU_ATTENTION", "kernel")
+    lengths, rows = [70, 10, 130, 60, 3], [1, 5, 1, 40, 4]
+    tree = torch.zeros(4, 7, dtype=torch.bool)
+    tree[:, :3] = True
+    for row, ancestors in enumerate(([0], [0, 1], [0, 2], [0, 2, 3])):
+        tree[row, [3 + a for a in ancestors]] = True
+    new = _new_rows(sum(rows), 9, 3, 64)
+    outputs = []
+    for whole_window in (False, True):
+        pool, kvs = _sequences(lengths, 3, 64, scattered=(2,))
+        layout = Layout.build(kvs, rows, [None] * 4 + [tree])
+        layout.attend(0, *new, 0.125)  # builds the kernel's rows
+        counts = layout.kernel_rows.key_counts
+        if whole_window:
+            windows = torch.tensor([segment.keys for entry in layout.entries for segment in entry.segments
+                                    for _ in range(segment.last - segment.first)])
+            assert (counts < windows).sum() >= 45  # most rows read fewer keys than their window
+            counts.copy_(windows)
+        outputs.append(layout.attend(0, *new, 0.125))
+    assert torch.equal(outputs[0], outputs[1])
+
+
 def test_masked_keys_get_exactly_zero_weight(monkeypatch):
     """Keys past a row's position (the rest of its window) weigh nothing: values there as large
     as 1e30 leave the output exactly as zeros there do (a weight of e^-88 instead of 0 would not)."""

@@ -26,8 +26,8 @@ with holes and are exact up to float rounding only.
 
 Where the compiled kernels build (trtspec.runtime.native), a layout attends in one call per
 layer instead (trtspec.runtime.attention_kernel): every row one fixed order of operations, batch-
-invariant by construction and several times cheaper per call; the windows above still decide how
-many keys a row reads. The products described here are torch's route: TRTSPEC_CPU_ATTENTION=torch,
+invariant by construction and several times cheaper per call; the windows above still shape each
+row's bias, and it reads keys only through its last visible one (the rest would weigh exactly 0). The products described here are torch's route: TRTSPEC_CPU_ATTENTION=torch,
 a float64 model or gradients, or no compiler.
 
 Without a layout (a caller running the model as a plain transformers model) the function is
