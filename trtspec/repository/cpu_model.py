@@ -15,7 +15,9 @@ here, so the serving code is versioned, linted and tested with the rest of trtsp
   one loop thread runs every admitted request's steps together and the responders queue what each
   step committed (decoupled: streamed pieces, then the last with the final flag) for the model's
   one sending thread (trtspec.repository.outbox), so the loop does not wait on Triton. A request whose
-  client went away (`is_cancelled()`) leaves the batch at the next step and frees its KV blocks.
+  client went away (`is_cancelled()`) leaves the batch at the next step and frees its KV blocks:
+  the sending thread asks Triton after each streamed piece it sent, the loop itself only for a
+  request with nothing sent in the last CANCEL_PROBE_S (not streamed, or still queued).
 - Refusals cost nothing: a bad request gets an INVALID_ARG error naming the problem (checks in
   trtspec.repository.cpu_request, pure), a full queue (serve.max_queue_size) an UNAVAILABLE
   "server busy" error at once. Nothing a request sends can stop the model.
@@ -26,7 +28,9 @@ here, so the serving code is versioned, linted and tested with the rest of trtsp
   kv_cache_blocks_total, spec_decode_draft_len (the last step's); counter engine_steps (label
   `draft`: the load policy's choice per step, SchedulerStats.draft_shapes: off | chain:K |
   chain:K@M (only on n-gram matches of M+ tokens) | tree:... | probe:...),
-  counters prefix_cache_queries and prefix_cache_hits (prompt tokens, as vLLM's). Triton's own
+  counters prefix_cache_queries and prefix_cache_hits (prompt tokens, as vLLM's). While requests
+  run, the gauges and the engine_steps and prefix counters reach the server at most every
+  METRICS_INTERVAL_S (each change is a message to it), and always when the engine goes idle. Triton's own
   nv_inference_request_success counts error responses of a Python model as successes
   (triton-inference-server/server#7713), so failures are read from num_requests_failed.
 """
@@ -35,6 +39,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from typing import Any
 
 from trtspec.repository.cpu_request import (
@@ -66,6 +71,11 @@ PREFIX_COUNTERS = {
     "prefix_cache_hits": "Prompt tokens copied from the shared chat start or a kept prompt instead of prefilled",
 }
 FAILURE_REASONS = ("invalid", "busy", "internal")
+# Why these two (docs/BENCHMARKS.md, "Triton's round trips off the engine loop"): each
+# `is_cancelled()` and each metric update is a round trip to the server process; asked for every
+# sequence every step they took ~4 % of the engine loop's time at 8 streams on 2 cores.
+CANCEL_PROBE_S = 0.05     # the loop asks Triton itself about a request at most this often
+METRICS_INTERVAL_S = 0.1  # gauges and step counters sent at most this often while the engine runs
 
 
 def perf_outputs(stats: Any, num_output_tokens: int, num_input_tokens: int) -> dict[str, tuple[Any, str]]:
@@ -100,6 +110,7 @@ class TritonPythonModel:
         self._stopped: set[str] = set()  # request ids a `stop: true` request cancelled
         self._stopped_lock = threading.Lock()
         self._init_metrics(args["model_name"], args.get("model_version", "1"))
+        self._metrics_sent_at = float("-inf")  # time.monotonic() of the last gauge update
         self.engine.scheduler.on_step = self._set_gauges
         self._set_gauges(self.engine.scheduler.snapshot())
 
@@ -145,7 +156,13 @@ class TritonPythonModel:
         self._steps_counted: dict[str, int] = {}   # what each counter was last brought to
 
     def _set_gauges(self, stats: Any) -> None:
-        """Scheduler.on_step: the batch, the queue and the cache as the last step left them."""
+        """Scheduler.on_step: the batch, the queue and the cache as the last step left them (at
+        most every METRICS_INTERVAL_S while requests run; every counter is cumulative, so a
+        skipped update loses nothing)."""
+        now = time.monotonic()
+        if (stats.running or stats.waiting) and now - self._metrics_sent_at < METRICS_INTERVAL_S:
+            return
+        self._metrics_sent_at = now
         values = {"trtspec:num_requests_running": stats.running, "trtspec:num_requests_waiting": stats.waiting,
                   "trtspec:kv_cache_blocks_used": stats.kv_blocks_used,
                   "trtspec:kv_cache_blocks_total": stats.kv_blocks_total,
@@ -294,10 +311,25 @@ class Responder:
         self.num_tokens = 0
         self.num_input_tokens = 0
         self.send_failed = False
+        self.client_gone = False  # Triton said the client went away
+        self.asked_at = float("-inf")  # time.monotonic() of the last is_cancelled() asked of Triton
 
     def is_cancelled(self) -> bool:
-        """The engine's cancel probe: the client went away, or a response could not be sent."""
-        return self.send_failed or bool(self.sender.is_cancelled())
+        """The engine's cancel probe: the client went away, or a response could not be sent. Triton
+        is asked after each streamed piece by the sending thread (`_after_send`); here only where
+        nothing was asked for CANCEL_PROBE_S."""
+        if self.send_failed or self.client_gone:
+            return True
+        now = time.monotonic()
+        if now - self.asked_at >= CANCEL_PROBE_S:
+            self.asked_at = now
+            self.client_gone = bool(self.sender.is_cancelled())
+        return self.client_gone
+
+    def _after_send(self) -> None:
+        """Outbox.on_sent of a streamed piece: ask Triton in the sending thread, not the loop."""
+        self.asked_at = time.monotonic()
+        self.client_gone = bool(self.sender.is_cancelled())
 
     def _on_send_error(self, error: BaseException) -> None:
         self.send_failed = True
@@ -335,7 +367,7 @@ class Responder:
             self.finish(model.response(piece, item.finish_reason, extra))
         # 4. streaming: send what this step committed.
         elif parsed.streaming and item.text:
-            model.outbox.post(self.sender, model.response(piece, None), 0, self._on_send_error)
+            model.outbox.post(self.sender, model.response(piece, None), 0, self._on_send_error, self._after_send)
 
 
 class Collector:
