@@ -17,7 +17,7 @@ here, so the serving code is versioned, linted and tested with the rest of trtsp
   one sending thread (trtspec.repository.outbox), so the loop does not wait on Triton. A request whose
   client went away (`is_cancelled()`) leaves the batch at the next step and frees its KV blocks:
   the sending thread asks Triton after each streamed piece it sent, the loop itself only for a
-  request with nothing sent in the last CANCEL_PROBE_S (not streamed, or still queued).
+  request with nothing sent in the last 50 ms (trtspec.repository.cpu_sinks: not streamed, or still queued).
 - Refusals cost nothing: a bad request gets an INVALID_ARG error naming the problem (checks in
   trtspec.repository.cpu_request, pure), a full queue (serve.max_queue_size) an UNAVAILABLE
   "server busy" error at once. Nothing a request sends can stop the model.
@@ -50,6 +50,7 @@ from trtspec.repository.cpu_request import (
     parse_request,
     prompt_byte_limit,
 )
+from trtspec.repository.cpu_sinks import Collector, Responder
 from trtspec.repository.outbox import Outbox
 
 METRIC_PREFIX = "trtspec:spec_decode_"
@@ -71,22 +72,11 @@ PREFIX_COUNTERS = {
     "prefix_cache_hits": "Prompt tokens copied from the shared chat start or a kept prompt instead of prefilled",
 }
 FAILURE_REASONS = ("invalid", "busy", "internal")
-# Why these two (docs/BENCHMARKS.md, "Triton's round trips off the engine loop"): each
-# `is_cancelled()` and each metric update is a round trip to the server process; asked for every
-# sequence every step they took ~4 % of the engine loop's samples at 8 streams on 2 cores (the
-# loop's own time; tokens/s through Triton did not change measurably there: both cores stay busy).
-CANCEL_PROBE_S = 0.05     # the loop asks Triton itself about a request at most this often
+# Why (docs/BENCHMARKS.md, "Triton's round trips off the engine loop"): each metric update is a
+# round trip to the server process; with the cancel probe (trtspec.repository.cpu_sinks), asked
+# every step they took ~4 % of the engine loop's samples at 8 streams on 2 cores (tokens/s through
+# Triton did not change measurably there: both cores stay busy).
 METRICS_INTERVAL_S = 0.1  # gauges and step counters sent at most this often while the engine runs
-
-
-def perf_outputs(stats: Any, num_output_tokens: int, num_input_tokens: int) -> dict[str, tuple[Any, str]]:
-    """The perf-metric outputs of a finished request: name -> (value, numpy dtype of its declaration)."""
-    return {"acceptance_rate": (float(stats.acceptance_rate), "float32"),
-            "total_accepted_draft_tokens": (int(stats.num_accepted_tokens), "int32"),
-            "total_draft_tokens": (int(stats.num_draft_tokens), "int32"),
-            "num_drafts": (int(stats.num_drafts), "int32"),
-            "num_output_tokens": (int(num_output_tokens), "int32"),
-            "num_input_tokens": (int(num_input_tokens), "int32")}
 
 
 class TritonPythonModel:
@@ -298,117 +288,3 @@ class TritonPythonModel:
     def finalize(self) -> None:
         self.engine.close()
         self.outbox.close()
-
-
-class Responder:
-    """The sink of one decoupled request: called from the engine loop with each step's chunk;
-    its responses go out through the model's outbox (trtspec.repository.outbox), not from the loop."""
-
-    def __init__(self, model: TritonPythonModel, sender: Any):
-        self.model = model
-        self.sender = sender
-        self.parsed: Request | None = None
-        self.text: list[str] = []
-        self.num_tokens = 0
-        self.num_input_tokens = 0
-        self.send_failed = False
-        self.client_gone = False  # Triton said the client went away
-        self.asked_at = float("-inf")  # time.monotonic() of the last is_cancelled() asked of Triton
-
-    def is_cancelled(self) -> bool:
-        """The engine's cancel probe: the client went away, or a response could not be sent. Triton
-        is asked after each streamed piece by the sending thread (`_after_send`); here only where
-        nothing was asked for CANCEL_PROBE_S."""
-        if self.send_failed or self.client_gone:
-            return True
-        now = time.monotonic()
-        if now - self.asked_at >= CANCEL_PROBE_S:
-            self.asked_at = now
-            self.client_gone = bool(self.sender.is_cancelled())
-        return self.client_gone
-
-    def _after_send(self) -> None:
-        """Outbox.on_sent of a streamed piece: ask Triton in the sending thread, not the loop."""
-        self.asked_at = time.monotonic()
-        self.client_gone = bool(self.sender.is_cancelled())
-
-    def _on_send_error(self, error: BaseException) -> None:
-        self.send_failed = True
-
-    def bind(self, parsed: Request) -> None:
-        self.parsed = parsed
-
-    def finish(self, response: Any = None) -> None:
-        # without a response, the bare final flag still releases the request in Triton (else it counts as in flight)
-        self.model.outbox.post(self.sender, response, self.model.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
-                               self._on_send_error)
-
-    def __call__(self, item: Any) -> None:
-        from trtspec.runtime.request import RequestCancelled
-
-        model, parsed = self.model, self.parsed
-        # 1. the client went away: the engine dropped the request; close the stream.
-        if isinstance(item, RequestCancelled):
-            model.cancelled.increment(1)
-            self.finish()
-            return
-        # 2. the engine failed this request (or shut down): an error with the final flag.
-        if isinstance(item, BaseException):
-            model.refuse(self, str(item), "internal", "INTERNAL")
-            return
-        self.num_tokens += len(item.token_ids)
-        self.text.append(item.text)
-        # Streamed: the new text (stream_delta) or, as the stock model sends RequestOutput.text,
-        # the text so far; not streamed: the whole text once.
-        piece = item.text if parsed.streaming and parsed.stream_delta else "".join(self.text)
-        # 3. finished: record the statistics, send the last piece with the final flag.
-        if item.finish_reason is not None:
-            model.record(item.stats)
-            extra = perf_outputs(item.stats, self.num_tokens, self.num_input_tokens) if parsed.perf_metrics else None
-            self.finish(model.response(piece, item.finish_reason, extra))
-        # 4. streaming: send what this step committed.
-        elif parsed.streaming and item.text:
-            model.outbox.post(self.sender, model.response(piece, None), 0, self._on_send_error, self._after_send)
-
-
-class Collector:
-    """The sink of one non-decoupled request: keeps the whole answer until it is done."""
-
-    def __init__(self, model: TritonPythonModel):
-        self.model = model
-        self.done = threading.Event()
-        self.result = None
-        self.parsed = None
-        self.text: list[str] = []
-        self.num_input_tokens = 0
-
-    def bind(self, parsed: Request) -> None:
-        if parsed.streaming:
-            raise InvalidRequest("streaming: this model is not decoupled; redeploy with serve.streaming: true")
-        self.parsed = parsed
-
-    def finish(self, response: Any) -> None:
-        self.result = response
-        self.done.set()
-
-    def __call__(self, item: Any) -> None:
-        from trtspec.runtime.request import RequestCancelled
-
-        model = self.model
-        if isinstance(item, RequestCancelled):
-            model.cancelled.increment(1)
-            self.finish(model.error_response("Request cancelled by client", "CANCELLED"))
-            return
-        if isinstance(item, BaseException):
-            model.refuse(self, str(item), "internal", "INTERNAL")
-            return
-        self.text.append(item.text)
-        if item.finish_reason is not None:
-            model.record(item.stats)
-            num_tokens = item.stats.num_output_tokens
-            extra = perf_outputs(item.stats, num_tokens, self.num_input_tokens) if self.parsed.perf_metrics else None
-            self.finish(model.response("".join(self.text), item.finish_reason, extra))
-
-    def wait(self):
-        self.done.wait()
-        return self.result

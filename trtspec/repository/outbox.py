@@ -13,7 +13,7 @@ Order is kept: one FIFO and one thread, so a request's pieces arrive in order an
 last. A send that fails (the request already closed on the server's side) is handed to the
 caller's `on_error`, which ends that request at the engine's next step (its cancel probe), as a
 sink failure in the loop did before. `on_sent` runs here after a send: the cpu model asks Triton
-there whether the client is still listening (trtspec.repository.cpu_model.Responder), so that
+there whether the client is still listening (trtspec.repository.cpu_sinks.Responder), so that
 round trip to the server leaves the engine loop too.
 """
 
