@@ -2,7 +2,7 @@
 paged_attend.cpp (attention over the paged KV cache) and rope_write.cpp (a layer's new rows
 rotated and written into the cache), one library built once per machine and loaded with ctypes.
 
-Why compiled: both are batch-invariant by construction (every output one fixed order of
+Why compiled: all three are batch-invariant by construction (every output one fixed order of
 operations, whatever else shares the call) and faster than torch's kernels at decoding's shapes on
 an AVX2 CPU (docs/BENCHMARKS.md, "A row kernel" and "Attention in one call").
 

@@ -56,11 +56,7 @@ def available() -> bool:
 def prepack_linears(model: Any, kernels: tuple[str, ...] = KERNELS) -> int:
     """Swap each float32 CPU nn.Linear in `model` for a PackedLinear running on the fastest of
     `kernels` whose rows round alike here (the first is the default); returns how many."""
-    from trtspec.runtime.fused_linears import fuse_siblings
-
-    swaps = _swap_in(model, kernels)
-    fuse_siblings(model)
-    return len(swaps)
+    return len(_swap_in(model, kernels))
 
 
 @contextmanager
@@ -68,10 +64,7 @@ def prepacked(model: Any) -> Iterator[int]:
     """prepack_linears for the duration of a `with` block (yields how many): the model's own
     nn.Linear modules are put back on exit, so a model borrowed by an engine (convert's target
     making its training answers) leaves it as it came, trainable and convertible."""
-    from trtspec.runtime.fused_linears import fuse_siblings
-
     swaps = _swap_in(model)
-    fuse_siblings(model)
     try:
         yield len(swaps)
     finally:
@@ -80,8 +73,11 @@ def prepacked(model: Any) -> Iterator[int]:
 
 
 def _swap_in(model: Any, kernels: tuple[str, ...] = KERNELS) -> list[tuple[Any, str, Any]]:
-    """(parent, name, original nn.Linear) for every linear layer swapped for a PackedLinear."""
+    """(parent, name, original nn.Linear) for every linear layer swapped for a PackedLinear; sibling
+    projections are then stacked (trtspec.runtime.fused_linears)."""
     import torch
+
+    from trtspec.runtime.fused_linears import fuse_siblings
 
     if not available():
         return []
@@ -91,6 +87,7 @@ def _swap_in(model: Any, kernels: tuple[str, ...] = KERNELS) -> list[tuple[Any, 
     packed_linear = _packed_linear_class()
     for parent, name, child in swaps:
         setattr(parent, name, packed_linear(child, kernels))
+    fuse_siblings(model)
     return swaps
 
 
