@@ -61,21 +61,3 @@ def test_a_closed_outbox_starts_again_when_posted_to():
     outbox.post(sender, "after", FINAL)
     outbox.close()
     assert log == [("s", "after", FINAL)]
-
-
-def test_on_sent_runs_in_the_sending_thread_after_each_successful_send_only():
-    """The cpu model asks Triton whether the client left from on_sent, off the engine loop: it must
-    follow the send it belongs to, in the outbox's thread, and never follow a failed send."""
-    log, lock, outbox = [], threading.Lock(), Outbox()
-    closed, open_ = RecordingSender(log, lock, "closed"), RecordingSender(log, lock, "open")
-    closed.closed = True
-    seen = []
-
-    def on_sent(name):
-        return lambda: seen.append((name, len(log), threading.current_thread().name))
-
-    outbox.post(open_, "one", 0, None, on_sent("open"))
-    outbox.post(closed, "lost", 0, lambda error: None, on_sent("closed"))
-    outbox.post(open_, "two", FINAL, None, on_sent("open"))
-    outbox.close()
-    assert seen == [("open", 1, "trtspec-outbox"), ("open", 2, "trtspec-outbox")]

@@ -15,9 +15,7 @@ here, so the serving code is versioned, linted and tested with the rest of trtsp
   one loop thread runs every admitted request's steps together and the responders queue what each
   step committed (decoupled: streamed pieces, then the last with the final flag) for the model's
   one sending thread (trtspec.repository.outbox), so the loop does not wait on Triton. A request whose
-  client went away (`is_cancelled()`) leaves the batch at the next step and frees its KV blocks:
-  the sending thread asks Triton after each streamed piece it sent, the loop itself only for a
-  request with nothing sent in the last 50 ms (trtspec.repository.cpu_sinks: not streamed, or still queued).
+  client went away (`is_cancelled()`) leaves the batch at the next step and frees its KV blocks.
 - Refusals cost nothing: a bad request gets an INVALID_ARG error naming the problem (checks in
   trtspec.repository.cpu_request, pure), a full queue (serve.max_queue_size) an UNAVAILABLE
   "server busy" error at once. Nothing a request sends can stop the model.
@@ -73,9 +71,8 @@ PREFIX_COUNTERS = {
 }
 FAILURE_REASONS = ("invalid", "busy", "internal")
 # Why (docs/BENCHMARKS.md, "Triton's round trips off the engine loop"): each metric update is a
-# round trip to the server process; with the cancel probe (trtspec.repository.cpu_sinks), asked
-# every step they took ~4 % of the engine loop's samples at 8 streams on 2 cores (tokens/s through
-# Triton did not change measurably there: both cores stay busy).
+# round trip to the server process, ~1.4 % of the engine loop's samples at 8 streams on 2 cores
+# when sent every step (tokens/s through Triton did not change measurably: both cores stay busy).
 METRICS_INTERVAL_S = 0.1  # gauges and step counters sent at most this often while the engine runs
 
 

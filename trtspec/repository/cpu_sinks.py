@@ -9,7 +9,6 @@ error (trtspec.repository.cpu_model.TritonPythonModel builds them) and count wha
 from __future__ import annotations
 
 import threading
-import time
 from typing import TYPE_CHECKING, Any
 
 from trtspec.repository.cpu_request import InvalidRequest, Request
@@ -17,10 +16,6 @@ from trtspec.repository.cpu_request import InvalidRequest, Request
 if TYPE_CHECKING:
     from trtspec.repository.cpu_model import TritonPythonModel
 
-# Each `is_cancelled()` is a round trip to the server process (docs/BENCHMARKS.md, "Triton's round
-# trips off the engine loop"): the outbox thread asks after each streamed piece it sent, the loop
-# itself at most this often (a request with nothing sent: not streamed, or still queued).
-CANCEL_PROBE_S = 0.05
 
 
 def perf_outputs(stats: Any, num_output_tokens: int, num_input_tokens: int) -> dict[str, tuple[Any, str]]:
@@ -46,25 +41,10 @@ class Responder:
         self.num_tokens = 0
         self.num_input_tokens = 0
         self.send_failed = False
-        self.client_gone = False  # Triton said the client went away
-        self.asked_at = float("-inf")  # time.monotonic() of the last is_cancelled() asked of Triton
 
     def is_cancelled(self) -> bool:
-        """The engine's cancel probe: the client went away, or a response could not be sent. Triton
-        is asked after each streamed piece by the sending thread (`_after_send`); here only where
-        nothing was asked for CANCEL_PROBE_S."""
-        if self.send_failed or self.client_gone:
-            return True
-        now = time.monotonic()
-        if now - self.asked_at >= CANCEL_PROBE_S:
-            self.asked_at = now
-            self.client_gone = bool(self.sender.is_cancelled())
-        return self.client_gone
-
-    def _after_send(self) -> None:
-        """Outbox.on_sent of a streamed piece: ask Triton in the sending thread, not the loop."""
-        self.asked_at = time.monotonic()
-        self.client_gone = bool(self.sender.is_cancelled())
+        """The engine's cancel probe: the client went away, or a response could not be sent."""
+        return self.send_failed or bool(self.sender.is_cancelled())
 
     def _on_send_error(self, error: BaseException) -> None:
         self.send_failed = True
@@ -102,7 +82,7 @@ class Responder:
             self.finish(model.response(piece, item.finish_reason, extra))
         # 4. streaming: send what this step committed.
         elif parsed.streaming and item.text:
-            model.outbox.post(self.sender, model.response(piece, None), 0, self._on_send_error, self._after_send)
+            model.outbox.post(self.sender, model.response(piece, None), 0, self._on_send_error)
 
 
 class Collector:

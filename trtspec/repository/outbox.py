@@ -12,9 +12,7 @@ those cores), and throughput through Triton did not change beyond run-to-run noi
 Order is kept: one FIFO and one thread, so a request's pieces arrive in order and its final flag
 last. A send that fails (the request already closed on the server's side) is handed to the
 caller's `on_error`, which ends that request at the engine's next step (its cancel probe), as a
-sink failure in the loop did before. `on_sent` runs here after a send: the cpu model asks Triton
-there whether the client is still listening (trtspec.repository.cpu_sinks.Responder), so that
-round trip to the server leaves the engine loop too.
+sink failure in the loop did before.
 """
 
 from __future__ import annotations
@@ -36,15 +34,14 @@ class Outbox:
         self._lock = threading.Lock()
 
     def post(self, sender: Any, response: Any = None, flags: int = 0,
-             on_error: Callable[[BaseException], None] | None = None,
-             on_sent: Callable[[], None] | None = None) -> None:
+             on_error: Callable[[BaseException], None] | None = None) -> None:
         """Send `response` (None: only `flags`, e.g. a bare final flag) on `sender`, after
-        everything posted before it; then call `on_sent` (in this thread), or `on_error` if it failed."""
+        everything posted before it."""
         with self._lock:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="trtspec-outbox", daemon=True)
                 self._thread.start()
-        self._queue.put((sender, response, flags, on_error, on_sent))
+        self._queue.put((sender, response, flags, on_error))
 
     def close(self, timeout: float = 10.0) -> None:
         """Send what is queued, then stop the thread (Triton's finalize)."""
@@ -59,14 +56,12 @@ class Outbox:
             item = self._queue.get()
             if item is _CLOSE:
                 return
-            sender, response, flags, on_error, on_sent = item
+            sender, response, flags, on_error = item
             try:
                 if response is None:
                     sender.send(flags=flags)
                 else:
                     sender.send(response, flags=flags)
-                if on_sent is not None:
-                    on_sent()
             except Exception as error:  # noqa: BLE001 - one closed request must not stop the others' responses
                 if on_error is not None:
                     on_error(error)
