@@ -29,6 +29,24 @@ def test_greedy_accept_hand_built():
     assert sampling.greedy_accept(torch.tensor([4, 7, 1]), target_logits) == (0, 3)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_greedy_tokens_pick_what_torch_argmax_picks(dtype):
+    """The numpy argmax behind greedy decoding resolves ties and NaN as torch's argmax does."""
+    generator = torch.Generator().manual_seed(0)
+    rows = torch.randn(6, 49152, generator=generator)
+    rows[1, 7] = rows[1, 40000] = rows[1].max() + 1          # a tie: the first of the two
+    rows[2, 123], rows[2, 9000] = float("inf"), float("nan")  # NaN beats +inf, wherever it is
+    rows[3] = float("nan")                                    # all NaN: the first
+    rows[4] = NEG                                             # all -inf: the first
+    rows[5, 49151] = 1e30                                     # the last element (numpy's tail loop)
+    logits = rows.to(dtype)
+    expected = logits.argmax(dim=-1).tolist()
+    assert expected[1:] == [7, 9000, 0, 0, 49151]
+    assert sampling.greedy_tokens(logits) == expected
+    assert [sampling.greedy_tokens(row) for row in logits] == expected      # one row: an int each
+    assert sampling.greedy_tokens(logits[:, ::3]) == logits[:, ::3].argmax(dim=-1).tolist()  # strided views
+
+
 def test_rejection_accept_hand_built():
     generator = torch.Generator().manual_seed(0)
     target_probs = sampling.logits_to_probs(_logits(

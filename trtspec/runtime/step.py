@@ -168,7 +168,7 @@ def _accept(scheduler: Any, sequence: Any, draft: Any, logits: Any, aux: Any) ->
     if k == 0:
         path, next_token = [], choose(logits, params, generator)
     elif tree is not None and params.greedy:
-        path, next_token = accept_tree(tree, draft_ids, logits.argmax(dim=-1).tolist())
+        path, next_token = accept_tree(tree, draft_ids, sampling.greedy_tokens(logits))
     elif tree is not None:
         path, next_token = rejection_accept_tree(tree, draft_ids, sampling.logits_to_probs(logits, params), generator)
     elif params.greedy:
@@ -212,5 +212,5 @@ def _commit(scheduler: Any, sequence: Any, committed: list[int]) -> None:
 def choose(logits: Any, params: Any, generator: Any) -> int:
     """The next token from the last row of logits. # logits: [n, vocab_size]"""
     if params.greedy:
-        return int(logits[-1].argmax())
+        return sampling.greedy_tokens(logits[-1])
     return int(sampling.sample(sampling.logits_to_probs(logits[-1:], params), generator)[0])

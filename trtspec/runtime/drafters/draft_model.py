@@ -146,7 +146,7 @@ class DraftModelSession(DraftSession):
         """(token, draft probabilities or None, confident) from one row of draft logits.
         # logits: [1, vocab_size]"""
         if self.params.greedy:
-            token = int(logits[0].argmax())
+            token = sampling.greedy_tokens(logits[0])
             confidence = float(logits[0].softmax(-1)[token]) if self.threshold > 0 else 1.0
             return token, None, confidence >= self.threshold
         probs = sampling.logits_to_probs(logits, self.params)

@@ -251,7 +251,7 @@ class Eagle3Session(DraftSession):
         """(token in the target vocabulary, its draft probabilities over the target vocabulary or
         None under greedy, confident) from one row of head logits. # logits: [draft_vocab]"""
         if self.params.greedy:
-            choice = logits.argmax()
+            choice = sampling.greedy_tokens(logits)
             confidence = float(logits.softmax(-1)[choice]) if self.threshold > 0 else 1.0
             return int(self.to_target_vocab(choice)), None, confidence >= self.threshold
         probs = sampling.logits_to_probs(logits.unsqueeze(0), self.params)[0]
