@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -59,16 +60,17 @@ def tiny_cpu_engine(tmp_path_factory, tiny_llama):
 
 
 @contextlib.contextmanager
-def serving_tiny(root: Path, tiny_llama: Path, *, env: dict[str, str] | None = None, **serve):
-    """Build the tiny cpu engine under `root`, serve it (extra `serve` fields, extra server `env`)
-    and yield (spec, client, engine_dir); stop the server at the end."""
+def serving_tiny(root: Path, tiny_llama: Path, *, env: dict[str, str] | None = None,
+                 build_fields: dict | None = None, **serve):
+    """Build the tiny cpu engine under `root` (extra `build_fields`), serve it (extra `serve` fields,
+    extra server `env`) and yield (spec, client, engine_dir); stop the server at the end."""
     from trtspec import repository
     from trtspec.artifacts import Layout
     from trtspec.builders import build
     from trtspec.client.triton import TritonLLMClient
     from trtspec.serve import server
 
-    spec = make_spec(root, tiny_llama, serve=serve)
+    spec = make_spec(root, tiny_llama, serve=serve, build=build_fields or {})
     engine_dir = build(spec).engine_dir
     layout = Layout.from_spec(spec)
     repository.render(engine_dir, spec, layout.repository)
@@ -83,6 +85,25 @@ def serving_tiny(root: Path, tiny_llama: Path, *, env: dict[str, str] | None = N
     finally:
         client.close()
         server.stop_local(layout)
+
+
+def counted_as_cancelled(leave_a_stream, cancelled, attempts: int = 3, wait_s: float = 10.0) -> bool:
+    """Whether the server's cancelled counter (`cancelled()`) rose by one after `leave_a_stream()`
+    (start a long stream, read one piece, close it), in one of `attempts` tries.
+
+    The tiny model writes 1,000 tokens in ~0.4 s and a cancel reached its engine in 0.03-0.08 s
+    through the OpenAI frontend (2026-11-28), so a loaded machine can finish an answer before the
+    cancel arrives: that try proves nothing either way and the next one is made. Broken cancelling
+    fails every try."""
+    for _ in range(attempts):
+        before = cancelled()
+        leave_a_stream()
+        deadline = time.monotonic() + wait_s
+        while cancelled() == before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if cancelled() == before + 1:
+            return True
+    return False
 
 
 @pytest.fixture(scope="module")
