@@ -44,3 +44,20 @@ def test_background_process_starts_logs_and_stops(tmp_path):
     assert subproc.stop(pid, timeout=5)
     assert not subproc.is_running(pid)
     assert not subproc.stop(pid)
+
+
+def test_stop_ends_the_group_members_its_leader_left_behind(tmp_path):
+    """A child that ignores SIGTERM (as tritonserver's Python stub does) outlives its group's leader;
+    stop() must not return with it still running."""
+    ignoring = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(120)"
+    log = tmp_path / "log.txt"
+    leader = subproc.start(["sh", "-c", f'"{sys.executable}" -u -c "{ignoring}" & exec sleep 120'], log_path=log)
+    deadline = time.monotonic() + 10
+    while "up" not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (child,) = [pid for pid in subproc.group_members(leader) if pid != leader]
+    started = time.monotonic()
+    assert subproc.stop(leader, timeout=5)
+    assert not subproc.is_running(leader)
+    assert subproc.group_members(leader) == [] and not subproc.is_running(child)
+    assert time.monotonic() - started < subproc.STRAGGLER_GRACE_S + 5

@@ -111,15 +111,51 @@ def is_running(pid: int) -> bool:
         return True
 
 
+# Seconds the rest of a stopped group gets to follow its leader before SIGKILL.
+STRAGGLER_GRACE_S = 5.0
+
+
 def stop(pid: int, *, timeout: float = 15.0) -> bool:
-    """Stop the process group led by `pid`: SIGTERM, then SIGKILL after timeout. True if it was running."""
+    """Stop the process group led by `pid`: SIGTERM, then SIGKILL after timeout; what is left of the
+    group once the leader is gone gets SIGKILL after STRAGGLER_GRACE_S. True if it was running.
+
+    Why the stragglers: tritonserver's Python stubs are in its group and do not end on SIGTERM.
+    Stopped while its model was still loading (a Ctrl-C during `trtspec deploy` on a loaded
+    machine), tritonserver exited and its stub, finding its parent gone ("Non-graceful termination
+    detected"), slept on for minutes with the model in memory (a fresh-clone test run, 2026-11-28)."""
     if not is_running(pid):
         return False
     _signal_group(pid, signal.SIGTERM)
     if not _wait_gone(pid, timeout):
         _signal_group(pid, signal.SIGKILL)
         _wait_gone(pid, 10.0)
+    if not _wait_group_gone(pid, STRAGGLER_GRACE_S):
+        _signal_group(pid, signal.SIGKILL)
+        _wait_group_gone(pid, 5.0)
     return True
+
+
+def _wait_group_gone(group: int, timeout: float) -> bool:
+    """Poll until process group `group` has no live member (True) or timeout passes (False)."""
+    deadline = time.monotonic() + timeout
+    while group_members(group):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def group_members(group: int) -> list[int]:
+    """The live (not zombie) processes of process group `group` (from /proc; empty where it is missing)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, _, pgrp = stat.read_text().rsplit(")", 1)[1].split()[:3]
+        except (OSError, IndexError, ValueError):
+            continue
+        if int(pgrp) == group and state != "Z":
+            members.append(int(stat.parent.name))
+    return members
 
 
 def kill(pid: int, *, timeout: float = 10.0) -> bool:

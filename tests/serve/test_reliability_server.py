@@ -229,6 +229,10 @@ def _interrupt_deploy_and_check(run, layout, config) -> None:
     spec = _load(config)
     time.sleep(3)  # a server started anyway would be listening by now
     assert all(server.port_free("127.0.0.1", p) for p in (spec.serve.http_port, spec.serve.grpc_port))
+    # nor is any process of this repository left (a Python stub once outlived its tritonserver)
+    left = [int(p.name) for p in Path("/proc").glob("[0-9]*")
+            if str(layout.repository) in " ".join(subproc.command_line(int(p.name)))]
+    assert left == [], [subproc.command_line(pid) for pid in left]
 
 
 def test_liveness_probe_catches_a_dead_stub_without_a_supervisor(tiny_cpu_engine, tmp_path, respec):
