@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.serve.conftest import serving_tiny
+from tests.serve.conftest import metrics_when, serving_tiny
 from trtspec.client.metrics import metric_total
 from trtspec.errors import ServerError
 
@@ -58,7 +58,8 @@ def test_32_streams_with_queue_16_refuse_the_excess_at_once_and_serve_the_rest(b
     assert all(equal for _, equal, _ in served), "a greedy output under load differs from the same request alone"
     # refused at once: every refusal came back before the first served request finished
     assert max(seconds for *_, seconds in refused) < min(seconds for *_, seconds in served)
-    after = client.server_metrics()
+    after = metrics_when(client, lambda m: metric_total(m, "trtspec:num_requests_running") == 0
+                         and metric_total(m, "trtspec:kv_cache_blocks_used") == 0)   # the idle update
     busy = 'trtspec:num_requests_failed{model="tensorrt_llm",reason="busy",version="1"}'
     assert after.get(busy, 0) - before.get(busy, 0) == 8
     assert peaks["running"] == 8 and peaks["waiting"] >= 1 and peaks["blocks"] > 0

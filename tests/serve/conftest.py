@@ -106,6 +106,19 @@ def counted_as_cancelled(leave_a_stream, cancelled, attempts: int = 3, wait_s: f
     return False
 
 
+def metrics_when(client, condition, timeout: float = 10.0) -> dict[str, float]:
+    """The server's metrics once `condition(metrics)` holds (or at the timeout, for the caller's
+    assertion to fail on). The cpu model sends its gauges and its step and prefix counters at most
+    every 0.1 s while requests run and always when the engine goes idle, which can be just after a
+    request's last response (trtspec.repository.cpu_model.METRICS_INTERVAL_S)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        metrics = client.server_metrics()
+        if condition(metrics) or time.monotonic() >= deadline:
+            return metrics
+        time.sleep(0.05)
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, tiny_llama):
     """A running tritonserver serving the tiny cpu engine: (spec, client, engine_dir)."""

@@ -114,9 +114,16 @@ def test_metrics_show_speculative_counters_rising(served):
     _, client, _ = served
     names = ["trtspec:spec_decode_num_drafts", "trtspec:spec_decode_num_draft_tokens",
              "trtspec:spec_decode_num_accepted_tokens", "trtspec:spec_decode_num_accepted_tokens_per_pos"]
+    from tests.serve.conftest import metrics_when
+    from trtspec.bench.metrics import steps_by_draft
+
+    def steps_since(metrics: dict) -> dict | None:
+        return steps_by_draft({key: value - before.get(key, 0) for key, value in metrics.items()})
+
     before = client.server_metrics()
     result = client.generate(PROMPTS[0], max_tokens=MAX_TOKENS)
-    after = client.server_metrics()
+    # the step counter reaches the server with the engine's next metrics update (metrics_when)
+    after = metrics_when(client, lambda m: sum((steps_since(m) or {}).values()) >= result["num_drafts"])
     assert result["num_drafts"] > 0
     assert metric_total(after, names[0]) - metric_total(before, names[0]) == result["num_drafts"]
     assert metric_total(after, names[1]) - metric_total(before, names[1]) == result["total_draft_tokens"]
@@ -125,9 +132,7 @@ def test_metrics_show_speculative_counters_rising(served):
     assert any('position="0"' in key for key in after if key.startswith(names[3]))
     # a lone request drafts max_draft_len every step, so its steps are counted as chains in the
     # load policy's per-step counter; the engine ran at least one such step per draft
-    from trtspec.bench.metrics import steps_by_draft
-
-    steps = steps_by_draft({key: value - before.get(key, 0) for key, value in after.items()})
+    steps = steps_since(after)
     assert steps is not None and set(steps) <= {"chain:1", "chain:2", "chain:3", "chain:4", "chain:5", "chain:6",
                                                 "chain:7", "chain:8"}
     assert sum(steps.values()) >= result["num_drafts"]
@@ -146,3 +151,17 @@ def test_client_that_disconnects_mid_stream_frees_its_sequence(served, expected)
     assert counted_as_cancelled(leave_a_stream, lambda: metric_total(client.server_metrics(),
                                                                      "trtspec:num_requests_cancelled"))
     assert client.generate(PROMPTS[1], max_tokens=MAX_TOKENS)["text"] == expected[PROMPTS[1]]
+
+
+def test_stream_interval_gathers_steps_into_fewer_responses(tmp_path, tiny_llama):
+    """serve.stream_interval 3: the first tokens go out at once, then one response every 3 steps,
+    the rest with the final flag; the pieces still add up to the whole answer."""
+    from tests.serve.conftest import serving_tiny
+
+    with serving_tiny(tmp_path, tiny_llama, stream_interval=3) as (_, client, _engine):
+        whole = client.generate(PROMPTS[0], max_tokens=12, speculative=False)
+        events = list(client.stream(PROMPTS[0], max_tokens=12, speculative=False))
+    assert whole["num_output_tokens"] == 12 and whole["finish_reason"] == "length"
+    assert "".join(event.text for event in events) == whole["text"]
+    # one token a step (speculation off): responses after steps 1, 4, 7 and 10, then the final at 12
+    assert [event.final for event in events] == [False] * 4 + [True]

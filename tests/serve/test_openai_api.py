@@ -93,6 +93,7 @@ def test_a_system_prompt_is_prefilled_once_then_copied(openai_served, tiny_llama
     (trtspec.runtime.prompt_cache) for every token they share, and answers as it would alone."""
     from transformers import AutoTokenizer
 
+    from tests.serve.conftest import metrics_when
     from trtspec.chat import conversation_ids
     from trtspec.client.metrics import metric_total
 
@@ -105,10 +106,12 @@ def test_a_system_prompt_is_prefilled_once_then_copied(openai_served, tiny_llama
     shared = next(i for i, (a, b) in enumerate(zip(first, second, strict=False)) if a != b)
     hits, answers = [], []
     for messages in turns + turns[1:]:   # the second conversation twice: then all of it is kept
-        before = metric_total(client.server_metrics(), "trtspec:prefix_cache_hits")
+        before = client.server_metrics()
         answers.append(api.chat.completions.create(model="tiny", messages=messages, temperature=0,
                                                    max_completion_tokens=8).choices[0].message.content)
-        hits.append(metric_total(client.server_metrics(), "trtspec:prefix_cache_hits") - before)
+        queried = metric_total(before, "trtspec:prefix_cache_queries")   # this prompt's tokens counted:
+        after = metrics_when(client, lambda m, q=queried: metric_total(m, "trtspec:prefix_cache_queries") > q)
+        hits.append(metric_total(after, "trtspec:prefix_cache_hits") - metric_total(before, "trtspec:prefix_cache_hits"))
     assert shared > 16 and hits[0] < shared <= hits[1] < hits[2] == len(second) - 1
     assert answers[1] == answers[2]   # the same answer whatever was copied
 

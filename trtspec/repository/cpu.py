@@ -76,6 +76,7 @@ def model_config(engine: dict[str, Any], spec: Any, engine_path: str) -> dict[st
             "max_draft_len": build["max_draft_len"],
             "max_queue_size": spec.serve.max_queue_size,
             "mode": engine["mode"],
+            "stream_interval": spec.serve.stream_interval,
         }),
     }
 

@@ -92,6 +92,7 @@ class TritonPythonModel:
         self.engine = load_engine(params["engine_dir"], **overrides)
         self.outbox = Outbox()  # decoupled responses are sent from its thread, not the engine loop
         self.max_seq_len = int(params.get("max_seq_len", self.engine.max_seq_len))
+        self.stream_interval = int(params.get("stream_interval", 1))  # steps a streamed response gathers
         # Refuse an oversized prompt by its byte length, before decoding or tokenizing it.
         self.max_prompt_bytes = prompt_byte_limit(self.engine.tokenizer, self.engine.max_input_len)
         self._metrics_lock = threading.Lock()

@@ -1,7 +1,8 @@
 """The cpu model's request sinks: what the engine loop hands each step's output to, per request.
 
-`Responder` (decoupled): streams each step's piece through the model's outbox
-(trtspec.repository.outbox) and answers the engine's cancel probe; `Collector` (not decoupled):
+`Responder` (decoupled): streams the steps' pieces through the model's outbox
+(trtspec.repository.outbox), the first at once and then every `serve.stream_interval` steps, and
+answers the engine's cancel probe; `Collector` (not decoupled):
 keeps the whole answer for `execute` to return. Both end a request with the model's response or
 error (trtspec.repository.cpu_model.TritonPythonModel builds them) and count what it records.
 """
@@ -41,6 +42,9 @@ class Responder:
         self.num_tokens = 0
         self.num_input_tokens = 0
         self.send_failed = False
+        self.unsent: list[str] = []  # streamed pieces gathering for the next response (stream_interval)
+        self.steps_unsent = 0
+        self.streamed = False        # a streamed response went out
 
     def is_cancelled(self) -> bool:
         """The engine's cancel probe: the client went away, or a response could not be sent."""
@@ -72,17 +76,21 @@ class Responder:
             return
         self.num_tokens += len(item.token_ids)
         self.text.append(item.text)
-        # Streamed: the new text (stream_delta) or, as the stock model sends RequestOutput.text,
-        # the text so far; not streamed: the whole text once.
-        piece = item.text if parsed.streaming and parsed.stream_delta else "".join(self.text)
+        self.unsent.append(item.text)
+        self.steps_unsent += 1
+        # Streamed: the new text since the last response (stream_delta) or, as the stock model
+        # sends RequestOutput.text, the text so far; not streamed: the whole text once.
+        piece = "".join(self.unsent) if parsed.streaming and parsed.stream_delta else "".join(self.text)
         # 3. finished: record the statistics, send the last piece with the final flag.
         if item.finish_reason is not None:
             model.record(item.stats)
             extra = perf_outputs(item.stats, self.num_tokens, self.num_input_tokens) if parsed.perf_metrics else None
             self.finish(model.response(piece, item.finish_reason, extra))
-        # 4. streaming: send what this step committed.
-        elif parsed.streaming and item.text:
+        # 4. streaming: send what the steps since the last response committed, the first at once
+        # (time to first token) and then every stream_interval steps.
+        elif parsed.streaming and any(self.unsent) and (not self.streamed or self.steps_unsent >= model.stream_interval):
             model.outbox.post(self.sender, model.response(piece, None), 0, self._on_send_error)
+            self.unsent, self.steps_unsent, self.streamed = [], 0, True
 
 
 class Collector:
