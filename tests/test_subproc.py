@@ -46,9 +46,13 @@ def test_background_process_starts_logs_and_stops(tmp_path):
     assert not subproc.stop(pid)
 
 
-def test_stop_ends_the_group_members_its_leader_left_behind(tmp_path):
+@pytest.mark.parametrize("leader_dead", [False, True], ids=["leader-running", "leader-already-dead"])
+def test_stop_ends_the_group_members_its_leader_left_behind(tmp_path, leader_dead):
     """A child that ignores SIGTERM (as tritonserver's Python stub does) outlives its group's leader;
-    stop() must not return with it still running."""
+    stop() must not return with it still running, whether the leader was still running or not."""
+    import os
+    import signal
+
     ignoring = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(120)"
     log = tmp_path / "log.txt"
     leader = subproc.start(["sh", "-c", f'"{sys.executable}" -u -c "{ignoring}" & exec sleep 120'], log_path=log)
@@ -56,8 +60,11 @@ def test_stop_ends_the_group_members_its_leader_left_behind(tmp_path):
     while "up" not in log.read_text() and time.monotonic() < deadline:
         time.sleep(0.05)
     (child,) = [pid for pid in subproc.group_members(leader) if pid != leader]
+    if leader_dead:
+        os.kill(leader, signal.SIGKILL)
+        os.waitpid(leader, 0)
     started = time.monotonic()
-    assert subproc.stop(leader, timeout=5)
+    assert subproc.stop(leader, timeout=5) is not leader_dead
     assert not subproc.is_running(leader)
     assert subproc.group_members(leader) == [] and not subproc.is_running(child)
     assert time.monotonic() - started < subproc.STRAGGLER_GRACE_S + 5

@@ -117,22 +117,28 @@ STRAGGLER_GRACE_S = 5.0
 
 def stop(pid: int, *, timeout: float = 15.0) -> bool:
     """Stop the process group led by `pid`: SIGTERM, then SIGKILL after timeout; what is left of the
-    group once the leader is gone gets SIGKILL after STRAGGLER_GRACE_S. True if it was running.
+    group once the leader is gone gets SIGKILL after STRAGGLER_GRACE_S. True if the leader was running.
 
     Why the stragglers: tritonserver's Python stubs are in its group and do not end on SIGTERM.
     Stopped while its model was still loading (a Ctrl-C during `trtspec deploy` on a loaded
     machine), tritonserver exited and its stub, finding its parent gone ("Non-graceful termination
     detected"), slept on for minutes with the model in memory (a fresh-clone test run, 2026-11-28)."""
-    if not is_running(pid):
-        return False
-    _signal_group(pid, signal.SIGTERM)
-    if not _wait_gone(pid, timeout):
-        _signal_group(pid, signal.SIGKILL)
-        _wait_gone(pid, 10.0)
-    if not _wait_group_gone(pid, STRAGGLER_GRACE_S):
-        _signal_group(pid, signal.SIGKILL)
-        _wait_group_gone(pid, 5.0)
-    return True
+    running = is_running(pid)
+    if running:
+        _signal_group(pid, signal.SIGTERM)
+        if not _wait_gone(pid, timeout):
+            _signal_group(pid, signal.SIGKILL)
+            _wait_gone(pid, 10.0)
+    _end_stragglers(pid, STRAGGLER_GRACE_S)
+    return running
+
+
+def _end_stragglers(group: int, grace: float) -> None:
+    """SIGKILL what is left of process group `group` (its leader gone) after `grace` seconds. A
+    group's id is its leader's pid, which no new group can take while a member lives on."""
+    if not _wait_group_gone(group, grace):
+        _signal_group(group, signal.SIGKILL)
+        _wait_group_gone(group, 5.0)
 
 
 def _wait_group_gone(group: int, timeout: float) -> bool:
@@ -162,6 +168,7 @@ def kill(pid: int, *, timeout: float = 10.0) -> bool:
     """SIGKILL the process group led by `pid` at once and wait until it is gone. True if it was running."""
     if not is_running(pid):
         _reap(pid)
+        _end_stragglers(pid, 0.0)
         return False
     _signal_group(pid, signal.SIGKILL)
     _wait_gone(pid, timeout)

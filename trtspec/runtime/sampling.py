@@ -53,8 +53,9 @@ def greedy_tokens(logits) -> list[int]:
     """The argmax of each row, as torch's `argmax(dim=-1).tolist()` gives it: the first maximum,
     a NaN counting as the largest value (the first NaN wins). # logits: [n, vocab] or [vocab]
 
-    Through numpy: torch's CPU argmax is a scalar reduction (44 us a 49,152-wide row on the
-    AVX-512 EPYC, 2026-11-28; 3.4 % of a decode step at 8 sequences), numpy's a SIMD one (5 us).
+    Through numpy: torch's CPU argmax took 44 us a 49,152-wide row on the AVX-512 EPYC
+    (2026-11-28), numpy's 5 us; py-spy had it at 3.4 % of the engine loop at 8 sequences, though
+    tokens/s through Triton did not change measurably (docs/BENCHMARKS.md).
     Other dtypes than numpy's float types (bfloat16) stay in torch."""
     import torch
 
