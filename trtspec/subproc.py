@@ -143,25 +143,12 @@ def _end_stragglers(group: int, grace: float) -> None:
 
 def _wait_group_gone(group: int, timeout: float) -> bool:
     """Poll until process group `group` has no live member (True) or timeout passes (False)."""
-    deadline = time.monotonic() + timeout
-    while group_members(group):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.05)
-    return True
+    return _wait(lambda: not group_members(group), timeout)
 
 
 def group_members(group: int) -> list[int]:
     """The live (not zombie) processes of process group `group` (from /proc; empty where it is missing)."""
-    members = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            state, _, pgrp = stat.read_text().rsplit(")", 1)[1].split()[:3]
-        except (OSError, IndexError, ValueError):
-            continue
-        if int(pgrp) == group and state != "Z":
-            members.append(int(stat.parent.name))
-    return members
+    return [pid for pid, fields in _proc_stats() if int(fields[2]) == group and fields[0] != "Z"]
 
 
 def kill(pid: int, *, timeout: float = 10.0) -> bool:
@@ -177,25 +164,38 @@ def kill(pid: int, *, timeout: float = 10.0) -> bool:
 
 def _wait_gone(pid: int, timeout: float) -> bool:
     """Reap and poll until `pid` is gone (True) or timeout passes (False)."""
-    deadline = time.monotonic() + timeout
-    while True:
+    def gone() -> bool:
         _reap(pid)
-        if not is_running(pid):
-            return True
+        return not is_running(pid)
+    return _wait(gone, timeout)
+
+
+def _wait(done, timeout: float) -> bool:
+    """Poll `done()` every 50 ms until it is true (True) or timeout passes (False)."""
+    deadline = time.monotonic() + timeout
+    while not done():
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.05)
+    return True
 
 
-def children(pid: int) -> list[int]:
-    """Every descendant of process `pid` (from /proc; empty where /proc is missing)."""
-    parents: dict[int, list[int]] = {}
+def _proc_stats():
+    """(pid, the fields of /proc/<pid>/stat after the command name) of every process; nothing where
+    /proc is missing."""
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             continue
-        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+        yield int(stat.parent.name), fields
+
+
+def children(pid: int) -> list[int]:
+    """Every descendant of process `pid` (from /proc; empty where /proc is missing)."""
+    parents: dict[int, list[int]] = {}
+    for child, fields in _proc_stats():
+        parents.setdefault(int(fields[1]), []).append(child)
     found, frontier = [], [pid]
     while frontier:
         kids = parents.get(frontier.pop(), [])

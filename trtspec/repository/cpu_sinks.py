@@ -42,8 +42,7 @@ class Responder:
         self.num_tokens = 0
         self.num_input_tokens = 0
         self.send_failed = False
-        self.unsent: list[str] = []  # streamed pieces gathering for the next response (stream_interval)
-        self.steps_unsent = 0
+        self.unsent: list[str] = []  # the steps' pieces since the last streamed response, one a step
         self.streamed = False        # a streamed response went out
 
     def is_cancelled(self) -> bool:
@@ -77,20 +76,22 @@ class Responder:
         self.num_tokens += len(item.token_ids)
         self.text.append(item.text)
         self.unsent.append(item.text)
-        self.steps_unsent += 1
-        # Streamed: the new text since the last response (stream_delta) or, as the stock model
-        # sends RequestOutput.text, the text so far; not streamed: the whole text once.
-        piece = "".join(self.unsent) if parsed.streaming and parsed.stream_delta else "".join(self.text)
         # 3. finished: record the statistics, send the last piece with the final flag.
         if item.finish_reason is not None:
             model.record(item.stats)
             extra = perf_outputs(item.stats, self.num_tokens, self.num_input_tokens) if parsed.perf_metrics else None
-            self.finish(model.response(piece, item.finish_reason, extra))
+            self.finish(model.response(self._piece(), item.finish_reason, extra))
         # 4. streaming: send what the steps since the last response committed, the first at once
         # (time to first token) and then every stream_interval steps.
-        elif parsed.streaming and any(self.unsent) and (not self.streamed or self.steps_unsent >= model.stream_interval):
-            model.outbox.post(self.sender, model.response(piece, None), 0, self._on_send_error)
-            self.unsent, self.steps_unsent, self.streamed = [], 0, True
+        elif parsed.streaming and any(self.unsent) and (not self.streamed or len(self.unsent) >= model.stream_interval):
+            model.outbox.post(self.sender, model.response(self._piece(), None), 0, self._on_send_error)
+            self.unsent, self.streamed = [], True
+
+    def _piece(self) -> str:
+        """Streamed: the new text since the last response (stream_delta) or, as the stock model
+        sends RequestOutput.text, the text so far; not streamed: the whole text once."""
+        parsed = self.parsed
+        return "".join(self.unsent if parsed.streaming and parsed.stream_delta else self.text)
 
 
 class Collector:
