@@ -2,7 +2,7 @@
 """One decode forward's cost at fixed contexts, batch 1 and 8: the engine or HF transformers, at
 one thread count, in this process (run one process per figure: a torch process keeps its
 OpenMP teams). Prints one RESULT line (medians of 9 forwards) and, with --profile, the per-op
-table of 5 batch-1 forwards.
+table of 5 forwards at --profile-batch (1 or 8).
 
 Why: tokens/s (scripts/bench_threads.py) says which contender is slower; this says where a
 step's time goes, with variants that swap one part:
@@ -176,6 +176,8 @@ def main() -> None:
     parser.add_argument("contender", choices=("engine", "hf"))
     parser.add_argument("threads", type=int)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--profile-batch", type=int, choices=BATCHES, default=1,
+                        help="the batch whose forwards --profile tables (default 1)")
     parser.add_argument("--mkl-linear", action="store_true")
     parser.add_argument("--onednn-linear", action="store_true")
     parser.add_argument("--small-linear-threads", type=int, default=0)
@@ -200,7 +202,7 @@ def main() -> None:
             from torch.profiler import profile
             with profile() as profiler:
                 for _ in range(5):
-                    step(1)
+                    step(args.profile_batch)
             print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=22))
 
     if args.contender == "engine":
@@ -210,7 +212,7 @@ def main() -> None:
     else:
         work()
     variant = " ".join(f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}")
-                       for k, v in vars(args).items() if k not in ("contender", "threads", "profile") and v)
+                       for k, v in vars(args).items() if k not in ("contender", "threads", "profile", "profile_batch") and v)
     print(f"RESULT {args.contender} threads={args.threads} {variant or '-'} "
           + " ".join(f"b{b}={medians[b]:.2f}ms" for b in BATCHES) + f" b8/b1={medians[8] / medians[1]:.2f}", flush=True)
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Plain greedy decoding tokens/s at 1 and 2 threads (--threads: any counts) x batch 1 and 8: this
-engine, HF transformers' `generate`, and (with --previous) an older checkout's engine; each figure
-its own process.
+engine, HF transformers' `generate`, (with --previous) an older checkout's engine and (with
+--bfloat16) this engine with model.dtype bfloat16; each figure its own process.
 
 Why its own process: a torch process keeps its OpenMP teams and thread count, so figures measured
 one after the other in one process read each other's state (docs/BENCHMARKS.md, "Threads").
@@ -11,6 +11,7 @@ engine batches them in flight); HF runs batch 1 only (its `generate` does not ba
 Prompts: the first held-out summarize prompts of the dev set (lines 16-30 are held back from tuning).
 
     .venv/bin/python scripts/bench_threads.py --rounds 3 --max-tokens 48 --previous /tmp/trtspec-90883af
+    .venv/bin/python scripts/bench_threads.py --rounds 3 --bfloat16
     .venv/bin/python scripts/bench_threads.py --threads 1,2,4,8,16 --hf-threads 1,16   # a 16-core machine
 """
 
@@ -49,7 +50,7 @@ if kind == "hf":
     start = time.perf_counter(); tokens = sum(one(i) for i in ids)
 else:
     from trtspec.runtime import Engine
-    engine = Engine.from_checkpoints(path, mode="none")
+    engine = Engine.from_checkpoints(path, mode="none", dtype="bfloat16" if kind == "engine-bf16" else "float32")
     ids = [engine.encode(p, None) for p in prompts]
     engine.generate(ids[0], max_new_tokens=4)  # warm-up
     def one(i):
@@ -79,7 +80,7 @@ def run_one(kind: str, threads: int, batch: int, max_tokens: int, prompts: list[
     if kind == "previous":
         # that checkout's trtspec package first, the rest of the path as it was (the device's wheels)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(previous), os.environ.get("PYTHONPATH")) if p)
-    out = subprocess.run([sys.executable, "-c", CHILD, "hf" if kind == "hf" else "engine", str(batch), str(max_tokens),
+    out = subprocess.run([sys.executable, "-c", CHILD, "engine" if kind == "previous" else kind, str(batch), str(max_tokens),
                           json.dumps(prompts)], env=env, capture_output=True, text=True, check=True,
                          cwd=str(previous) if kind == "previous" else None)
     result = json.loads(out.stdout.strip().splitlines()[-1])
@@ -95,6 +96,7 @@ def main() -> None:
     parser.add_argument("--num-prompts", type=int, default=3)
     parser.add_argument("--previous", type=Path, default=None, help="a checkout of an older trtspec to compare")
     parser.add_argument("--threads", default="1,2", help="OMP_NUM_THREADS values for the engines")
+    parser.add_argument("--bfloat16", action="store_true", help="also this engine with model.dtype bfloat16")
     parser.add_argument("--hf-threads", default=None, help="OMP_NUM_THREADS values for HF (default: --threads)")
     args = parser.parse_args()
     prompts = held_out_summaries(args.num_prompts)
@@ -103,6 +105,8 @@ def main() -> None:
     contenders = [("engine", t, b) for t in threads for b in (1, 8)] + [("hf", t, 1) for t in hf_threads]
     if args.previous is not None:
         contenders += [("previous", t, b) for t in threads for b in (1, 8)]
+    if args.bfloat16:
+        contenders += [("engine-bf16", t, b) for t in threads for b in (1, 8)]
     figures: dict[tuple, list[float]] = {c: [] for c in contenders}
     for round_number in range(args.rounds):
         for contender in contenders:

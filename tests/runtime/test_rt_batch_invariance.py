@@ -14,8 +14,8 @@ from contextlib import contextmanager
 import pytest
 import torch
 
-from trtspec.runtime import native
-from trtspec.runtime.linear_choice import KERNELS
+from trtspec.runtime import native, rowdot
+from trtspec.runtime.linear_choice import KERNELS, ROWDOT_BF16
 from trtspec.runtime.prepack import available, prepack_linears
 
 pytestmark = pytest.mark.skipif(not available(), reason="oneDNN prepacking is not available in this torch build")
@@ -159,15 +159,18 @@ def _alone(model, allocator, pool, prompt, steps):
 
 
 @pytest.mark.parametrize("kernels,threads,route", [(KERNELS, None, "kernel"), (("onednn",), None, "torch"),
-                                                  (KERNELS, None, "torch"), (("mkl",), 1, "kernel")],
-                         ids=["chosen", "onednn-torch-attention", "torch-attention", "mkl-1-thread"])
+                                                  (KERNELS, None, "torch"), (("mkl",), 1, "kernel"),
+                                                  ((ROWDOT_BF16,), 2, "kernel")],
+                         ids=["chosen", "onednn-torch-attention", "torch-attention", "mkl-1-thread", "bfloat16"])
 def test_a_sequence_is_bitwise_the_same_alone_and_batched(tiny_llama, kernels, threads, route, monkeypatch):
     """Three sequences together, prompts in chunks of 5, then verify passes of 4 tokens (their own
     greedy continuation, so all accepted), one of them on scattered blocks: every logits row
     equals the row the sequence gets alone decoding one token at a time. Also with every linear
     layer on oneDNN and attention on torch's products (where the compiled kernels cannot be
-    built), attention alone on torch's products, and every linear layer on MKL at one thread (where this machine's probe admits MKL: 4 rows a call on the AVX2 EPYC)."""
+    built), attention alone on torch's products, every linear layer on MKL at one thread (where this machine's probe admits MKL: 4 rows a call on the AVX2 EPYC), and every linear layer on the bfloat16 row kernel at 2 threads (model.dtype bfloat16)."""
     _route(monkeypatch, route)
+    if ROWDOT_BF16 in kernels and rowdot.bfloat16_unavailable():
+        pytest.skip(rowdot.bfloat16_unavailable())
     with _threads(threads or torch.get_num_threads()):
         model, allocator, pool = _paged_target(tiny_llama, kernels)
         linears = [m for m in model.modules() if type(m).__name__ == "PackedLinear"]

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trtspec.runtime import native
+from trtspec.runtime import native, rowdot
 from trtspec.runtime.fused_linears import fuse
-from trtspec.runtime.linear_choice import MKL, ROWDOT
+from trtspec.runtime.linear_choice import MKL, ROWDOT, ROWDOT_BF16
 from trtspec.runtime.prepack import _packed_linear_class, prepacked
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="the row kernel cannot run here")
@@ -20,14 +20,18 @@ def _layers(sizes, in_features=40, bias=False, kernels=(ROWDOT,)):
     return tuple(packed_linear(torch.nn.Linear(in_features, size, bias=bias), kernels) for size in sizes)
 
 
+@pytest.mark.parametrize("kernel", [ROWDOT, ROWDOT_BF16])
 @pytest.mark.parametrize("bias", [False, True])
-def test_one_call_gives_each_member_its_own_bits(bias):
-    members = _layers((48, 24, 25), bias=bias)  # the last member's rows need not fill a group
+def test_one_call_gives_each_member_its_own_bits(bias, kernel):
+    if kernel == ROWDOT_BF16 and rowdot.bfloat16_unavailable():
+        pytest.skip(rowdot.bfloat16_unavailable())
+    members = _layers((48, 24, 25), in_features=40 if kernel == ROWDOT else 48, bias=bias, kernels=(kernel,))
+    in_features = members[0].in_features  # the last member's rows need not fill a group
     separate_weights = [member.rowdot_weight for member in members]
-    rows_each = {count: torch.randn(count, 40) for count in (1, 2, 7, 8, 9, 17)}
+    rows_each = {count: torch.randn(count, in_features) for count in (1, 2, 7, 8, 9, 17)}
     alone = {count: [member.forward(x) for member in members] for count, x in rows_each.items()}
     fused = fuse(members)
-    assert fused is not None and fused.usable()
+    assert fused is not None and fused.usable() and fused.kernel == kernel
     for count, x in rows_each.items():
         for mine, theirs in zip(fused(x), alone[count], strict=True):
             assert torch.equal(mine, theirs)
@@ -44,6 +48,8 @@ def test_members_that_cannot_share_a_call_are_left_alone():
     assert fuse(_layers((24, 24), bias=True)[:1] + _layers((24,))) is None  # bias on one only
     assert fuse(_layers((24,), in_features=40) + _layers((24,), in_features=48)) is None
     assert fuse(_layers((24,)) + _layers((24,), kernels=(MKL,))) is None  # not on the row kernel
+    if rowdot.bfloat16_unavailable() is None:  # one float32 member, one bfloat16: other numbers
+        assert fuse(_layers((24,), in_features=48) + _layers((24,), in_features=48, kernels=(ROWDOT_BF16,))) is None
     members = _layers((24, 24))
     members[1].min_rows = 2  # a padded layer keeps its own calls
     assert fuse(members) is None

@@ -15,6 +15,8 @@ import torch
 from trtspec.runtime import native, rowdot
 
 needs_kernel = pytest.mark.skipif(not native.available(), reason=f"row kernel unavailable: {native.unavailable()}")
+needs_bfloat16 = pytest.mark.skipif(rowdot.bfloat16_unavailable() is not None,
+                                    reason=f"bfloat16 row kernel unavailable: {rowdot.bfloat16_unavailable()}")
 
 
 @needs_kernel
@@ -81,6 +83,65 @@ def test_an_avx2_only_build_gives_the_same_numbers(tmp_path):
     weight, x = torch.randn(577, 1537, generator=generator), torch.randn(300, 1537, generator=generator)
     here = [rowdot.linear(x[:rows], rowdot.pack(weight)) for rows in (1, 5, 9, 16, 300)]
     assert all(torch.equal(a, b) for a, b in zip(torch.load(out), here, strict=True))
+
+
+@needs_bfloat16
+@pytest.mark.parametrize("shape", [(16, 8), (21, 37), (576, 192), (1536, 576), (577, 1537)],
+                         ids=["tiny", "odd", "kv", "down", "tails"])
+@pytest.mark.parametrize("bias", [False, True])
+def test_the_bfloat16_kernel_sums_bfloat16_products_in_float32(shape, bias):
+    """Against float64 sums of the bfloat16-rounded input and weight: float32 summation error only
+    (inputs of 16 and 37 take the scalar tail; 577 both). A kernel that skipped rounding the input
+    or the weight would be ~1e-2 off, far outside the tolerance."""
+    generator = torch.Generator().manual_seed(0)
+    in_features, out_features = shape
+    weight = torch.randn(out_features, in_features, generator=generator)
+    b = torch.randn(out_features, generator=generator) if bias else None
+    x = torch.randn(2, 5, in_features, generator=generator)
+    packed = rowdot.pack(weight, bfloat16=True)
+    assert packed.data.dtype == torch.bfloat16
+    out = rowdot.linear(x, packed, b)
+    exact = x.to(torch.bfloat16).double() @ weight.to(torch.bfloat16).double().T
+    if b is not None:
+        exact = exact + b.double()
+    assert out.dtype == torch.float32 and out.shape == (2, 5, out_features)
+    torch.testing.assert_close(out.double(), exact, rtol=1e-5, atol=2e-5 * in_features ** 0.5)
+    assert not torch.allclose(out.double(), x.double() @ weight.double().T, rtol=1e-5, atol=1e-4)
+
+
+@needs_bfloat16
+@pytest.mark.parametrize("shape", [(576, 576), (577, 1537)], ids=["q", "tails"])
+def test_a_bfloat16_row_is_the_same_alone_among_others_and_on_any_thread_count(shape):
+    in_features, out_features = shape
+    generator = torch.Generator().manual_seed(1)
+    weight = torch.randn(out_features, in_features, generator=generator)
+    x = torch.randn(300, in_features, generator=generator)
+    packed = rowdot.pack(weight, bfloat16=True)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        alone = [rowdot.linear(x[r:r + 1], packed) for r in (0, 2, 299)]
+        for threads in (1, 2, 3):
+            torch.set_num_threads(threads)
+            for rows in (2, 3, 7, 8, 9, 16, 17, 64, 65, 300):  # chunks of 8, slabs of 64
+                batch = rowdot.linear(x[:rows], packed)
+                for index, r in enumerate((0, 2, 299)):
+                    if r < rows:
+                        assert torch.equal(batch[r:r + 1], alone[index]), (threads, rows, r)
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_without_avx512_bf16_the_bfloat16_kernel_says_why(tmp_path):
+    """A CPU without AVX512_BF16 still builds the library (float32 kernels); the bfloat16 one is
+    then unavailable with a reason, not a crash."""
+    code = ("from trtspec.runtime import native, rowdot\n"
+            "native._cpu_flags = lambda: {'avx2', 'fma', 'avx512f', 'avx512vl'}\n"
+            "assert '-mavx512bf16' not in native.flags()\n"
+            "print(native.available(), rowdot.bfloat16_unavailable())\n")
+    result = _python(code, TRTSPEC_CACHE=str(tmp_path))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.startswith("True ") and "AVX512_BF16" in result.stdout
 
 
 def _python(code: str, **env: str) -> subprocess.CompletedProcess:

@@ -36,6 +36,7 @@ MALFORMED = [
     ("quantization:\n  fp8: maybe\n", "quantization.fp8", "valid boolean"),
     ("build:\n  prepack: sometimes\n", "build.prepack", "valid boolean"),
     ("quantization:\n  fp8_kv_cache: true\n", "quantization.fp8_kv_cache", "cpu backend"),
+    ("model:\n  dtype: float16\n", "model.dtype", "the cpu engine runs float32 or bfloat16"),
     ("build:\n  backend: trtllm-engine\nserve:\n  stream_interval: 4\n", "serve.stream_interval",
      "only the cpu backend's model gathers streamed tokens"),
     ("serve:\n  stream_interval: 0\n", "serve.stream_interval", "greater than or equal to 1"),

@@ -23,18 +23,17 @@ def engine_parts(target_dir, *, mode: str = "ngram", draft_dir=None, max_draft_l
 
     prepack: run the target's (and a draft model's) linear layers on oneDNN-prepacked weights
     (prepack.py: multi-token verify passes cost far less; twice the linear-weight memory).
+    dtype: float32, or bfloat16: every linear layer (the drafter's too) on the bfloat16 row kernel
+    (trtspec.runtime.rowdot), the rest (embeddings, norms, attention, KV cache) in float32.
     """
     from transformers import AutoTokenizer
 
-    if dtype != "float32":
-        raise IncompatibleArtifactError(f"runtime dtype {dtype!r} is not supported by the cpu engine",
-                                        fix="use float32 (FP8 checkpoints are dequantized to float32 at load)")
-
+    kernels = _linear_kernels(dtype, prepack)
     target = load_causal_lm(target_dir)
     if prepack:
         from trtspec.runtime.prepack import prepack_linears
 
-        prepack_linears(target)
+        prepack_linears(target, kernels)
     tokenizer = AutoTokenizer.from_pretrained(str(target_dir))
     drafter = None
     if mode == "ngram":
@@ -48,7 +47,7 @@ def engine_parts(target_dir, *, mode: str = "ngram", draft_dir=None, max_draft_l
         if prepack:
             from trtspec.runtime.prepack import prepack_linears
 
-            prepack_linears(draft_model)
+            prepack_linears(draft_model, kernels)
         drafter = DraftModelDrafter(draft_model)
     elif mode == "eagle3":
         from trtspec.runtime.drafters.eagle3 import Eagle3Drafter
@@ -57,7 +56,7 @@ def engine_parts(target_dir, *, mode: str = "ngram", draft_dir=None, max_draft_l
         if prepack:  # its forwards take 2-20 rows (catch-up, tree frontiers): SGEMM would repack per call
             from trtspec.runtime.prepack import prepack_linears
 
-            prepack_linears(drafter.head)
+            prepack_linears(drafter.head, kernels)
     elif mode != "none":
         raise IncompatibleArtifactError(f"unknown speculative mode {mode!r}",
                                         fix="use one of eagle3, draft-target, ngram, none")
@@ -68,6 +67,24 @@ def engine_parts(target_dir, *, mode: str = "ngram", draft_dir=None, max_draft_l
     # thread. Two OpenMP teams on the cores make both slow (threads.py), so this one ends here.
     release_idle_openmp_team()
     return target, tokenizer, drafter, config
+
+
+def _linear_kernels(dtype: str, prepack: bool) -> tuple[str, ...]:
+    """The kernels prepack may choose among for `dtype`; a clear error where it cannot run here."""
+    from trtspec.runtime.linear_choice import KERNELS, ROWDOT_BF16
+
+    if dtype == "float32":
+        return KERNELS
+    if dtype != "bfloat16":
+        raise IncompatibleArtifactError(f"runtime dtype {dtype!r} is not supported by the cpu engine",
+                                        fix="use float32 or bfloat16 (FP8 checkpoints are dequantized at load)")
+    from trtspec.runtime import rowdot
+
+    why = "prepack is off" if not prepack else rowdot.bfloat16_unavailable()
+    if why is not None:
+        raise IncompatibleArtifactError(f"runtime dtype bfloat16 needs the bfloat16 row kernel, and {why}",
+                                        fix="use model.dtype float32 on this machine")
+    return (ROWDOT_BF16,)
 
 
 def _need(draft_dir, mode: str) -> Path:

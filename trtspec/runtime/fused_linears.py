@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from trtspec.runtime.linear_choice import ROWDOT
+from trtspec.runtime.linear_choice import ROW_KERNELS
 
 SIBLINGS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 
@@ -33,13 +33,14 @@ class Fused:
     """Linear layers of one input stacked: `packed` (rowdot.Packed) over all their rows."""
 
     members: tuple[Any, ...]  # the PackedLinear layers, in stacking order
+    kernel: str               # the row kernel they all run on (float32 or bfloat16)
     packed: Any
     bias: Any                 # [sum of out_features] or None
     sizes: tuple[int, ...]    # out_features of each member
 
     def usable(self) -> bool:
         """Every member still runs on the row kernel (its kernel was not switched after fusing)."""
-        return all(member.kernel == ROWDOT for member in self.members)
+        return all(member.kernel == self.kernel for member in self.members)
 
     def __call__(self, x: Any) -> list[Any]:
         """Each member's output, as views of one [..., sum of out_features] result."""
@@ -67,8 +68,9 @@ def fuse(members: tuple[Any, ...]) -> Fused | None:
 
     from trtspec.runtime import native, rowdot
 
-    if not all(getattr(member, "rowdot_weight", None) is not None and member.kernel == ROWDOT
-               for member in members):
+    kernels = {getattr(member, "kernel", None) for member in members}
+    if (len(kernels) != 1 or not kernels <= set(ROW_KERNELS)
+            or any(getattr(member, "rowdot_weight", None) is None for member in members)):
         return None
     group = native.library().rowdot_group()
     sizes = tuple(member.out_features for member in members)
@@ -83,4 +85,4 @@ def fuse(members: tuple[Any, ...]) -> Fused | None:
         rows = -(-size // group) * group
         member.rowdot_weight = rowdot.Packed(stacked[start:start + rows], size)
         start += rows
-    return Fused(members, rowdot.Packed(stacked, sum(sizes)), bias, sizes)
+    return Fused(members, kernels.pop(), rowdot.Packed(stacked, sum(sizes)), bias, sizes)

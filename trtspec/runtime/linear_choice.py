@@ -50,6 +50,10 @@ from typing import Any
 
 ONEDNN, ROWDOT, MKL = "onednn", "rowdot", "mkl"
 KERNELS = (ROWDOT, ONEDNN, MKL)  # the default first (the first available here), then each challenger in turn
+# the row kernel on bfloat16 weights and inputs (rowdot_bf16.cpp): the cpu engine's model.dtype
+# bfloat16, never a challenger to the float32 kernels (it computes other numbers)
+ROWDOT_BF16 = "rowdot-bf16"
+ROW_KERNELS = (ROWDOT, ROWDOT_BF16)
 SWITCH_AT_MOST = 0.8  # a challenger's time over the incumbent's for the challenger to be chosen
 ROW_COUNTS = (1, 2, 4, 8)  # rows per call a kernel may need before its rows round alike; 8: a verify pass
 TIMED_ROWS = (1, 8)  # a lone decode step, a batch of 8
@@ -128,7 +132,7 @@ def choose(calls: dict[str, Callable[[Any], Any]], in_features: int, shape: tupl
 
 def _version(kernel: str) -> str:
     """The kernel's name in a timing's key; the row kernel's with its build (a changed source is timed anew)."""
-    if kernel != ROWDOT:
+    if kernel not in ROW_KERNELS:
         return kernel
     from trtspec.runtime import native
 

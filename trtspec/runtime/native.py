@@ -26,12 +26,17 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-SOURCES = tuple(Path(__file__).with_name(name) for name in ("rowdot.cpp", "paged_attend.cpp", "rope_write.cpp"))
+SOURCES = tuple(Path(__file__).with_name(name)
+                for name in ("rowdot.cpp", "rowdot_bf16.cpp", "paged_attend.cpp", "rope_write.cpp"))
+HEADERS = (Path(__file__).with_name("rowdot_rows.h"),)  # included by the sources: part of a build's digest
 # -ffp-contract=off: a scalar tail must not become an FMA in some instantiations and not others
 FLAGS = ("-O3", "-mavx2", "-mfma", "-ffp-contract=off", "-fopenmp", "-fPIC", "-shared")
 # where the CPU has them: 32 vector registers for the row kernel's sums (the same 8-lane arithmetic,
 # so the same numbers; rowdot.cpp), and no 512-bit vectors in code the compiler vectorizes itself
 WIDE_REGISTERS = ("-mavx512f", "-mavx512vl", "-mprefer-vector-width=256")
+# where the CPU has it: VDPBF16PS for the bfloat16 row kernel (rowdot_bf16.cpp; without it that
+# file builds only rowdot_bf16_available, which answers 0)
+BF16_DOT = ("-mavx512bf16",)
 _WHY: list[str] = []  # why the library is unavailable, once known
 
 _POINTER, _INT64, _INT, _FLOAT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
@@ -41,6 +46,10 @@ _SIGNATURES = {  # name: (argument types, result type)
     "rowdot_pack": ([_POINTER, _INT64, _INT64, _POINTER], None),
     # x, rows, in_features, packed weight, out_features, bias, y, threads
     "rowdot_linear": ([_POINTER, _INT64, _INT64, _POINTER, _INT64, _POINTER, _POINTER, _INT], None),
+    "rowdot_bf16_available": ([], _INT),
+    # as rowdot_pack and rowdot_linear, on bfloat16 weights (present where rowdot_bf16_available says 1)
+    "rowdot_bf16_pack": ([_POINTER, _INT64, _INT64, _POINTER], None),
+    "rowdot_bf16_linear": ([_POINTER, _INT64, _INT64, _POINTER, _INT64, _POINTER, _POINTER, _INT], None),
     # query, rows, heads, kv_heads, head_dim, keys, key_row, values, slots, base, gather, gather_at,
     # key_counts, bias, bias_at, scaling, out, threads
     "paged_attend": ([_POINTER, _INT64, _INT64, _INT64, _INT64, _POINTER, _INT64, _POINTER, _INT64, _POINTER,
@@ -76,7 +85,9 @@ def library() -> Any:
     except (OSError, RuntimeError) as error:
         return _unusable(str(error))
     for name, (argtypes, restype) in _SIGNATURES.items():
-        function = getattr(lib, name)
+        function = getattr(lib, name, None)
+        if function is None:  # the bfloat16 kernel's entry points where the CPU cannot run them
+            continue
         function.argtypes, function.restype = argtypes, restype
     return lib
 
@@ -84,14 +95,15 @@ def library() -> Any:
 @cache
 def digest() -> str:
     """What a build and its timings are valid for: the sources, the compiler and the flags."""
-    sources = b"".join(source.read_bytes() for source in SOURCES)
+    sources = b"".join(source.read_bytes() for source in (*SOURCES, *HEADERS))
     return hashlib.sha256(sources + " ".join((_compiler(), *flags())).encode()).hexdigest()[:16]
 
 
 @cache
 def flags() -> tuple[str, ...]:
     """The compiler flags for this CPU."""
-    return FLAGS + (WIDE_REGISTERS if {"avx512f", "avx512vl"} <= _cpu_flags() else ())
+    wide = {"avx512f", "avx512vl"} <= _cpu_flags()
+    return FLAGS + (WIDE_REGISTERS if wide else ()) + (BF16_DOT if wide and "avx512_bf16" in _cpu_flags() else ())
 
 
 def _compiler() -> str:

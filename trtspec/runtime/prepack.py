@@ -41,7 +41,7 @@ from contextlib import contextmanager
 from functools import cache
 from typing import Any
 
-from trtspec.runtime.linear_choice import KERNELS, ONEDNN, ROW_COUNTS, ROWDOT, choose
+from trtspec.runtime.linear_choice import KERNELS, ONEDNN, ROW_COUNTS, ROW_KERNELS, ROWDOT, ROWDOT_BF16, choose
 
 # oneDNN picks its blocking for this many rows; 8 covers verify passes of 1 + up to 8 drafts.
 PACKED_FOR_ROWS = 8
@@ -97,11 +97,19 @@ _CLASS: list = []
 @cache
 def _without_missing_row_kernel(kernels: tuple[str, ...]) -> tuple[str, ...]:
     """`kernels` as given where the row kernel runs here (or is not asked for); else without it,
-    said once on stderr (decoding is slower), and an error when nothing is left."""
+    said once on stderr (decoding is slower), and an error when nothing is left. The bfloat16 row
+    kernel runs alone and has no stand-in (any other kernel computes other numbers)."""
     import sys
 
-    from trtspec.runtime import native
+    from trtspec.runtime import native, rowdot
 
+    if ROWDOT_BF16 in kernels:
+        if len(kernels) > 1:
+            raise ValueError(f"the bfloat16 row kernel runs alone, not among {kernels}")
+        why = rowdot.bfloat16_unavailable()
+        if why is not None:
+            raise ValueError(f"bfloat16 linear layers cannot run here: {why}")
+        return kernels
     why = native.unavailable() if ROWDOT in kernels else None
     if why is None:
         return kernels
@@ -144,6 +152,8 @@ def _packed_linear_class():
                     self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), PACKED_FOR_ROWS)
                 if ROWDOT in kernels and self.rowdot_weight is None:
                     self.rowdot_weight = rowdot.pack(self.weight)
+                if ROWDOT_BF16 in kernels and self.rowdot_weight is None:
+                    self.rowdot_weight = rowdot.pack(self.weight, bfloat16=True)
                 calls = {name: (lambda x, name=name: self._call(name, x)) for name in kernels}
                 shape = (self.in_features, self.out_features, self.bias is not None)
                 self.kernel, fewest = choose(calls, self.in_features, shape)
@@ -153,14 +163,14 @@ def _packed_linear_class():
             self.min_rows = fewest or ROW_COUNTS[-1]
             if self.kernel != ONEDNN:
                 self.packed = None
-            if self.kernel != ROWDOT:
+            if self.kernel not in ROW_KERNELS:
                 self.rowdot_weight = None
             return self.kernel
 
         def _call(self, kernel: str, x):
             if kernel == ONEDNN:
                 return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
-            if kernel == ROWDOT:
+            if kernel in ROW_KERNELS:  # float32 or bfloat16, as its copy was packed
                 return rowdot.linear(x, self.rowdot_weight, self.bias)
             return torch.nn.functional.linear(x, self.weight, self.bias)
 

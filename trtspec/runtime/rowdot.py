@@ -9,9 +9,17 @@ Every row of a call rounds as it would alone, at any thread count, by constructi
 trtspec.runtime.linear_choice makes it the default kernel where the library builds; oneDNN or MKL
 take a layer from it only where they measure clearly faster.
 
+bfloat16 (`pack(weight, bfloat16=True)`, rowdot_bf16.cpp, CPUs with AVX512_BF16): the weight is
+rounded to bfloat16 at pack time and each input row at every call, products summed in float32
+in one fixed order as above (so still batch-invariant); half the bytes of weights to read and twice
+the pairs an instruction multiplies: SmolLM2's linear layers in sequence took 0.50x the float32
+kernel's time at 1 row, 0.60x at 8, 0.56x at 16 (2-core AVX-512 AMD EPYC, docs/BENCHMARKS.md).
+
 Contract: `linear(x, pack(weight), bias)` equals `F.linear(x, weight, bias)` up to float32
-rounding for float32 CPU tensors; inference only (no gradient; the packed copy does not follow
-later changes to the weight). Callers check `native.available()` first.
+rounding for float32 CPU tensors; with a bfloat16 pack it equals F.linear of the bfloat16-rounded
+input and weight up to float32 rounding. Inference only (no gradient; the packed copy does not
+follow later changes to the weight). Callers check `native.available()` first, and
+`bfloat16_unavailable()` before a bfloat16 pack.
 """
 
 from __future__ import annotations
@@ -22,20 +30,33 @@ from trtspec.runtime import native
 
 
 class Packed(NamedTuple):
-    """A weight in the row kernel's layout: `data` [out_features rounded up to the group, in_features]."""
+    """A weight in the row kernel's layout: `data` [out_features rounded up to the group, in_features],
+    float32, or bfloat16 for the bfloat16 kernel."""
 
     data: Any
     out_features: int
 
 
-def pack(weight: Any) -> Packed:
-    """The row kernel's copy of `weight` [out_features, in_features] (float32)."""
+def bfloat16_unavailable() -> str | None:
+    """Why the bfloat16 kernel cannot run here, or None when it can."""
+    why = native.unavailable()
+    if why is None and not native.library().rowdot_bf16_available():
+        why = "the CPU lacks AVX512_BF16 (with AVX-512 VL), which the bfloat16 row kernel needs"
+    return why
+
+
+def pack(weight: Any, bfloat16: bool = False) -> Packed:
+    """The row kernel's copy of `weight` [out_features, in_features] (float32): float32, or rounded
+    to bfloat16 (round to nearest even) for the bfloat16 kernel."""
     import torch
 
     weight, library = weight.detach().contiguous(), native.library()
+    if bfloat16:
+        weight = weight.to(torch.bfloat16)
     group = library.rowdot_group()
     data = torch.empty(-(-weight.shape[0] // group) * group, weight.shape[1], dtype=weight.dtype)
-    library.rowdot_pack(weight.data_ptr(), weight.shape[0], weight.shape[1], data.data_ptr())
+    packer = library.rowdot_bf16_pack if bfloat16 else library.rowdot_pack
+    packer(weight.data_ptr(), weight.shape[0], weight.shape[1], data.data_ptr())
     return Packed(data, weight.shape[0])
 
 
@@ -48,7 +69,8 @@ def linear(x: Any, weight: Packed, bias: Any = None) -> Any:
     if not rows.is_contiguous():
         rows = rows.contiguous()
     out = torch.empty(rows.shape[0], weight.out_features, dtype=x.dtype)
-    native.library().rowdot_linear(rows.data_ptr(), rows.shape[0], rows.shape[1], weight.data.data_ptr(),
-                                   weight.out_features, None if bias is None else bias.data_ptr(), out.data_ptr(),
-                                   torch.get_num_threads())
+    library = native.library()
+    kernel = library.rowdot_bf16_linear if weight.data.dtype == torch.bfloat16 else library.rowdot_linear
+    kernel(rows.data_ptr(), rows.shape[0], rows.shape[1], weight.data.data_ptr(), weight.out_features,
+           None if bias is None else bias.data_ptr(), out.data_ptr(), torch.get_num_threads())
     return out.view(*x.shape[:-1], weight.out_features)

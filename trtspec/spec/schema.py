@@ -42,7 +42,11 @@ class ModelSpec(Section):
     name: str | None = None
     """Short name used in artifact paths; derived from the source when empty."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    """Weights dtype for the cpu engine and calibration (float32 is fastest on most CPUs)."""
+    """Weights dtype for calibration and, on the cpu backend, for its linear layers: float32 (greedy
+    answers bit for bit transformers' float32 ones), or bfloat16 (CPUs with AVX512_BF16: weights and
+    each layer's input rounded to bfloat16, sums, norms, attention and the KV cache in float32;
+    SmolLM2 decoded 1.4-1.6x faster on a 2-core AVX-512 EPYC, with answers that can part from
+    float32's after a few dozen tokens; docs/BENCHMARKS.md). float16: trtllm backends only."""
     trust_remote_code: bool = False
     """Allow custom modelling code from the checkpoint. Off unless you trust the source."""
 
@@ -342,6 +346,9 @@ class Spec(Section):
             problems.append(problem_line("serve.stream_interval", "only the cpu backend's model gathers streamed "
                                          "tokens (tensorrtllm_backend streams every step)",
                                          got=self.serve.stream_interval, fix="remove it, or set build.backend: cpu"))
+        if self.model.dtype == "float16" and backend == "cpu":
+            problems.append(problem_line("model.dtype", "the cpu engine runs float32 or bfloat16 linear layers",
+                                         got="float16", fix="use float32 or bfloat16 with build.backend: cpu"))
         if self.quantization.fp8_kv_cache and backend == "cpu":
             problems.append(problem_line("quantization.fp8_kv_cache",
                                          "the cpu backend keeps its KV cache in the model dtype", got="true",

@@ -1,0 +1,95 @@
+// What the row kernels share (rowdot.cpp on float32 weights, rowdot_bf16.cpp on bfloat16 ones):
+// the packed layout, the walk over the weight groups (rows of input a pass, slabs, panels split
+// over the threads) and the fixed horizontal sum. Each kernel supplies only its `block`: the sums
+// of up to Kernel::ROWS input rows against one group.
+//
+// Packed layout: GROUP weight rows interleaved Kernel::STEP values at a time (the vector part of k),
+// then each row's k % STEP tail values; a call reads every group once, in order, as one stream.
+//
+// Why the walk keeps batch invariance: a thread owns whole outputs and each output is computed by
+// one `block` call whose order of operations does not depend on which rows share it, so the
+// chunking into passes, slabs and panels changes only which registers hold the sums.
+#pragma once
+
+#include <immintrin.h>
+#include <stdint.h>
+
+namespace rowdot_rows {
+
+constexpr int GROUP = 3;       // weight rows interleaved in the packed layout (outputs computed together)
+constexpr int PANEL = 10;      // groups a thread takes at a time
+constexpr int64_t SLAB = 64;   // rows per sweep over the weights: a slab's inputs stay in L2
+
+inline float horizontal_sum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// w: [n_size, k_size] contiguous -> packed: ceil(n_size / GROUP) * GROUP * k_size values (the last
+// group's missing rows are zeros; their outputs are never written).
+template <typename Value, int STEP>
+void pack(const Value* w, int64_t n_size, int64_t k_size, Value* packed) {
+  const int64_t vector_end = k_size - k_size % STEP, tail = k_size - vector_end;
+  for (int64_t n0 = 0; n0 < n_size; n0 += GROUP) {
+    Value* group = packed + n0 * k_size;
+    for (int c = 0; c < GROUP; ++c) {
+      const Value* row = n0 + c < n_size ? w + (n0 + c) * k_size : nullptr;
+      for (int64_t k = 0; k < vector_end; k += STEP)
+        for (int i = 0; i < STEP; ++i) group[k * GROUP + c * STEP + i] = row ? row[k + i] : Value(0);
+      for (int64_t k = 0; k < tail; ++k) group[vector_end * GROUP + c * tail + k] = row ? row[vector_end + k] : Value(0);
+    }
+  }
+}
+
+// The last `left` (< R) rows of a group's pass, in one block of exactly that many rows.
+template <class Kernel, int R>
+inline void remainder(int left, bool first, const typename Kernel::Value* x, int64_t k_size,
+                      const typename Kernel::Value* group, const float* bias, float* y, int64_t n_size, int64_t n0,
+                      int columns) {
+  if constexpr (R > 0) {
+    if (left != R) return remainder<Kernel, R - 1>(left, first, x, k_size, group, bias, y, n_size, n0, columns);
+    if (first) Kernel::template block<R, true>(x, k_size, group, bias, y, n_size, n0, columns);
+    else Kernel::template block<R, false>(x, k_size, group, bias, y, n_size, n0, columns);
+  }
+}
+
+// Every row of x against one group: Kernel::ROWS rows at a time, then the remainder; the first
+// pass reads the weights from memory (and prefetches the next groups), later ones find them in L1.
+template <class Kernel>
+void all_rows(const typename Kernel::Value* x, int64_t rows, int64_t k_size, const typename Kernel::Value* group,
+              const float* bias, float* y, int64_t n_size, int64_t n0, int columns) {
+  constexpr int R = Kernel::ROWS;
+  int64_t r = 0;
+  for (; r + R <= rows; r += R) {
+    if (r == 0) Kernel::template block<R, true>(x, k_size, group, bias, y, n_size, n0, columns);
+    else Kernel::template block<R, false>(x + r * k_size, k_size, group, bias, y + r * n_size, n_size, n0, columns);
+  }
+  remainder<Kernel, R - 1>(static_cast<int>(rows - r), r == 0, x + r * k_size, k_size, group, bias,
+                           y + r * n_size, n_size, n0, columns);
+}
+
+// x: [rows, k_size] in the kernel's input type, packed: pack's layout of [n_size, k_size], bias:
+// [n_size] float32 or null, y: [rows, n_size] float32; all contiguous.
+template <class Kernel>
+void linear(const typename Kernel::Value* x, int64_t rows, int64_t k_size, const typename Kernel::Value* packed,
+            int64_t n_size, const float* bias, float* y, int threads) {
+  const int64_t groups = (n_size + GROUP - 1) / GROUP, panels = (groups + PANEL - 1) / PANEL;
+  for (int64_t slab = 0; slab < rows; slab += SLAB) {
+    const int64_t slab_rows = rows - slab < SLAB ? rows - slab : SLAB;
+    const typename Kernel::Value* xs = x + slab * k_size;
+    float* ys = y + slab * n_size;
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+    for (int64_t p = 0; p < panels; ++p) {
+      const int64_t last = (p + 1) * PANEL < groups ? (p + 1) * PANEL : groups;
+      for (int64_t g = p * PANEL; g < last; ++g) {
+        const int64_t n0 = g * GROUP;
+        const int columns = n_size - n0 < GROUP ? static_cast<int>(n_size - n0) : GROUP;
+        all_rows<Kernel>(xs, slab_rows, k_size, packed + n0 * k_size, bias, ys, n_size, n0, columns);
+      }
+    }
+  }
+}
+
+}  // namespace rowdot_rows
