@@ -56,6 +56,32 @@ def test_the_fastest_kernel_whose_rows_round_alike_wins(calls, expected, request
 
 
 
+def test_one_slow_timing_of_the_default_does_not_hand_the_layer_to_another_kernel(monkeypatch):
+    """Timings scripted per kernel, in the order choose asks for them: the default's first timing
+    is twice its real time (another process had the core), the challenger looks 2x faster; the
+    default is timed again, is as fast, and keeps the layer. Both of its timings are recorded, so
+    a later load decides alike without timing."""
+    timings = {"default": [2e-3, 2e-3, 1e-3, 1e-3], "other": [0.9e-3, 0.9e-3]}  # 1 row, 8 rows, again
+    monkeypatch.setattr(linear_choice, "seconds_per_call", lambda call, rows, in_features: timings[call.name].pop(0))
+    calls = {name: _named(exact, name) for name in timings}
+    assert choose(calls, IN_FEATURES, ("noisy",)) == ("default", 1)
+    assert timings == {"default": [], "other": []}
+    recorded = linear_timings_file().read_text()
+    assert recorded.count("fastest of 5 | again") == 2
+    monkeypatch.setattr(linear_choice, "_SECONDS", {})  # a new process: timing again would fail (lists empty)
+    assert choose(calls, IN_FEATURES, ("noisy",)) == ("default", 1)
+    timings.update(default=[2e-3, 2e-3, 2e-3, 2e-3], other=[0.9e-3, 0.9e-3])  # slow both times: it loses
+    monkeypatch.setattr(linear_choice, "_SECONDS", {})
+    assert choose(calls, IN_FEATURES, ("really-slower",)) == ("other", 1)
+
+
+def _named(function, name):
+    def call(x):
+        return function(x)
+    call.name = name
+    return call
+
+
 def test_the_first_timings_on_a_machine_decide_every_later_load(tmp_path, monkeypatch):
     """A later load (a new process: nothing timed in memory) reads the recorded times and chooses
     what the first load chose, without timing again; the file names the machine and the shape."""
