@@ -20,8 +20,11 @@ import time
 from bench_engine_offline import DEV_PROMPTS  # the module beside this script
 
 
-def first_difference(a: list[int], b: list[int]) -> int:
-    """Index of the first token where the answers differ (the shorter length when one is a prefix)."""
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    """Index of the first token where the answers differ (the shorter length when one is a prefix
+    of the other); None when they are the same."""
+    if a == b:
+        return None
     return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
 
@@ -50,15 +53,16 @@ def main() -> None:
     result = {
         "prompts": len(rows), "max_tokens": args.max_tokens,
         "identical_answers": sum(a == b for a, b in pairs),
-        "matched_prefix_share": statistics.mean(f / max(len(a), 1) for f, (a, _) in zip(firsts, pairs, strict=True)),
-        "first_difference": firsts,
+        "matched_prefix_share": statistics.mean(1.0 if f is None else f / max(len(a), 1)
+                                                for f, (a, _) in zip(firsts, pairs, strict=True)),
+        "first_difference": firsts,  # per prompt, None where the answers are the same
         "identical_by_category": {c: [sum(a == b for (a, b), r in zip(pairs, rows, strict=True) if r["category"] == c),
                                       sum(r["category"] == c for r in rows)] for c in sorted({r["category"] for r in rows})},
         "tokens_per_s": {d: sum(map(len, answers[d])) / seconds[d] for d in answers},
     }
     print(f"{result['identical_answers']} of {len(rows)} answers identical over {args.max_tokens} tokens; "
           f"{100 * result['matched_prefix_share']:.0f}% of tokens before the first difference; "
-          f"first differences at {sorted(firsts)}")
+          f"where they differ, the first different token is at (0-based) {sorted(f for f in firsts if f is not None)}")
     if args.json:
         print(json.dumps(result))
 

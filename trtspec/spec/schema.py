@@ -45,8 +45,9 @@ class ModelSpec(Section):
     """Weights dtype for calibration and, on the cpu backend, for its linear layers: float32 (greedy
     answers bit for bit transformers' float32 ones), or bfloat16 (CPUs with AVX512_BF16: weights and
     each layer's input rounded to bfloat16, sums, norms, attention and the KV cache in float32;
-    SmolLM2 decoded 1.4-1.6x faster on a 2-core AVX-512 EPYC, with answers that can part from
-    float32's after a few dozen tokens; docs/BENCHMARKS.md). float16: trtllm backends only."""
+    SmolLM2 served 1.4-1.5x the tokens/s at up to 8 requests on a 2-core AVX-512 EPYC, and 4 of 15
+    held-back answers parted from float32's within 64 tokens; docs/BENCHMARKS.md). float16:
+    trtllm backends only."""
     trust_remote_code: bool = False
     """Allow custom modelling code from the checkpoint. Off unless you trust the source."""
 
