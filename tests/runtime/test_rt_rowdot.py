@@ -41,13 +41,16 @@ def test_it_computes_f_linear(shape, bias):
 
 
 @needs_kernel
+@pytest.mark.parametrize("bfloat16", [False, True], ids=["float32", "bfloat16"])
 @pytest.mark.parametrize("shape", [(576, 576), (1536, 576), (577, 1537)], ids=["q", "down", "tails"])
-def test_a_row_is_the_same_alone_among_others_and_on_any_thread_count(shape):
+def test_a_row_is_the_same_alone_among_others_and_on_any_thread_count(shape, bfloat16):
+    if bfloat16 and rowdot.bfloat16_unavailable():
+        pytest.skip(rowdot.bfloat16_unavailable())
     in_features, out_features = shape
     generator = torch.Generator().manual_seed(1)
     weight = torch.randn(out_features, in_features, generator=generator)
     x = torch.randn(300, in_features, generator=generator)
-    packed = rowdot.pack(weight)
+    packed = rowdot.pack(weight, bfloat16=bfloat16)
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
@@ -107,29 +110,6 @@ def test_the_bfloat16_kernel_sums_bfloat16_products_in_float32(shape, bias):
     assert out.dtype == torch.float32 and out.shape == (2, 5, out_features)
     torch.testing.assert_close(out.double(), exact, rtol=1e-5, atol=2e-5 * in_features ** 0.5)
     assert not torch.allclose(out.double(), x.double() @ weight.double().T, rtol=1e-5, atol=1e-4)
-
-
-@needs_bfloat16
-@pytest.mark.parametrize("shape", [(576, 576), (577, 1537)], ids=["q", "tails"])
-def test_a_bfloat16_row_is_the_same_alone_among_others_and_on_any_thread_count(shape):
-    in_features, out_features = shape
-    generator = torch.Generator().manual_seed(1)
-    weight = torch.randn(out_features, in_features, generator=generator)
-    x = torch.randn(300, in_features, generator=generator)
-    packed = rowdot.pack(weight, bfloat16=True)
-    before = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        alone = [rowdot.linear(x[r:r + 1], packed) for r in (0, 2, 299)]
-        for threads in (1, 2, 3):
-            torch.set_num_threads(threads)
-            for rows in (2, 3, 7, 8, 9, 16, 17, 64, 65, 300):  # chunks of 8, slabs of 64
-                batch = rowdot.linear(x[:rows], packed)
-                for index, r in enumerate((0, 2, 299)):
-                    if r < rows:
-                        assert torch.equal(batch[r:r + 1], alone[index]), (threads, rows, r)
-    finally:
-        torch.set_num_threads(before)
 
 
 def test_without_avx512_bf16_the_bfloat16_kernel_says_why(tmp_path):

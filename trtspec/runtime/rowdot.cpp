@@ -28,49 +28,19 @@
 namespace {
 
 using rowdot_rows::GROUP;
-constexpr int64_t AHEAD = 2048; // floats prefetched ahead in the weight stream (8 KB)
 
 struct FloatKernel {
   using Value = float;
+  using Vector = __m256;
   static constexpr int STEP = 8;  // floats of one row a multiply-add reads
 #ifdef __AVX512VL__
   static constexpr int ROWS = 8;  // input rows a pass: 24 sums + 3 weights + 1 input of 32 registers
 #else
   static constexpr int ROWS = 4;  // 12 sums + 3 weights + 1 input of 16 registers
 #endif
-
-  // Rows [0, R) of x against the packed group at `group` (GROUP x k_size floats: the vector part,
-  // GROUP x 8 floats per step of 8 in k, then each weight row's k_size % 8 tail floats), writing
-  // outputs [n0, n0 + columns).
-  template <int R, bool FETCH>
-  static void block(const float* x, int64_t k_size, const float* group, const float* bias, float* y, int64_t n_size,
-                    int64_t n0, int columns) {
-    __m256 acc[R][GROUP];
-    for (int r = 0; r < R; ++r)
-      for (int c = 0; c < GROUP; ++c) acc[r][c] = _mm256_setzero_ps();
-    const int64_t vector_end = k_size - k_size % STEP;
-    for (int64_t k = 0; k < vector_end; k += STEP) {
-      const float* step = group + k * GROUP;
-      if (FETCH)
-        for (int offset = 0; offset < GROUP * STEP; offset += 16)  // one prefetch a 64-byte line
-          _mm_prefetch(reinterpret_cast<const char*>(step + offset + AHEAD), _MM_HINT_T1);
-      __m256 weights[GROUP];
-      for (int c = 0; c < GROUP; ++c) weights[c] = _mm256_loadu_ps(step + c * STEP);
-      for (int r = 0; r < R; ++r) {
-        const __m256 input = _mm256_loadu_ps(x + r * k_size + k);
-        for (int c = 0; c < GROUP; ++c) acc[r][c] = _mm256_fmadd_ps(weights[c], input, acc[r][c]);
-      }
-    }
-    const int64_t tail = k_size - vector_end;
-    const float* tails = group + vector_end * GROUP;
-    for (int r = 0; r < R; ++r) {
-      for (int c = 0; c < columns; ++c) {
-        float sum = rowdot_rows::horizontal_sum(acc[r][c]);
-        for (int64_t k = 0; k < tail; ++k) sum += x[r * k_size + vector_end + k] * tails[c * tail + k];
-        y[r * n_size + n0 + c] = bias ? sum + bias[n0 + c] : sum;
-      }
-    }
-  }
+  static Vector load(const float* values) { return _mm256_loadu_ps(values); }
+  static __m256 madd(__m256 sums, Vector weights, Vector inputs) { return _mm256_fmadd_ps(weights, inputs, sums); }
+  static float widen(float value) { return value; }
 };
 
 }  // namespace

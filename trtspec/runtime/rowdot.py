@@ -12,8 +12,8 @@ take a layer from it only where they measure clearly faster.
 bfloat16 (`pack(weight, bfloat16=True)`, rowdot_bf16.cpp, CPUs with AVX512_BF16): the weight is
 rounded to bfloat16 at pack time and each input row at every call, products summed in float32
 in one fixed order as above (so still batch-invariant); half the bytes of weights to read and twice
-the pairs an instruction multiplies: SmolLM2's linear layers in sequence took 0.50x the float32
-kernel's time at 1 row, 0.60x at 8, 0.56x at 16 (2-core AVX-512 AMD EPYC, docs/BENCHMARKS.md).
+the pairs an instruction multiplies: SmolLM2's linear layers in sequence took 0.55x the float32
+kernel's time at 1 row, 0.56x at 8, 0.58x at 16 (2-core AVX-512 AMD EPYC, docs/BENCHMARKS.md).
 
 Contract: `linear(x, pack(weight), bias)` equals `F.linear(x, weight, bias)` up to float32
 rounding for float32 CPU tensors; with a bfloat16 pack it equals F.linear of the bfloat16-rounded

@@ -32,10 +32,7 @@
 
 namespace {
 
-using rowdot_rows::GROUP;
-constexpr int64_t AHEAD = 4096;  // bfloat16 values prefetched ahead in the weight stream (8 KB)
-
-inline float widen(uint16_t value) {
+inline float widen_bf16(uint16_t value) {
   const uint32_t bits = static_cast<uint32_t>(value) << 16;
   float out;
   memcpy(&out, &bits, sizeof out);
@@ -51,42 +48,15 @@ inline uint16_t narrow(float value) {
 }
 
 struct Bf16Kernel {
-  using Value = uint16_t;          // bfloat16 bits
+  using Value = uint16_t;   // bfloat16 bits
+  using Vector = __m256bh;
   static constexpr int STEP = 16;  // bfloat16 values of one row a VDPBF16PS reads
   static constexpr int ROWS = 8;   // input rows a pass: 24 sums + 3 weights + 1 input of 32 registers
-
-  // Rows [0, R) of the bfloat16 inputs x against the packed group at `group` (per step of 16 in k,
-  // GROUP x 16 values; then each weight row's k_size % 16 tail values), writing outputs [n0, n0 + columns).
-  template <int R, bool FETCH>
-  static void block(const uint16_t* x, int64_t k_size, const uint16_t* group, const float* bias, float* y,
-                    int64_t n_size, int64_t n0, int columns) {
-    __m256 acc[R][GROUP];
-    for (int r = 0; r < R; ++r)
-      for (int c = 0; c < GROUP; ++c) acc[r][c] = _mm256_setzero_ps();
-    const int64_t vector_end = k_size - k_size % STEP;
-    for (int64_t k = 0; k < vector_end; k += STEP) {
-      const uint16_t* step = group + k * GROUP;
-      if (FETCH)
-        for (int offset = 0; offset < GROUP * STEP; offset += 32)  // one prefetch a 64-byte line
-          _mm_prefetch(reinterpret_cast<const char*>(step + offset + AHEAD), _MM_HINT_T1);
-      __m256bh weights[GROUP];
-      for (int c = 0; c < GROUP; ++c)
-        weights[c] = (__m256bh)_mm256_loadu_si256(reinterpret_cast<const __m256i*>(step + c * STEP));
-      for (int r = 0; r < R; ++r) {
-        const __m256bh input = (__m256bh)_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + r * k_size + k));
-        for (int c = 0; c < GROUP; ++c) acc[r][c] = _mm256_dpbf16_ps(acc[r][c], weights[c], input);
-      }
-    }
-    const int64_t tail = k_size - vector_end;
-    const uint16_t* tails = group + vector_end * GROUP;
-    for (int r = 0; r < R; ++r) {
-      for (int c = 0; c < columns; ++c) {
-        float sum = rowdot_rows::horizontal_sum(acc[r][c]);
-        for (int64_t k = 0; k < tail; ++k) sum += widen(x[r * k_size + vector_end + k]) * widen(tails[c * tail + k]);
-        y[r * n_size + n0 + c] = bias ? sum + bias[n0 + c] : sum;
-      }
-    }
+  static Vector load(const uint16_t* values) {
+    return (__m256bh)_mm256_loadu_si256(reinterpret_cast<const __m256i*>(values));
   }
+  static __m256 madd(__m256 sums, Vector weights, Vector inputs) { return _mm256_dpbf16_ps(sums, weights, inputs); }
+  static float widen(uint16_t value) { return widen_bf16(value); }
 };
 
 }  // namespace

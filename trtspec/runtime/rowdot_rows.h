@@ -1,7 +1,9 @@
 // What the row kernels share (rowdot.cpp on float32 weights, rowdot_bf16.cpp on bfloat16 ones):
 // the packed layout, the walk over the weight groups (rows of input a pass, slabs, panels split
-// over the threads) and the fixed horizontal sum. Each kernel supplies only its `block`: the sums
-// of up to Kernel::ROWS input rows against one group.
+// over the threads) and each output's sum. A kernel supplies its types and three operations:
+//   Value (an element of x and of the packed weights), Vector (STEP of them in a register),
+//   STEP, ROWS (input rows a pass), load(const Value*) -> Vector,
+//   madd(__m256 sums, Vector weights, Vector inputs) -> __m256 (8 float32 lanes), widen(Value) -> float.
 //
 // Packed layout: GROUP weight rows interleaved Kernel::STEP values at a time (the vector part of k),
 // then each row's k % STEP tail values; a call reads every group once, in order, as one stream.
@@ -19,6 +21,7 @@ namespace rowdot_rows {
 constexpr int GROUP = 3;       // weight rows interleaved in the packed layout (outputs computed together)
 constexpr int PANEL = 10;      // groups a thread takes at a time
 constexpr int64_t SLAB = 64;   // rows per sweep over the weights: a slab's inputs stay in L2
+constexpr int AHEAD_BYTES = 8192;  // prefetched ahead in the weight stream (into L2)
 
 inline float horizontal_sum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -43,6 +46,42 @@ void pack(const Value* w, int64_t n_size, int64_t k_size, Value* packed) {
   }
 }
 
+// Rows [0, R) of x against the packed group at `group` (per step of STEP in k, GROUP x STEP values;
+// then each weight row's k_size % STEP tail values), writing outputs [n0, n0 + columns). An output's
+// sum: its 8 lanes over the steps in order, a fixed horizontal sum, the tail in k order, the bias.
+template <class Kernel, int R, bool FETCH>
+void block(const typename Kernel::Value* x, int64_t k_size, const typename Kernel::Value* group, const float* bias,
+           float* y, int64_t n_size, int64_t n0, int columns) {
+  using Value = typename Kernel::Value;
+  constexpr int STEP = Kernel::STEP;
+  __m256 acc[R][GROUP];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < GROUP; ++c) acc[r][c] = _mm256_setzero_ps();
+  const int64_t vector_end = k_size - k_size % STEP;
+  for (int64_t k = 0; k < vector_end; k += STEP) {
+    const Value* step = group + k * GROUP;
+    if (FETCH)
+      for (int offset = 0; offset < static_cast<int>(GROUP * STEP * sizeof(Value)); offset += 64)  // a line each
+        _mm_prefetch(reinterpret_cast<const char*>(step) + offset + AHEAD_BYTES, _MM_HINT_T1);
+    typename Kernel::Vector weights[GROUP];
+    for (int c = 0; c < GROUP; ++c) weights[c] = Kernel::load(step + c * STEP);
+    for (int r = 0; r < R; ++r) {
+      const typename Kernel::Vector input = Kernel::load(x + r * k_size + k);
+      for (int c = 0; c < GROUP; ++c) acc[r][c] = Kernel::madd(acc[r][c], weights[c], input);
+    }
+  }
+  const int64_t tail = k_size - vector_end;
+  const Value* tails = group + vector_end * GROUP;
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < columns; ++c) {
+      float sum = horizontal_sum(acc[r][c]);
+      for (int64_t k = 0; k < tail; ++k)
+        sum += Kernel::widen(x[r * k_size + vector_end + k]) * Kernel::widen(tails[c * tail + k]);
+      y[r * n_size + n0 + c] = bias ? sum + bias[n0 + c] : sum;
+    }
+  }
+}
+
 // The last `left` (< R) rows of a group's pass, in one block of exactly that many rows.
 template <class Kernel, int R>
 inline void remainder(int left, bool first, const typename Kernel::Value* x, int64_t k_size,
@@ -50,8 +89,8 @@ inline void remainder(int left, bool first, const typename Kernel::Value* x, int
                       int columns) {
   if constexpr (R > 0) {
     if (left != R) return remainder<Kernel, R - 1>(left, first, x, k_size, group, bias, y, n_size, n0, columns);
-    if (first) Kernel::template block<R, true>(x, k_size, group, bias, y, n_size, n0, columns);
-    else Kernel::template block<R, false>(x, k_size, group, bias, y, n_size, n0, columns);
+    if (first) block<Kernel, R, true>(x, k_size, group, bias, y, n_size, n0, columns);
+    else block<Kernel, R, false>(x, k_size, group, bias, y, n_size, n0, columns);
   }
 }
 
@@ -63,8 +102,8 @@ void all_rows(const typename Kernel::Value* x, int64_t rows, int64_t k_size, con
   constexpr int R = Kernel::ROWS;
   int64_t r = 0;
   for (; r + R <= rows; r += R) {
-    if (r == 0) Kernel::template block<R, true>(x, k_size, group, bias, y, n_size, n0, columns);
-    else Kernel::template block<R, false>(x + r * k_size, k_size, group, bias, y + r * n_size, n_size, n0, columns);
+    if (r == 0) block<Kernel, R, true>(x, k_size, group, bias, y, n_size, n0, columns);
+    else block<Kernel, R, false>(x + r * k_size, k_size, group, bias, y + r * n_size, n_size, n0, columns);
   }
   remainder<Kernel, R - 1>(static_cast<int>(rows - r), r == 0, x + r * k_size, k_size, group, bias,
                            y + r * n_size, n_size, n0, columns);
