@@ -55,6 +55,26 @@ def test_bfloat16_speculative_greedy_equals_its_plain_greedy(bf16_engine, prompt
 
 
 @needs_bfloat16
+@pytest.mark.parametrize("mode", ["draft-target", "eagle3"])
+def test_a_drafter_runs_on_the_bfloat16_kernel_too_and_stays_lossless(mode, tiny_llama, tiny_llama_draft,
+                                                                        modelopt_eagle3):
+    """The draft model's (or EAGLE-3 head's) linear layers in the target's dtype, and greedy with
+    its drafts equal to greedy without."""
+    from trtspec.runtime import Engine
+
+    draft_dir = tiny_llama_draft if mode == "draft-target" else modelopt_eagle3[1]
+    with Engine.from_checkpoints(tiny_llama, mode=mode, draft_dir=draft_dir, max_draft_len=4,
+                                 dtype="bfloat16") as engine:
+        drafter_model = engine.drafter.model if mode == "draft-target" else engine.drafter.head
+        assert {layer.kernel for layer in _linears(drafter_model)} == {"rowdot-bf16"}
+        for prompt in TINY_PROMPTS[:2]:
+            plain = engine.generate(prompt, max_new_tokens=24, speculative=False)
+            spec = engine.generate(prompt, max_new_tokens=24)
+            assert spec.token_ids == plain.token_ids
+            assert spec.stats.num_drafts > 0
+
+
+@needs_bfloat16
 def test_bfloat16_requests_together_equal_requests_alone(bf16_engine):
     from concurrent.futures import ThreadPoolExecutor
 
