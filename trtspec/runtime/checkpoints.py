@@ -80,10 +80,10 @@ def _linear_kernels(dtype: str, prepack: bool) -> tuple[str, ...]:
                                         fix="use float32 or bfloat16 (FP8 checkpoints are dequantized at load)")
     from trtspec.runtime import rowdot
 
-    why = "prepack is off" if not prepack else rowdot.bfloat16_unavailable()
+    why = "prepack is off (build.prepack: false)" if not prepack else rowdot.bfloat16_unavailable()
     if why is not None:
-        raise IncompatibleArtifactError(f"runtime dtype bfloat16 needs the bfloat16 row kernel, and {why}",
-                                        fix="use model.dtype float32 on this machine")
+        raise IncompatibleArtifactError(f"runtime dtype bfloat16 runs the linear layers on the bfloat16 row kernel, "
+                                        f"which cannot run here: {why}", fix="use model.dtype float32 on this machine")
     return (ROWDOT_BF16,)
 
 

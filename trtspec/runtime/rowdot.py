@@ -41,7 +41,7 @@ def bfloat16_unavailable() -> str | None:
     """Why the bfloat16 kernel cannot run here, or None when it can."""
     why = native.unavailable()
     if why is None and not native.library().rowdot_bf16_available():
-        why = "the CPU lacks AVX512_BF16 (with AVX-512 VL), which the bfloat16 row kernel needs"
+        why = "the CPU lacks AVX512_BF16 (with AVX-512 VL)"
     return why
 
 
