@@ -165,3 +165,25 @@ def test_stream_interval_gathers_steps_into_fewer_responses(tmp_path, tiny_llama
     assert "".join(event.text for event in events) == whole["text"]
     # one token a step (speculation off): responses after steps 1, 4, 7 and 10, then the final at 12
     assert [event.final for event in events] == [False] * 4 + [True]
+
+
+def test_a_bfloat16_model_serves_its_engine_s_answers(tmp_path, tiny_llama):
+    """model.dtype bfloat16 from the spec through build (engine.json) and Triton's model load to
+    the bfloat16 kernels: the served greedy texts are the bfloat16 engine's in-process texts,
+    speculative or not, and (for these prompts and this model, 64 tokens) not all the float32
+    engine's: on the AVX-512 EPYC both part from float32 after 52-57 tokens."""
+    import json
+
+    from tests.serve.conftest import serving_tiny
+    from trtspec.runtime import Engine, load_engine, rowdot
+
+    if rowdot.bfloat16_unavailable():
+        pytest.skip(rowdot.bfloat16_unavailable())
+    prompts, tokens = [PROMPTS[1], PROMPTS[5]], 64
+    with serving_tiny(tmp_path, tiny_llama, model_fields={"dtype": "bfloat16"}) as (_, client, engine_dir):
+        served = [[client.generate(p, max_tokens=tokens, speculative=s)["text"] for p in prompts] for s in (True, False)]
+    assert json.loads((engine_dir / "engine.json").read_text())["runtime"]["dtype"] == "bfloat16"
+    with load_engine(engine_dir) as engine:
+        assert served == [[engine.generate(p, max_new_tokens=tokens).text for p in prompts]] * 2
+    with Engine.from_checkpoints(tiny_llama, mode="none") as exact:
+        assert served[0] != [exact.generate(p, max_new_tokens=tokens).text for p in prompts]
