@@ -112,6 +112,7 @@ def test_the_bfloat16_kernel_sums_bfloat16_products_in_float32(shape, bias):
     assert not torch.allclose(out.double(), x.double() @ weight.double().T, rtol=1e-5, atol=1e-4)
 
 
+@needs_kernel
 def test_without_avx512_bf16_the_bfloat16_kernel_says_why(tmp_path):
     """A CPU without AVX512_BF16 still builds the library (float32 kernels); the bfloat16 one is
     then unavailable with a reason, not a crash."""
