@@ -40,6 +40,7 @@ def test_bench_in_process_writes_everything(tiny_engine, tmp_path):
         ("speculative", 1, 3), ("baseline", 1, 3), ("speculative", 2, 4), ("baseline", 2, 4)]
     assert all(0 < r["mean_requests_in_flight"] <= r["max_concurrency"] + 0.01 for r in report["results"])
     assert report["metadata"]["machine"]["cpu_count"] and report["metadata"]["repeats"] == 1
+    assert report["metadata"]["dtype"] == "float32"  # the bundle's runtime.dtype, named in every report
     spec_result = report["results"][0]
     assert spec_result["spec_decode_num_drafts"] > 0 and spec_result["spec_decode_acceptance_length"] >= 1.0
     assert sum(spec_result["spec_decode_accepted_per_step_histogram"]) == spec_result["spec_decode_num_drafts"]

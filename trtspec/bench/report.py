@@ -127,7 +127,8 @@ def render_table(report: dict[str, Any]):
     from rich.table import Table
 
     meta = report["metadata"]
-    title = (f"trtspec bench: {meta.get('model')} ({meta.get('mode')}) via {meta.get('target')}, "
+    dtype = f", {meta['dtype']}" if meta.get("dtype", "float32") != "float32" else ""
+    title = (f"trtspec bench: {meta.get('model')} ({meta.get('mode')}{dtype}) via {meta.get('target')}, "
              f"{meta.get('num_prompts')} prompts x {meta.get('repeats')} repeats, "
              f"max_tokens {meta.get('max_tokens')}")
     machine = meta["machine"]

@@ -6,6 +6,7 @@ it writes. It never formats terminal output (report.render_table does).
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -39,8 +40,9 @@ def open_engine(engine_dir: str) -> tuple[Any, dict[str, Any]]:
     from trtspec.runtime import load_engine
 
     engine = load_engine(engine_dir)
+    runtime = json.loads((Path(engine_dir) / "engine.json").read_text()).get("runtime") or {}
     return EngineTarget(engine), {"target": f"in-process engine {engine_dir}", "mode": engine.mode,
-                                  "max_draft_len": engine.max_draft_len}
+                                  "max_draft_len": engine.max_draft_len, "dtype": runtime.get("dtype", "float32")}
 
 
 def open_triton(spec: Any, url: str | None) -> tuple[Any, dict[str, Any]]:
@@ -55,7 +57,7 @@ def open_triton(spec: Any, url: str | None) -> tuple[Any, dict[str, Any]]:
         raise ServerError(f"no ready model {target.client.model!r} at {address}",
                           fix="start one with `trtspec deploy`, pass --url, or bench in-process with --engine DIR")
     return target, {"target": f"triton {address}", "mode": spec.speculative.mode,
-                    "max_draft_len": spec.speculative.max_draft_len}
+                    "max_draft_len": spec.speculative.max_draft_len, "dtype": spec.model.dtype}
 
 
 def plan_variants(spec: Any, url: str | None, engine_dir: str | None, baseline: bool
@@ -76,7 +78,8 @@ def plan_variants(spec: Any, url: str | None, engine_dir: str | None, baseline: 
         triton, described = open_triton(spec, url)
         engine, engine_described = open_engine(engine_dir)
         description = {**described, "target": f"{described['target']} vs {engine_described['target']}",
-                       "mode": engine_described["mode"], "max_draft_len": engine_described["max_draft_len"]}
+                       "mode": engine_described["mode"], "max_draft_len": engine_described["max_draft_len"],
+                       "dtype": engine_described["dtype"]}
         return {"triton": (triton, True), "in-process": (engine, True)}, ("triton", "in-process"), description
     target, description = open_engine(engine_dir) if engine_dir else open_triton(spec, url)
     variants = {SPECULATIVE: (target, True)}
