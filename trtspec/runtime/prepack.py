@@ -24,7 +24,9 @@ where it can be built, else oneDNN on the packed copy; another kernel (oneDNN, M
 replaces it only where its rows also round alike (padded likewise) and its calls cost clearly
 less. On a 2-core AVX2 AMD EPYC the row kernel runs every SmolLM2 layer (a decode forward
 0.81-0.87 of oneDNN's time); on a 16-core Xeon F.linear halved the oneDNN decode forward at 16 threads.
-Where the row kernel cannot be built, one line on stderr says why.
+Where the row kernel cannot be built, one line on stderr says why. With `kernels=(ROWDOT_BF16,)`
+(the engine's model.dtype bfloat16) every layer runs on the bfloat16 row kernel and nothing else:
+no kernel of other numbers takes a layer from it, and where it cannot run the call fails.
 
 Contract: `prepack_linears(model)` replaces every float32 `nn.Linear` of `model` with a
 `PackedLinear` that shares the original weight and bias Parameters (state_dict, tied embeddings
