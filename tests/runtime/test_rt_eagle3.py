@@ -30,6 +30,16 @@ def _record_proposals(engine, prompt, max_new_tokens=24, replace=None):
     return result, recorded
 
 
+def _kernels(engine) -> dict:
+    """Which kernel (and padded rows) runs each linear layer of the target and of the head: the
+    first thing to compare when two engines of the same weights draft differently (a mismatch
+    seen once, 2026-11-28, not reproduced: the test's note in issue 25)."""
+    from collections import Counter
+
+    return {part: dict(Counter((m.kernel, m.min_rows) for m in model.modules() if type(m).__name__ == "PackedLinear"))
+            for part, model in (("target", engine.target), ("head", engine.drafter.head))}
+
+
 def test_export_is_read_natively(eagle_engine, modelopt_eagle3):
     model, _ = modelopt_eagle3
     assert eagle_engine.drafter.aux_layer_ids == tuple(
@@ -47,7 +57,7 @@ def test_drafts_equal_modelopt_pseudo_speculative_generate(eagle_engine, modelop
     for tokens, draft in recorded[:: max(1, len(recorded) // 6)]:
         base_token, reference = model.pseudo_speculative_generate(torch.tensor([tokens[:-1]]), steps=4)
         assert int(base_token[0, 0]) == tokens[-1]  # greedy: the pending token is the target's argmax
-        assert draft == reference[0].tolist()
+        assert draft == reference[0].tolist(), _kernels(eagle_engine)
 
 
 @pytest.mark.parametrize("prompt", TINY_PROMPTS)
@@ -82,7 +92,7 @@ def test_drafts_equal_modelopt_after_multi_token_acceptance(eagle_engine, modelo
     assert result.stats.acceptance_rate == 1.0 and prompt + result.token_ids == truth[: len(prompt) + 30]
     for tokens, draft in recorded[1:4]:
         _, reference = model.pseudo_speculative_generate(torch.tensor([tokens[:-1]]), steps=4)
-        assert draft == reference[0].tolist()
+        assert draft == reference[0].tolist(), _kernels(eagle_engine)
 
 
 def test_a_tree_that_is_a_chain_gives_the_chain_result(tiny_llama, modelopt_eagle3, eagle_engine):
@@ -94,7 +104,7 @@ def test_a_tree_that_is_a_chain_gives_the_chain_result(tiny_llama, modelopt_eagl
     for prompt in TINY_PROMPTS[:2]:
         _, chain_drafts = _record_proposals(eagle_engine, prompt)
         result, tree_drafts = _record_proposals(chain_tree, prompt)
-        assert tree_drafts == chain_drafts
+        assert tree_drafts == chain_drafts, (_kernels(eagle_engine), _kernels(chain_tree))
         reference = eagle_engine.generate(prompt, max_new_tokens=24)
         assert result.token_ids == reference.token_ids
         assert result.stats.to_dict() | {"draft_time_s": 0, "verify_time_s": 0} == \
