@@ -72,8 +72,12 @@ def make_tiny_llama(path: str | Path, *, seed: int = 0, **overrides: Any) -> Pat
     return path
 
 
-def make_tiny_eagle3(target: str | Path):
+def make_tiny_eagle3(target: str | Path, *, seed: int = 0):
     """The tiny target converted by ModelOpt into an EAGLE-3 model with a random head sized for it.
+
+    The head's random weights come from `seed` (ModelOpt draws them from torch's global generator,
+    whose state would otherwise depend on what ran before in the process, e.g. the tests' order);
+    the caller's generator state is left as it was.
 
     Keeps the training rope in the export (no YaRN injection), runs eagerly (no torch.compile)
     and reads the auxiliary layers `trtspec convert` picks (on 4 layers {0, 2, 3}: the last one
@@ -97,5 +101,7 @@ def make_tiny_eagle3(target: str | Path):
         "eagle_aux_hidden_state_layer_ids": aux_layer_ids(model.config.num_hidden_layers)})
     config["eagle_export_rope_scaling"] = {}
     config["eagle_use_torch_compile"] = False
-    mtsp.convert(model, [("eagle", config)])
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        mtsp.convert(model, [("eagle", config)])
     return model.eval()
