@@ -71,6 +71,10 @@ def test_bench_baseline_against_a_real_server(served_spec, tmp_path):
     # responses carry totals only; positions come from the server's counters for this cell
     assert spec_result["spec_decode_source"] == "server counters"
     assert len(spec_result["spec_decode_per_position_acceptance_rates"]) >= 1
+    # the load policy's steps belong to the cell that ran them: a block's last steps are reported
+    # after its last response, so its counters are read once the server says it is idle
+    assert [("engine_steps_by_draft" in r) for r in report["results"]] == [True, False, True, False], \
+        [(r["variant"], r.get("engine_steps_by_draft")) for r in report["results"]]
     # counters are diffed over the measured run: the 2 warm-up requests before it are not counted
     inferences = sum(v for k, v in report["server_counters"].items() if k.startswith("nv_inference_count"))
     assert inferences == 14                       # 3 + 3 at concurrency 1, 4 + 4 at 2 (both slots kept busy)

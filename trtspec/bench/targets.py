@@ -7,6 +7,7 @@ monotonic counters that the load generator diffs before/after a run.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -44,6 +45,17 @@ def spec_counts_from_triton(stats: dict[str, Any] | None) -> SpecCounts | None:
                       accepted_per_position=list(positions) if positions is not None else None)
 
 
+SETTLE_S = 2.0  # longest wait for a server's idle report before its counters are read anyway
+IDLE_GAUGES = ("trtspec:num_requests_running", "trtspec:num_requests_waiting")
+
+
+def _busy(metrics: dict[str, float]) -> bool:
+    """Whether a cpu model's gauges say requests are still running or waiting."""
+    from trtspec.client.metrics import metric_total
+
+    return any(metric_total(metrics, name) > 0 for name in IDLE_GAUGES)
+
+
 class TritonTarget:
     """A Triton server through trtspec.client.triton (gRPC streaming)."""
 
@@ -69,10 +81,22 @@ class TritonTarget:
                         output_tokens=int(total) if total is not None else None)
 
     def counters(self) -> dict[str, float] | None:
-        try:
-            return self.client.server_metrics()
-        except Exception:  # noqa: BLE001 - a server without a metrics port still benches
-            return None
+        """The server's counters once its engine has reported its last step.
+
+        The cpu model sends its step counters at most every 0.1 s while requests run and at once
+        when its batch empties, but a block's last response can reach the client before that
+        report: read then, a block's last steps were counted in the next block's cell (seen as a
+        few speculating steps in a baseline cell). So the read waits, up to SETTLE_S, until the
+        model's running and waiting gauges say it is idle. Servers without them are read once."""
+        deadline = time.monotonic() + SETTLE_S
+        while True:
+            try:
+                values = self.client.server_metrics()
+            except Exception:  # noqa: BLE001 - a server without a metrics port still benches
+                return None
+            if not _busy(values) or time.monotonic() >= deadline:
+                return values
+            time.sleep(0.02)
 
 
 class EngineTarget:
