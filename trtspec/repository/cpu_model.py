@@ -157,10 +157,6 @@ class TritonPythonModel:
                   "trtspec:kv_cache_blocks_total": stats.kv_blocks_total,
                   "trtspec:spec_decode_draft_len": stats.last_draft_len}
         with self._metrics_lock:
-            for name, value in values.items():
-                if self._gauge_values.get(name) != value:  # each set() is a message to the server process
-                    self.gauges[name].set(float(value))
-                    self._gauge_values[name] = value
             for label, count in stats.draft_shapes.items():
                 if label not in self.steps:
                     self.steps[label] = self.steps_family.Metric(labels={**self._labels, "draft": label})
@@ -171,6 +167,12 @@ class TritonPythonModel:
                 if (new := getattr(stats, name) - self._prefix_counted[name]) > 0:
                     self.prefix_counters[name].increment(new)
                     self._prefix_counted[name] = getattr(stats, name)
+            # the gauges last: a scrape that reads the batch empty then finds its steps counted
+            # (trtspec bench reads a block's counters once these say idle)
+            for name, value in values.items():
+                if self._gauge_values.get(name) != value:  # each set() is a message to the server process
+                    self.gauges[name].set(float(value))
+                    self._gauge_values[name] = value
 
     def record(self, stats: Any) -> None:
         with self._metrics_lock:
