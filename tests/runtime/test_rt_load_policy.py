@@ -312,6 +312,35 @@ def test_decode_steps_price_draft_rows_at_their_own_batch_size():
     assert abs(model.forward_seconds(16, 12) / 0.090 - overall) < 1e-9
 
 
+def test_a_batch_size_with_few_plain_steps_is_priced_from_the_others():
+    """Measured through Triton at 16 streams: three slow plain steps at 15 sequences left T(15)
+    above T(16), drafting at 15 was rated above plain decoding, chosen every step, and so never
+    re-measured. A size's own plain mean counts from THIN steps on; before, its plain level comes
+    from the line over every size's plain steps. Hand-made costs: plain steps at 16 take 49 ms,
+    three at 15 took 60; steps at 15 with d drafted rows take 47.5 + 2 d ms; half the drafts pass."""
+    from trtspec.runtime.forward_costs import THIN
+
+    model = CostModel(1, drafts_cost=False)
+    for i in range(400):
+        model.observe_verify(1, i % 2)
+    for _ in range(60):
+        model.observe_forward(16, 0.049, batch_size=16)
+    for _ in range(3):
+        model.observe_forward(15, 0.060, batch_size=15)
+    for _ in range(20):
+        for drafted in (4, 8, 12, 15):
+            model.observe_forward(15 + drafted, 0.0475 + 0.002 * drafted, batch_size=15)
+    # plain at 15 is priced near the steps at 16, not at its three slow steps: off beats the chain
+    # (15 x 1.5 tokens in 77.5 ms against 15 in ~48)
+    assert abs(model.forward_seconds(15, 15) - 0.049) < 0.002
+    assert model.best_length(15) == 0
+    # once 15 has THIN plain steps of its own, they price it, slow or not
+    for _ in range(int(THIN)):
+        model.observe_forward(15, 0.060, batch_size=15)
+    assert abs(model.forward_seconds(15, 15) - 0.060) < 1e-3
+    assert model.best_length(15) == 1
+
+
 def test_the_catch_up_of_a_drafter_left_behind_is_priced():
     """A model drafter that did not draft for a while must feed every position verified since
     before its next draft. Hand-made costs: target forward 1 + 0.02 n, one draft forward
