@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from trtspec import artifacts
 from trtspec.errors import TrtSpecError
 
 
@@ -40,7 +41,7 @@ def open_engine(engine_dir: str) -> tuple[Any, dict[str, Any]]:
     from trtspec.runtime import load_engine
 
     engine = load_engine(engine_dir)
-    runtime = json.loads((Path(engine_dir) / "engine.json").read_text()).get("runtime") or {}
+    runtime = json.loads((Path(engine_dir) / artifacts.ENGINE_JSON).read_text()).get("runtime") or {}
     return EngineTarget(engine), {"target": f"in-process engine {engine_dir}", "mode": engine.mode,
                                   "max_draft_len": engine.max_draft_len, "dtype": runtime.get("dtype", "float32")}
 

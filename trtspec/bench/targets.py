@@ -13,6 +13,7 @@ from typing import Any
 
 from trtspec.bench.load import Chunk
 from trtspec.bench.metrics import COUNTER_PREFIX, SpecCounts
+from trtspec.client.metrics import metric_total
 
 
 def spec_counts_from_stats(stats: Any) -> SpecCounts | None:
@@ -51,8 +52,6 @@ IDLE_GAUGES = ("trtspec:num_requests_running", "trtspec:num_requests_waiting")
 
 def _busy(metrics: dict[str, float]) -> bool:
     """Whether a cpu model's gauges say requests are still running or waiting."""
-    from trtspec.client.metrics import metric_total
-
     return any(metric_total(metrics, name) > 0 for name in IDLE_GAUGES)
 
 
