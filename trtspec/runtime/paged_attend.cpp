@@ -16,6 +16,7 @@
 //
 // Built with rowdot.cpp by trtspec/runtime/native.py (g++ -O3 -mavx2 -mfma -ffp-contract=off -fopenmp).
 #include <immintrin.h>
+#include <omp.h>
 #include <stdint.h>
 
 #include <vector>
@@ -173,6 +174,9 @@ void attend_group(int group, const float* q, int64_t d, const float* keys, int64
 
 // query: [T, heads, d]; keys: [kv_heads, d, key_row] (pool keys of one layer, transposed, rows of
 // key_row floats); values: [kv_heads, slots, d]; out: [T, heads, d]; d a multiple of 8.
+// An item's fixed cost (softmax set-up, writing its outputs) in keys' worth, for the split over threads.
+constexpr int64_t ITEM_KEYS = 16;
+
 extern "C" void paged_attend(const float* query, int64_t rows, int64_t heads, int64_t kv_heads, int64_t d,
                              const float* keys, int64_t key_row, const float* values, int64_t slots,
                              const int64_t* base, const int64_t* gather, const int64_t* gather_at,
@@ -188,11 +192,20 @@ extern "C" void paged_attend(const float* query, int64_t rows, int64_t heads, in
     // Work items key head major: a thread's consecutive items (a prompt's rows, one after another)
     // read the same key head's keys and values (a 1,000-token SmolLM2 prompt: 256 KB of each a key
     // head and layer, within one core's 1 MB L2 on the EPYC it was measured on), where row major
-    // they cycled through all key heads. A 1,000-token prefill's attention: 290 ms against 480
-    // (docs/BENCHMARKS.md). Each item's arithmetic is the same in either order.
-#pragma omp for schedule(static)
+    // they cycled through all key heads. Each thread takes one run of items holding an equal share
+    // of the keys to read: a prompt's rows see more keys row by row, so equal numbers of items
+    // were unequal work. A 1,000-token prefill's attention: 480 ms row major, 277 key head major,
+    // 237 with the shares (docs/BENCHMARKS.md). Each item's arithmetic is the same whoever runs it.
+    const int64_t team = omp_get_num_threads(), me = omp_get_thread_num();
+    int64_t total = 0;
+    for (int64_t t = 0; t < rows; ++t) total += (key_counts[t] + ITEM_KEYS) * kv_heads;
+    const int64_t from = total * me / team, to = total * (me + 1) / team;
+    int64_t before = 0;
     for (int64_t item = 0; item < items; ++item) {
       const int64_t g = item / rows, t = item % rows;
+      const int64_t start = before;
+      before += key_counts[t] + ITEM_KEYS;
+      if (start < from || start >= to) continue;  // another thread's: its work starts in their share
       const int64_t* slot_of = base[t] >= 0 ? nullptr : gather + gather_at[t];
       attend_group(group, query + (t * heads + g * group) * d, d, keys + g * d * key_row, key_row,
                    values + g * slots * d, slot_of, base[t], key_counts[t], bias + bias_at[t], scaling,
