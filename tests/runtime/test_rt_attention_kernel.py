@@ -92,7 +92,7 @@ def test_a_row_is_the_same_alone_and_in_any_batch(monkeypatch, threads):
     """Each sequence's rows alone (one sequence, at one thread) equal the same rows among five
     sequences of mixed row counts (a chunk crossing a window, a verify pass, decode rows, a
     scattered table) at 1, 2, 3 and 64 threads (each thread's share of the keys then holds only
-    one to three of the 144 work items): bit for bit, so every item ran exactly once."""
+    one to six of the 144 work items): bit for bit, so every item ran exactly once."""
     shape = (9, 3, 64)
     lengths, rows = [70, 10, 130, 60, 100], [1, 5, 1, 40, 1]
     new = _new_rows(sum(rows), *shape)
