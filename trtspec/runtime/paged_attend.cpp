@@ -172,19 +172,22 @@ void attend_group(int group, const float* q, int64_t d, const float* keys, int64
 
 }  // namespace
 
-// query: [T, heads, d]; keys: [kv_heads, d, key_row] (pool keys of one layer, transposed, rows of
-// key_row floats); values: [kv_heads, slots, d]; out: [T, heads, d]; d a multiple of 8.
 // An item's fixed cost (softmax set-up, writing its outputs) in keys' worth, for the split over threads.
 constexpr int64_t ITEM_KEYS = 16;
 
+// query: [T, heads, d]; keys: [kv_heads, d, key_row] (pool keys of one layer, transposed, rows of
+// key_row floats); values: [kv_heads, slots, d]; out: [T, heads, d]; d a multiple of 8.
 extern "C" void paged_attend(const float* query, int64_t rows, int64_t heads, int64_t kv_heads, int64_t d,
                              const float* keys, int64_t key_row, const float* values, int64_t slots,
                              const int64_t* base, const int64_t* gather, const int64_t* gather_at,
                              const int64_t* key_counts, const float* bias, const int64_t* bias_at, float scaling,
                              float* out, int threads) {
   const int group = static_cast<int>(heads / kv_heads);
-  int64_t longest = 0;
-  for (int64_t t = 0; t < rows; ++t) longest = key_counts[t] > longest ? key_counts[t] : longest;
+  int64_t longest = 0, total = 0;  // total: every item's keys and fixed cost, the work to share
+  for (int64_t t = 0; t < rows; ++t) {
+    longest = key_counts[t] > longest ? key_counts[t] : longest;
+    total += (key_counts[t] + ITEM_KEYS) * kv_heads;
+  }
   const int64_t items = rows * kv_heads;
 #pragma omp parallel num_threads(threads) if (threads > 1 && items > 1)
   {
@@ -197,15 +200,14 @@ extern "C" void paged_attend(const float* query, int64_t rows, int64_t heads, in
     // were unequal work. A 1,000-token prefill's attention: 480 ms row major, 277 key head major,
     // 237 with the shares (docs/BENCHMARKS.md). Each item's arithmetic is the same whoever runs it.
     const int64_t team = omp_get_num_threads(), me = omp_get_thread_num();
-    int64_t total = 0;
-    for (int64_t t = 0; t < rows; ++t) total += (key_counts[t] + ITEM_KEYS) * kv_heads;
     const int64_t from = total * me / team, to = total * (me + 1) / team;
     int64_t before = 0;
     for (int64_t item = 0; item < items; ++item) {
       const int64_t g = item / rows, t = item % rows;
       const int64_t start = before;
       before += key_counts[t] + ITEM_KEYS;
-      if (start < from || start >= to) continue;  // another thread's: its work starts in their share
+      if (start < from) continue;  // an earlier thread's: its work starts in that thread's share
+      if (start >= to) break;      // the later threads'
       const int64_t* slot_of = base[t] >= 0 ? nullptr : gather + gather_at[t];
       attend_group(group, query + (t * heads + g * group) * d, d, keys + g * d * key_row, key_row,
                    values + g * slots * d, slot_of, base[t], key_counts[t], bias + bias_at[t], scaling,
