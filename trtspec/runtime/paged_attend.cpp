@@ -71,13 +71,18 @@ inline __m256 load_keys(const float* row, int64_t base, const int64_t* slot_of, 
 
 // Scores of G query heads for keys [j, j + 8 V): each one multiply-add chain over the head
 // dimension in order, from zero (the blocking of keys and heads never changes a chain).
-template <int G, int V>
+// FETCH: also ask for keys [j, j + 8 V) of the next item, whose first key is at `ahead` (into L2).
+template <int G, int V, bool FETCH>
 void score_keys(const float* q, int64_t d, const float* keys, int64_t key_row, const int64_t* slot_of,
-                int64_t base, int64_t j, int64_t count, const float* bias, float scaling, float* scores) {
+                int64_t base, int64_t j, int64_t count, const float* bias, float scaling, float* scores,
+                const float* ahead) {
   __m256 acc[G][V];
   for (int i = 0; i < G; ++i)
     for (int v = 0; v < V; ++v) acc[i][v] = _mm256_setzero_ps();
   for (int64_t e = 0; e < d; ++e) {
+    if constexpr (FETCH)
+      for (int v = 0; v < V; v += 2)  // a cache line holds 16 keys
+        _mm_prefetch(reinterpret_cast<const char*>(ahead + e * key_row + j + 8 * v), _MM_HINT_T1);
     const float* row = keys + e * key_row;  // key row e: the keys' e-th elements side by side
     __m256 k[V];
     for (int v = 0; v < V; ++v) k[v] = load_keys(row, base, slot_of, j + 8 * v);
@@ -95,13 +100,17 @@ void score_keys(const float* q, int64_t d, const float* keys, int64_t key_row, c
 }
 
 // Outputs [e, e + 8 V) of G heads: each element one multiply-add chain over the keys in order.
-template <int G, int V>
+// FETCH: also ask for the next item's value rows [0, count), the first at `ahead` (into L2).
+template <int G, int V, bool FETCH>
 void weigh_values(const float* values, int64_t d, const int64_t* slot_of, int64_t base, int64_t count,
-                  const float* scores, int64_t e, float* out) {
+                  const float* scores, int64_t e, float* out, const float* ahead) {
   __m256 acc[G][V];
   for (int i = 0; i < G; ++i)
     for (int v = 0; v < V; ++v) acc[i][v] = _mm256_setzero_ps();
   for (int64_t j = 0; j < count; ++j) {
+    if constexpr (FETCH)
+      for (int64_t line = 0; line < d; line += 16)  // a cache line holds 16 floats
+        _mm_prefetch(reinterpret_cast<const char*>(ahead + j * d + line), _MM_HINT_T1);
     const float* row = values + (base >= 0 ? base + j : slot_of[j]) * d + e;
     __m256 value[V];
     for (int v = 0; v < V; ++v) value[v] = _mm256_loadu_ps(row + 8 * v);
@@ -116,16 +125,18 @@ void weigh_values(const float* values, int64_t d, const int64_t* slot_of, int64_
 
 // Query heads [h0, h0 + G) of row t (all reading one key head): scores, softmax, weighted values.
 // Keys in runs of 32 and the head dimension in runs of 32 where they allow it (G x 4 accumulators
-// in registers, whole cache lines of keys and values), else of 8.
-template <int G>
+// in registers, whole cache lines of keys and values), else of 8. FETCH: the next item's keys and
+// values (at keys_ahead, values_ahead) are asked for along the way.
+template <int G, bool FETCH>
 void attend_heads(const float* q, int64_t d, const float* keys, int64_t key_row, const float* values,
                   const int64_t* slot_of, int64_t base, int64_t count, const float* bias, float scaling,
-                  float* out, float* scores) {
+                  float* out, float* scores, const float* keys_ahead, const float* values_ahead) {
   constexpr int V = G <= 3 ? 4 : 2;
   int64_t j = 0;
   for (; j + 8 * V <= count; j += 8 * V)
-    score_keys<G, V>(q, d, keys, key_row, slot_of, base, j, count, bias, scaling, scores);
-  for (; j < count; j += 8) score_keys<G, 1>(q, d, keys, key_row, slot_of, base, j, count, bias, scaling, scores);
+    score_keys<G, V, FETCH>(q, d, keys, key_row, slot_of, base, j, count, bias, scaling, scores, keys_ahead);
+  for (; j < count; j += 8)
+    score_keys<G, 1, FETCH>(q, d, keys, key_row, slot_of, base, j, count, bias, scaling, scores, keys_ahead);
   // softmax per head: exact maximum, exponentials, a lane-fixed sum, weights = e / sum
   for (int i = 0; i < G; ++i) {
     float* s = scores + i * count;
@@ -142,29 +153,53 @@ void attend_heads(const float* q, int64_t d, const float* keys, int64_t key_row,
     for (int64_t k = 0; k < count; k += 8) _mm256_storeu_ps(s + k, _mm256_mul_ps(_mm256_loadu_ps(s + k), inverse));
   }
   int64_t e = 0;
-  for (; e + 8 * V <= d; e += 8 * V) weigh_values<G, V>(values, d, slot_of, base, count, scores, e, out);
-  for (; e < d; e += 8) weigh_values<G, 1>(values, d, slot_of, base, count, scores, e, out);
+  if (8 * V <= d) {  // the first run of the head dimension asks for the next item's values
+    weigh_values<G, V, FETCH>(values, d, slot_of, base, count, scores, e, out, values_ahead);
+    e = 8 * V;
+  }
+  for (; e + 8 * V <= d; e += 8 * V)
+    weigh_values<G, V, false>(values, d, slot_of, base, count, scores, e, out, nullptr);
+  for (; e < d; e += 8) weigh_values<G, 1, false>(values, d, slot_of, base, count, scores, e, out, nullptr);
+}
+
+// attend_heads<G> with the next item's reads asked for (where keys_ahead is given) or not.
+template <int G>
+void attend_heads_fetching(const float* q, int64_t d, const float* keys, int64_t key_row, const float* values,
+                           const int64_t* slot_of, int64_t base, int64_t count, const float* bias, float scaling,
+                           float* out, float* scores, const float* keys_ahead, const float* values_ahead) {
+  if (keys_ahead)
+    attend_heads<G, true>(q, d, keys, key_row, values, slot_of, base, count, bias, scaling, out, scores, keys_ahead,
+                          values_ahead);
+  else
+    attend_heads<G, false>(q, d, keys, key_row, values, slot_of, base, count, bias, scaling, out, scores, nullptr,
+                           nullptr);
 }
 
 void attend_group(int group, const float* q, int64_t d, const float* keys, int64_t key_row, const float* values,
                   const int64_t* slot_of, int64_t base, int64_t count, const float* bias, float scaling,
-                  float* out, float* scores) {
-  // heads of one key head in passes of up to four (each pass: the same per-head arithmetic)
+                  float* out, float* scores, const float* keys_ahead, const float* values_ahead) {
+  // heads of one key head in passes of up to four (each pass: the same per-head arithmetic); the
+  // first pass reads the keys and values from memory and asks for the next item's
   for (int h = 0; h < group;) {
     const int left = group - h;
     const float* qh = q + h * d;
     float* oh = out + h * d;
+    const float* ka = h == 0 ? keys_ahead : nullptr;
     if (left >= 4) {
-      attend_heads<4>(qh, d, keys, key_row, values, slot_of, base, count, bias, scaling, oh, scores);
+      attend_heads_fetching<4>(qh, d, keys, key_row, values, slot_of, base, count, bias, scaling, oh, scores, ka,
+                                 values_ahead);
       h += 4;
     } else if (left == 3) {
-      attend_heads<3>(qh, d, keys, key_row, values, slot_of, base, count, bias, scaling, oh, scores);
+      attend_heads_fetching<3>(qh, d, keys, key_row, values, slot_of, base, count, bias, scaling, oh, scores, ka,
+                                 values_ahead);
       h += 3;
     } else if (left == 2) {
-      attend_heads<2>(qh, d, keys, key_row, values, slot_of, base, count, bias, scaling, oh, scores);
+      attend_heads_fetching<2>(qh, d, keys, key_row, values, slot_of, base, count, bias, scaling, oh, scores, ka,
+                                 values_ahead);
       h += 2;
     } else {
-      attend_heads<1>(qh, d, keys, key_row, values, slot_of, base, count, bias, scaling, oh, scores);
+      attend_heads_fetching<1>(qh, d, keys, key_row, values, slot_of, base, count, bias, scaling, oh, scores, ka,
+                                 values_ahead);
       h += 1;
     }
   }
@@ -209,9 +244,22 @@ extern "C" void paged_attend(const float* query, int64_t rows, int64_t heads, in
       if (start < from) continue;  // an earlier thread's: its work starts in that thread's share
       if (start >= to) break;      // the later threads'
       const int64_t* slot_of = base[t] >= 0 ? nullptr : gather + gather_at[t];
+      // While this item computes, the next one's keys and values are asked for where it reads
+      // others from one run of slots (another sequence or key head: a prompt's next row reads
+      // these, already in cache, where asking anyway cost its attention 9-27 %). Why: a decoding
+      // row's keys are d runs of ~100-1,000 floats, one per head-dimension row of the transposed
+      // pool, too short for the hardware prefetchers to follow before they end: 8 sequences'
+      // attention over 30 layers from memory took 3.1-3.5 ms at ~100 keys, 2.1-2.2 with this
+      // (0.7 from cache; docs/BENCHMARKS.md, "The next item's keys asked for ahead").
+      const int64_t next_t = (item + 1) % rows, next_g = (item + 1) / rows;
+      const float *keys_ahead = nullptr, *values_ahead = nullptr;
+      if (item + 1 < items && base[next_t] >= 0 && (base[next_t] != base[t] || next_g != g)) {
+        keys_ahead = keys + next_g * d * key_row + base[next_t];
+        values_ahead = values + (next_g * slots + base[next_t]) * d;
+      }
       attend_group(group, query + (t * heads + g * group) * d, d, keys + g * d * key_row, key_row,
                    values + g * slots * d, slot_of, base[t], key_counts[t], bias + bias_at[t], scaling,
-                   out + (t * heads + g * group) * d, scores.data());
+                   out + (t * heads + g * group) * d, scores.data(), keys_ahead, values_ahead);
     }
   }
 }
