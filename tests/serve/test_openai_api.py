@@ -205,21 +205,32 @@ def test_a_full_server_answers_503_server_busy(tmp_path, tiny_llama):
     from trtspec.serve import server
 
     (port,) = free_ports(1)
-    spec = make_spec(tmp_path, tiny_llama, build={"max_batch_size": 1},
+    spec = make_spec(tmp_path, tiny_llama, build={"max_batch_size": 1, "max_seq_len": 1024},
                      serve={"openai_port": port, "max_queue_size": 0})
     layout = Layout.from_spec(spec)
     repository.render(build(spec).engine_dir, spec, layout.repository)
     server.start_local(spec, layout.repository, layout)
     try:
         api = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=120)
-        running = api.completions.create(model="tiny", prompt="Count to a thousand", max_tokens=400, stream=True,
-                                         temperature=0)
-        next(iter(running))
-        with pytest.raises(openai.APIStatusError) as raised:
-            api.completions.create(model="tiny", prompt="hello", max_tokens=2)
-        running.close()
-        assert raised.value.status_code == 503 and raised.value.body["code"] == "server_busy"
-        assert raised.value.body["message"].startswith("server busy: 1 requests running and 0 queued")
+        refused = None
+        for _ in range(5):
+            # The tiny model streams its 1,000 tokens in about half a second, so the next request
+            # may come after the stream ended; with one slot and no queue it is then served, which
+            # says the stream had ended: try again (five times at most, never passing without a 503).
+            running = api.completions.create(model="tiny", prompt="Count to a thousand", max_tokens=1000,
+                                             stream=True, temperature=0)
+            next(iter(running))
+            try:
+                api.completions.create(model="tiny", prompt="hello", max_tokens=2)
+            except openai.APIStatusError as error:
+                refused = error
+            finally:
+                running.close()
+            if refused is not None:
+                break
+        assert refused is not None, "no request was refused while a stream ran, in five tries"
+        assert refused.status_code == 503 and refused.body["code"] == "server_busy"
+        assert refused.body["message"].startswith("server busy: 1 requests running and 0 queued")
         deadline = time.monotonic() + 30
         while True:  # the cancelled stream leaves the batch at its next step
             try:
