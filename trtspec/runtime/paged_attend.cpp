@@ -184,22 +184,22 @@ void attend_group(int group, const float* q, int64_t d, const float* keys, int64
     const int left = group - h;
     const float* qh = q + h * d;
     float* oh = out + h * d;
-    const float* ka = h == 0 ? keys_ahead : nullptr;
+    const float* pass_keys_ahead = h == 0 ? keys_ahead : nullptr;  // later passes read from cache
     if (left >= 4) {
-      attend_heads_fetching<4>(qh, d, keys, key_row, values, slot_of, base, count, bias, scaling, oh, scores, ka,
-                                 values_ahead);
+      attend_heads_fetching<4>(qh, d, keys, key_row, values, slot_of, base, count, bias, scaling, oh, scores,
+                               pass_keys_ahead, values_ahead);
       h += 4;
     } else if (left == 3) {
-      attend_heads_fetching<3>(qh, d, keys, key_row, values, slot_of, base, count, bias, scaling, oh, scores, ka,
-                                 values_ahead);
+      attend_heads_fetching<3>(qh, d, keys, key_row, values, slot_of, base, count, bias, scaling, oh, scores,
+                               pass_keys_ahead, values_ahead);
       h += 3;
     } else if (left == 2) {
-      attend_heads_fetching<2>(qh, d, keys, key_row, values, slot_of, base, count, bias, scaling, oh, scores, ka,
-                                 values_ahead);
+      attend_heads_fetching<2>(qh, d, keys, key_row, values, slot_of, base, count, bias, scaling, oh, scores,
+                               pass_keys_ahead, values_ahead);
       h += 2;
     } else {
-      attend_heads_fetching<1>(qh, d, keys, key_row, values, slot_of, base, count, bias, scaling, oh, scores, ka,
-                                 values_ahead);
+      attend_heads_fetching<1>(qh, d, keys, key_row, values, slot_of, base, count, bias, scaling, oh, scores,
+                               pass_keys_ahead, values_ahead);
       h += 1;
     }
   }
