@@ -228,3 +228,11 @@ def test_the_share_of_prompt_tokens_copied_comes_from_the_prefix_counters():
              'trtspec:prefix_cache_hits{model="m",version="1"}': 300.0, "trtspec:spec_decode_num_drafts": 2.0}
     assert prompt_share_copied(delta) == 0.75
     assert prompt_share_copied({"trtspec:spec_decode_num_drafts": 2.0}) is None and prompt_share_copied(None) is None
+
+
+def test_thread_fallbacks_come_from_the_engines_counter():
+    from trtspec.bench.metrics import thread_fallbacks
+
+    delta = {'trtspec:engine_thread_fallbacks{model="m",version="1"}': 2.0, "trtspec:spec_decode_num_drafts": 2.0}
+    assert thread_fallbacks(delta) == 2
+    assert thread_fallbacks({"trtspec:spec_decode_num_drafts": 2.0}) == 0 and thread_fallbacks(None) == 0

@@ -58,6 +58,20 @@ def test_report_files_parse_and_table_renders(tmp_path):
     assert "2.00x" in text and "1.50x" in text and "pos 0: 100%" in text
 
 
+def test_a_cell_where_the_engine_stepped_on_fewer_threads_is_named():
+    from rich.console import Console
+
+    records, durations = synthetic_run()
+    report = assemble_report(records, durations, {"model": "tiny"})
+    console = Console(record=True, width=200)
+    console.print(render_table(report))
+    assert "fewer threads" not in console.export_text()
+    report["results"][2]["engine_thread_fallbacks"] = 3   # speculative at concurrency 4
+    console = Console(record=True, width=200)
+    console.print(render_table(report))
+    assert "stepped on fewer threads in: 4 speculative (3x)" in console.export_text()
+
+
 def test_plots_are_pngs(tmp_path):
     records, durations = synthetic_run()
     report = assemble_report(records, durations, {"model": "tiny"})

@@ -130,6 +130,7 @@ class EngineTarget:
         scheduler = self.engine.scheduler.snapshot()
         flat["trtspec:prefix_cache_queries"] = scheduler.prefix_cache_queries
         flat["trtspec:prefix_cache_hits"] = scheduler.prefix_cache_hits
+        flat["trtspec:engine_thread_fallbacks"] = scheduler.engine_thread_fallbacks
         return flat
 
 

@@ -78,6 +78,7 @@ def runtime_options(spec: Any) -> dict[str, Any]:
     """The cpu engine's own keys of engine.json's runtime block (trtspec.runtime.loading reads them)."""
     return {"prepack": spec.build.prepack, "kv_cache_max_tokens": spec.build.kv_cache_max_tokens,
             "kv_cache_reuse": spec.build.kv_cache_reuse, "kv_cache_reuse_mib": spec.build.kv_cache_reuse_mib,
+            "adapt_threads": spec.build.adapt_threads,
             "draft_len_schedule": spec.speculative.draft_len_schedule}
 
 

@@ -23,13 +23,15 @@ here, so the serving code is versioned, linted and tested with the rest of trtsp
   _num_draft_tokens, _num_accepted_tokens, _num_accepted_tokens_per_pos (label `position`),
   num_requests_cancelled, num_requests_failed (label `reason`: invalid | busy | internal);
   gauges num_requests_running (the batch), num_requests_waiting (the queue), kv_cache_blocks_used,
-  kv_cache_blocks_total, spec_decode_draft_len (the last step's); counter engine_steps (label
-  `draft`: the load policy's choice per step, SchedulerStats.draft_shapes: off | chain:K |
-  chain:K@M (only on n-gram matches of M+ tokens) | tree:... | probe:...),
-  counters prefix_cache_queries and prefix_cache_hits (prompt tokens, as vLLM's). While requests
-  run, the gauges and the engine_steps and prefix counters reach the server at most every
-  METRICS_INTERVAL_S (each change is a message to it), and always when the engine goes idle. Triton's own
-  nv_inference_request_success counts error responses of a Python model as successes
+  kv_cache_blocks_total, spec_decode_draft_len (the last step's), engine_threads (the last
+  step's thread count: fewer while other processes use the cores, trtspec.runtime.contention);
+  counter engine_steps (label `draft`: the load policy's choice per step,
+  SchedulerStats.draft_shapes: off | chain:K | chain:K@M (only on n-gram matches of M+ tokens) |
+  tree:... | probe:...),
+  counters prefix_cache_queries and prefix_cache_hits (prompt tokens, as vLLM's) and
+  engine_thread_fallbacks. While requests run, the gauges and the counters above reach the
+  server at most every METRICS_INTERVAL_S (each change is a message to it), and always when the
+  engine goes idle. Triton's own nv_inference_request_success counts error responses of a Python model as successes
   (triton-inference-server/server#7713), so failures are read from num_requests_failed.
 """
 
@@ -64,10 +66,13 @@ GAUGES = {
     "trtspec:kv_cache_blocks_used": "Paged KV cache blocks held by running requests",
     "trtspec:kv_cache_blocks_total": "Paged KV cache blocks in the pool",
     "trtspec:spec_decode_draft_len": "Draft tokens per sequence in the last engine step (0: speculation off)",
+    "trtspec:engine_threads": "Threads the engine's last step ran on (fewer while other processes use its cores)",
 }
-PREFIX_COUNTERS = {
+# counters kept by the scheduler (SchedulerStats attributes of the same names)
+STATS_COUNTERS = {
     "prefix_cache_queries": "Prompt tokens of admitted requests",
     "prefix_cache_hits": "Prompt tokens copied from the shared chat start or a kept prompt instead of prefilled",
+    "engine_thread_fallbacks": "Times other processes on the engine's cores made it step on fewer threads",
 }
 FAILURE_REASONS = ("invalid", "busy", "internal")
 # Why (docs/BENCHMARKS.md, "Triton's round trips off the engine loop"): each metric update is a
@@ -135,12 +140,12 @@ class TritonPythonModel:
                                                         "probe: one sequence drafted it)",
                                             kind=pb.MetricFamily.COUNTER)
         self._labels = labels
-        # prompt tokens looked up / copied from the chat template's shared start (vLLM's names)
-        self.prefix_families = {name: pb.MetricFamily(name=f"trtspec:{name}", description=text,
-                                                      kind=pb.MetricFamily.COUNTER)
-                                for name, text in PREFIX_COUNTERS.items()}
-        self.prefix_counters = {name: family.Metric(labels=labels) for name, family in self.prefix_families.items()}
-        self._prefix_counted = dict.fromkeys(PREFIX_COUNTERS, 0)
+        # prompt tokens looked up / copied from the chat template's shared start (vLLM's names), thread fallbacks
+        self.stats_families = {name: pb.MetricFamily(name=f"trtspec:{name}", description=text,
+                                                     kind=pb.MetricFamily.COUNTER)
+                               for name, text in STATS_COUNTERS.items()}
+        self.stats_counters = {name: family.Metric(labels=labels) for name, family in self.stats_families.items()}
+        self._stats_counted = dict.fromkeys(STATS_COUNTERS, 0)
         self.steps: dict[str, Any] = {}            # draft label -> counter
         self._steps_counted: dict[str, int] = {}   # what each counter was last brought to
 
@@ -155,7 +160,8 @@ class TritonPythonModel:
         values = {"trtspec:num_requests_running": stats.running, "trtspec:num_requests_waiting": stats.waiting,
                   "trtspec:kv_cache_blocks_used": stats.kv_blocks_used,
                   "trtspec:kv_cache_blocks_total": stats.kv_blocks_total,
-                  "trtspec:spec_decode_draft_len": stats.last_draft_len}
+                  "trtspec:spec_decode_draft_len": stats.last_draft_len,
+                  "trtspec:engine_threads": stats.engine_threads}
         with self._metrics_lock:
             for label, count in stats.draft_shapes.items():
                 if label not in self.steps:
@@ -163,10 +169,10 @@ class TritonPythonModel:
                 if (new := count - self._steps_counted.get(label, 0)) > 0:
                     self.steps[label].increment(new)
                     self._steps_counted[label] = count
-            for name in PREFIX_COUNTERS:
-                if (new := getattr(stats, name) - self._prefix_counted[name]) > 0:
-                    self.prefix_counters[name].increment(new)
-                    self._prefix_counted[name] = getattr(stats, name)
+            for name in STATS_COUNTERS:
+                if (new := getattr(stats, name) - self._stats_counted[name]) > 0:
+                    self.stats_counters[name].increment(new)
+                    self._stats_counted[name] = getattr(stats, name)
             # the gauges last: a scrape that reads the batch empty then finds its steps counted
             # (trtspec bench reads a block's counters once these say idle)
             for name, value in values.items():

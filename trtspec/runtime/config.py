@@ -59,6 +59,10 @@ class EngineConfig:
     kv_cache_reuse_mib: int = 256
     """Memory for the prompts kept for reuse, MiB (least recently used out first); 0 keeps only
     the shared chat start."""
+    adapt_threads: bool = True
+    """Step on fewer threads while other processes compute on the engine's cores, and on all again
+    once they are free (trtspec.runtime.contention); only where the target's numbers do not depend
+    on the thread count, so never a changed token."""
     draft_len_schedule: tuple[tuple[int, int], ...] | None = None
     """(batch size, draft length) pairs, ascending: from that many decoding sequences on, draft that
     many tokens (0: speculation off); EAGLE-3 rows may be (batch size, topk, depth, num_draft_tokens):

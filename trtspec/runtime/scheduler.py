@@ -52,6 +52,10 @@ class SchedulerStats:
     # steps by the draft the load policy chose: off, chain:K, tree:TOPK,DEPTH,NODES, tree:static:NODES
     # (probe: prefix: one sequence drafted it); steps without a speculating sequence are not counted
     draft_shapes: dict[str, int] = field(default_factory=dict)
+    # the loop's thread count now, and how often other processes on its cores made it step on fewer
+    # (trtspec.runtime.contention; 0 threads: no step yet)
+    engine_threads: int = 0
+    engine_thread_fallbacks: int = 0
 
 
 # Every scheduler whose loop may run. The loop is a daemon thread (a forgotten engine must not
@@ -101,6 +105,7 @@ class Scheduler:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._threads = None  # LoopThreads: the loop's thread count beside other processes
         self.on_step = None  # callback(SchedulerStats) after every step, for gauges
 
     def draft_length(self, batch_size: int, backlog: int = 0) -> tuple[int, bool, int]:
@@ -238,18 +243,24 @@ class Scheduler:
     def _loop(self) -> None:
         import torch
 
+        from trtspec.runtime.contention import LoopThreads
         from trtspec.runtime.step import run_step
 
+        if self._threads is None:
+            self._threads = LoopThreads(self.engine)
+        threads = self._threads
+        threads.start()
         while True:
             with self._lock:
                 batch = self._next_batch()
                 if not batch or self._closed:
+                    threads.stop()  # before a new loop thread can start and set its own count
                     self._thread = None
                     self._refresh_gauges()
                     return
             try:
                 with torch.inference_mode():
-                    run_step(self, batch)
+                    threads.timed_step(run_step, self, batch)
             except Exception as error:  # noqa: BLE001 - one bad step fails its batch, not the engine
                 failure = RuntimeError(f"internal error: {type(error).__name__}: {error}")
                 for sequence in batch:
@@ -257,6 +268,8 @@ class Scheduler:
                         self.retire(sequence, failure)
             with self._lock:
                 self.stats.num_steps += 1
+                self.stats.engine_threads = threads.governor.threads
+                self.stats.engine_thread_fallbacks = threads.fallbacks
                 self._refresh_gauges()
                 stats = SchedulerStats(**vars(self.stats))
             if self.on_step is not None:

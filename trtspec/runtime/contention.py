@@ -1,0 +1,225 @@
+"""The engine loop's thread count while other processes compute on its cores.
+
+Why (2-core AMD EPYC, SmolLM2 float32; docs/BENCHMARKS.md, "Other processes on the engine's
+cores"): a step is thousands of OpenMP parallel regions, and at each one the team waits for its
+slowest thread. When another process computes on the same cores, one of the team's threads is
+often off its core and every region waits for it: through Triton, one busy single-threaded
+process beside the server took 2-thread decoding from 45 to 3.4 tokens/s (a 2-thread OpenMP loop
+to 2.5), while the same server on one thread lost almost nothing (30.3 -> 29.0 tokens/s).
+
+How it is seen: the process's CPU time during steps over their wall time times the team's
+threads, the share of the cores it asked for that it got. Alone at 2 threads it reads 0.97-0.99;
+beside one busy process 0.69-0.75, beside a 2-thread OpenMP loop 0.49-0.51. (Threads spinning at a
+barrier count as on a core: the share falls only while threads wait off their cores.)
+
+What it does (ThreadGovernor.decide, after every step): when the share over at least WINDOW_S of
+step time falls below LOW_SHARE, the loop steps on floor(share x threads) threads (at least 1,
+fewer than before); after a back-off it tries the full count for one window, keeps it when the
+share is back, else goes down again and waits longer: twice the back-off, and at least
+RETRY_COST_RATIO times the failed window (FIRST_BACKOFF_S up to MAX_BACKOFF_S).
+
+Exactness: a contended moment must not change a token, so the count changes only where the
+target computes the same numbers at any thread count. The row kernels and the attention kernel do
+by construction (one fixed order per output; tests/runtime/test_rt_rowdot.py and
+test_rt_attention_kernel.py); `why_thread_dependent` checks the loaded target: every linear layer
+on a row kernel, and the same logits for a short prompt at the full count and at one thread.
+Elsewhere (oneDNN, MKL, torch's attention) the count stays. A drafter's numbers may change with
+the count: that changes drafts, never a greedy token, and sampling stays lossless.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+LOW_SHARE = 0.85        # alone the share reads 0.97-0.99 at 2 threads; one busy process beside it 0.69-0.75
+WINDOW_S = 0.2          # of step time per share reading (8 decode steps of SmolLM2 on 2 cores)
+FIRST_BACKOFF_S = 2.0   # before trying the full count again after the first fall
+MAX_BACKOFF_S = 60.0
+# A failed retry costs about its window (one stalled step: 0.4-1.2 s at 2 threads beside a busy
+# process, against 30 ms on one), so the next waits at least this many times as long: <= 10 % lost
+RETRY_COST_RATIO = 10
+PROBE_TOKENS = 24       # the prompt whose logits must match at the full count and at one thread
+
+_CHECKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> why_thread_dependent's answer
+
+
+@dataclass
+class ThreadGovernor:
+    """The loop's thread count: `full` alone, fewer while other processes take its cores."""
+
+    full: int
+    enabled: bool = True
+    threads: int = field(init=False)
+    fallbacks: int = 0            # times contention was found at the full count (not counting failed retries)
+    recoveries: int = 0           # times a retry of the full count held
+    last_share: float = 1.0       # the share that caused the last change down
+    backoff_s: float = FIRST_BACKOFF_S
+    _retry_at: float | None = None  # time.monotonic() at which to try the full count again; None at full
+    _retrying: bool = False
+    _wall: float = 0.0
+    _cpu: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.threads = self.full
+        self.enabled = self.enabled and self.full > 1
+
+    def decide(self, wall: float, cpu: float, now: float) -> int | None:
+        """Account one step (`wall` seconds, `cpu` seconds of the process's CPU time, at
+        time.monotonic() `now`); the new thread count when it changes, else None."""
+        if not self.enabled:
+            return None
+        self._wall += wall
+        self._cpu += cpu
+        if self._retry_at is not None and now >= self._retry_at:
+            self._retry_at, self._retrying = None, True
+            return self._become(self.full)
+        if self._wall < WINDOW_S:
+            return None
+        window, share = self._wall, self._cpu / (self._wall * self.threads)
+        self._wall = self._cpu = 0.0
+        if share >= LOW_SHARE:
+            if self._retrying:  # the cores are free again
+                self._retrying, self.backoff_s = False, FIRST_BACKOFF_S
+                self.recoveries += 1
+            return None
+        if self.threads == 1:
+            return None
+        if self._retrying:
+            self.backoff_s = min(max(2 * self.backoff_s, RETRY_COST_RATIO * window), MAX_BACKOFF_S)
+        elif self.threads == self.full:
+            self.fallbacks += 1
+        self._retrying = False
+        self._retry_at = now + self.backoff_s
+        self.last_share = share
+        return self._become(max(1, min(self.threads - 1, int(share * self.threads))))
+
+    def _become(self, threads: int) -> int:
+        self.threads = threads
+        self._wall = self._cpu = 0.0
+        return threads
+
+
+class LoopThreads:
+    """A ThreadGovernor applied around one engine's loop threads: torch's thread count, and a line
+    on stderr when contention starts and ends. The full count is the process's at each loop
+    thread's start (a caller may change it between bursts); the loop leaves it as it found it."""
+
+    def __init__(self, engine: Any):
+        self.engine = engine
+        self.allowed: bool | None = None  # adapt_threads and thread-invariant numbers; known once full > 1
+        self.governor = ThreadGovernor(1, enabled=False)
+        self._earlier_fallbacks = 0  # of governors replaced when the process's count changed
+
+    @property
+    def fallbacks(self) -> int:
+        """Times other processes on the cores made this engine step on fewer threads."""
+        return self._earlier_fallbacks + self.governor.fallbacks
+
+    def start(self) -> None:
+        """At a loop thread's start (in that thread: the check is torch work)."""
+        import torch
+
+        full = torch.get_num_threads()
+        if full != self.governor.full:
+            self._earlier_fallbacks += self.governor.fallbacks
+            self.governor = ThreadGovernor(full, enabled=full > 1 and self._allowed(full))
+        if self.governor.threads != full:
+            _set_threads(self.governor.threads)
+
+    def stop(self) -> None:
+        """At a loop thread's end: the process's count back for anything else in it."""
+        if self.governor.threads != self.governor.full:
+            _set_threads(self.governor.full)
+
+    def _allowed(self, full: int) -> bool:
+        if self.allowed is None:
+            self.allowed = bool(self.engine.config.adapt_threads)
+            if self.allowed and (why := why_thread_dependent(self.engine.target, full)):
+                print(f"trtspec: the engine's thread count stays {full} beside other processes: {why}",
+                      file=sys.stderr, flush=True)
+                self.allowed = False
+        return self.allowed
+
+    def timed_step(self, step, *args: Any) -> None:
+        """Run `step(*args)` and let the governor see its wall and CPU time."""
+        if not self.governor.enabled:
+            step(*args)
+            return
+        wall, cpu = time.perf_counter(), time.process_time()
+        try:
+            step(*args)
+        finally:
+            governor = self.governor
+            fallbacks, recoveries = governor.fallbacks, governor.recoveries
+            threads = governor.decide(time.perf_counter() - wall, time.process_time() - cpu, time.monotonic())
+            if threads is not None:
+                _set_threads(threads)
+            if governor.fallbacks > fallbacks:
+                print(f"trtspec: the engine got {governor.last_share:.0%} of its {governor.full} threads' cores over "
+                      f"its last steps (other processes compute on them): stepping on {governor.threads} until they "
+                      f"are free; give the server its own cores (taskset, OMP_NUM_THREADS) for full speed",
+                      file=sys.stderr, flush=True)
+            elif governor.recoveries > recoveries:
+                print(f"trtspec: the engine's cores are free again: stepping on {governor.full} threads",
+                      file=sys.stderr, flush=True)
+
+
+def why_thread_dependent(model: Any, full: int) -> str | None:
+    """None when `model`'s logits cannot depend on the thread count here; else why they might."""
+    if model not in _CHECKED:
+        try:
+            _CHECKED[model] = _why(model, full)
+        except Exception as error:  # noqa: BLE001 - the check's failure keeps the count; the engine runs on
+            _CHECKED[model] = f"the check failed ({type(error).__name__}: {error})"
+    return _CHECKED[model]
+
+
+def _why(model: Any, full: int) -> str | None:
+    import torch
+
+    from trtspec.runtime.attention_kernel import wanted
+    from trtspec.runtime.linear_choice import ROW_KERNELS
+
+    if not wanted():
+        return "attention runs on torch's products (TRTSPEC_CPU_ATTENTION=torch, or no compiled kernel here)"
+    kernels = {getattr(module, "kernel", "torch") for module in model.modules()
+               if isinstance(module, torch.nn.Linear) or type(module).__name__ == "PackedLinear"}
+    if not kernels <= set(ROW_KERNELS):
+        return f"linear layers run on {', '.join(sorted(kernels - set(ROW_KERNELS)))}, whose sums may split by thread"
+    if not torch.equal(_probe_logits(model, full), _probe_logits(model, 1)):
+        return "a prompt's logits differ at 1 thread and at the full count"
+    return None
+
+
+def _probe_logits(model: Any, threads: int):
+    """Logits of every row of a fixed random prompt, computed on `threads` threads."""
+    import torch
+
+    from trtspec.runtime.attention import window_end
+    from trtspec.runtime.batch import Feed, forward
+    from trtspec.runtime.paged import BlockTable, KVPool, SeqKV
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        slots = window_end(PROBE_TOKENS)  # attention reads whole windows of keys
+        pool = KVPool.for_model(model.config, slots)
+        kv = SeqKV(pool, BlockTable([0], slots))
+        pool.zero_blocks(kv.table)
+        prompt = torch.randint(0, model.config.vocab_size, (PROBE_TOKENS,),
+                               generator=torch.Generator().manual_seed(0)).tolist()
+        with torch.inference_mode():
+            (logits,), _ = forward(model, [Feed(kv, prompt, num_logits=PROBE_TOKENS)])
+        return logits  # [PROBE_TOKENS, vocab_size]
+    finally:
+        torch.set_num_threads(before)
+
+
+def _set_threads(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
