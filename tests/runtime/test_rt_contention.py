@@ -25,7 +25,7 @@ def _window(governor: ThreadGovernor, share: float, now: float) -> int | None:
 
 def test_a_low_share_steps_down_and_a_retry_that_holds_steps_back_up():
     governor = ThreadGovernor(2)
-    assert _window(governor, 0.98, now=0.0) is None          # alone: 0.97-0.99 measured
+    assert _window(governor, 0.84, now=0.0) is None          # alone: 0.97-0.99, through Triton down to 0.84
     assert _window(governor, 0.55, now=1.0) == 1             # beside a 2-thread OpenMP loop
     assert (governor.threads, governor.fallbacks) == (1, 1)
     assert _window(governor, 1.0, now=1.0 + FIRST_BACKOFF_S / 2) is None   # waits out its back-off
@@ -59,8 +59,8 @@ def test_many_threads_step_down_to_the_cores_they_get_and_one_thread_never_chang
 
 def test_a_window_needs_enough_step_time():
     governor = ThreadGovernor(2)
-    assert governor.decide(WINDOW_S / 4, 0.0, 0.0) is None    # a quarter window at share 0: not yet
-    assert governor.decide(WINDOW_S, 2 * WINDOW_S, 0.1) == 1  # the window: (0 + 0.4) / (0.25 x 2) = 0.8
+    assert governor.decide(WINDOW_S / 4, 0.0, 0.0) is None       # a quarter window at share 0: not yet
+    assert governor.decide(WINDOW_S, 1.5 * WINDOW_S, 0.1) == 1   # the window: 1.5 / (1.25 x 2) = 0.6
 
 
 class _EveryStep(ThreadGovernor):
