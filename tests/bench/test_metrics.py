@@ -230,9 +230,10 @@ def test_the_share_of_prompt_tokens_copied_comes_from_the_prefix_counters():
     assert prompt_share_copied({"trtspec:spec_decode_num_drafts": 2.0}) is None and prompt_share_copied(None) is None
 
 
-def test_thread_fallbacks_come_from_the_engines_counter():
-    from trtspec.bench.metrics import thread_fallbacks
+def test_steps_on_fewer_threads_come_from_the_engines_counter():
+    from trtspec.bench.metrics import steps_on_fewer_threads
 
-    delta = {'trtspec:engine_thread_fallbacks{model="m",version="1"}': 2.0, "trtspec:spec_decode_num_drafts": 2.0}
-    assert thread_fallbacks(delta) == 2
-    assert thread_fallbacks({"trtspec:spec_decode_num_drafts": 2.0}) == 0 and thread_fallbacks(None) == 0
+    delta = {'trtspec:engine_steps_on_fewer_threads{model="m",version="1"}': 40.0,
+             'trtspec:engine_thread_fallbacks{model="m",version="1"}': 0.0, "trtspec:spec_decode_num_drafts": 2.0}
+    assert steps_on_fewer_threads(delta) == 40
+    assert steps_on_fewer_threads({"trtspec:spec_decode_num_drafts": 2.0}) == 0 and steps_on_fewer_threads(None) == 0

@@ -128,6 +128,7 @@ while time.monotonic() < held:
     after.append(run())
 print(json.dumps(dict(alone=alone, contended=contended, after=after, threads_beside_them=threads_beside_them,
                       threads_after=stats().engine_threads, fallbacks=stats().engine_thread_fallbacks,
+                      fewer=stats().engine_steps_on_fewer_threads,
                       torch_threads=torch.get_num_threads())))
 """
 
@@ -142,7 +143,7 @@ def test_busy_processes_on_the_engines_cores_make_it_step_on_one_thread_until_th
                          preexec_fn=lambda: os.sched_setaffinity(0, cpus))
     assert run.returncode == 0, run.stderr[-2000:]
     result = json.loads(run.stdout.strip().splitlines()[-1])
-    assert result["fallbacks"] >= 1 and result["threads_beside_them"] == 1, result
+    assert result["fallbacks"] >= 1 and result["threads_beside_them"] == 1 and result["fewer"] > 0, result
     assert result["threads_after"] == 2 and result["torch_threads"] == 2, result
     assert all(tokens == result["alone"] for tokens in result["contended"] + result["after"])
     assert "stepping on 1 until they are free" in run.stderr

@@ -229,12 +229,13 @@ def prompt_share_copied(delta: dict[str, float] | None) -> float | None:
     return metric_total(delta, "trtspec:prefix_cache_hits") / queries if queries > 0 else None
 
 
-def thread_fallbacks(delta: dict[str, float] | None) -> int:
-    """Times the engine stepped on fewer threads because other processes computed on its cores
-    (diffed `trtspec:engine_thread_fallbacks`): a cell where it did measured the machine, not the engine."""
+def steps_on_fewer_threads(delta: dict[str, float] | None) -> int:
+    """Engine steps run on fewer threads because other processes computed on its cores (diffed
+    `trtspec:engine_steps_on_fewer_threads`; a fall back before the cell began still counts its
+    steps here): a cell with any measured the machine, not the engine."""
     from trtspec.client.metrics import metric_total
 
-    return int(metric_total(delta or {}, "trtspec:engine_thread_fallbacks"))
+    return int(metric_total(delta or {}, "trtspec:engine_steps_on_fewer_threads"))
 
 
 @dataclass
@@ -309,8 +310,8 @@ def summarize_cell(cell: Cell) -> dict[str, Any]:
         result["engine_steps_by_draft"] = steps  # what the load policy chose, step by step
     if (copied := prompt_share_copied(cell.counters)) is not None:
         result["prefix_cache_hit_rate"] = copied
-    if fallbacks := thread_fallbacks(cell.counters):
-        result["engine_thread_fallbacks"] = fallbacks
+    if fewer := steps_on_fewer_threads(cell.counters):
+        result["engine_steps_on_fewer_threads"] = fewer
     counts = sum_counts(ok)
     if counts is not None:
         source = "responses"

@@ -195,8 +195,8 @@ def render_table(report: dict[str, Any]):
     if copied:
         parts.append("prompt tokens copied from kept prompts or the shared chat start, not prefilled: "
                      + ", ".join(copied))
-    contended = [f"{r['max_concurrency']} {r['variant']} ({r['engine_thread_fallbacks']}x)"
-                 for r in report["results"] if r.get("engine_thread_fallbacks")]
+    contended = [f"{r['max_concurrency']} {r['variant']} ({r['engine_steps_on_fewer_threads']} steps)"
+                 for r in report["results"] if r.get("engine_steps_on_fewer_threads")]
     if contended:
         parts.append("other processes computed on the engine's cores and it stepped on fewer threads in: "
                      + ", ".join(contended) + ": those figures are not the engine's alone")

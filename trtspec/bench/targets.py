@@ -130,7 +130,7 @@ class EngineTarget:
         scheduler = self.engine.scheduler.snapshot()
         flat["trtspec:prefix_cache_queries"] = scheduler.prefix_cache_queries
         flat["trtspec:prefix_cache_hits"] = scheduler.prefix_cache_hits
-        flat["trtspec:engine_thread_fallbacks"] = scheduler.engine_thread_fallbacks
+        flat["trtspec:engine_steps_on_fewer_threads"] = scheduler.engine_steps_on_fewer_threads
         return flat
 
 

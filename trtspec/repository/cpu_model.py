@@ -28,11 +28,12 @@ here, so the serving code is versioned, linted and tested with the rest of trtsp
   counter engine_steps (label `draft`: the load policy's choice per step,
   SchedulerStats.draft_shapes: off | chain:K | chain:K@M (only on n-gram matches of M+ tokens) |
   tree:... | probe:...),
-  counters prefix_cache_queries and prefix_cache_hits (prompt tokens, as vLLM's) and
-  engine_thread_fallbacks. While requests run, the gauges and the counters above reach the
-  server at most every METRICS_INTERVAL_S (each change is a message to it), and always when the
-  engine goes idle. Triton's own nv_inference_request_success counts error responses of a Python model as successes
-  (triton-inference-server/server#7713), so failures are read from num_requests_failed.
+  counters prefix_cache_queries and prefix_cache_hits (prompt tokens, as vLLM's),
+  engine_thread_fallbacks and engine_steps_on_fewer_threads. While requests run, the gauges and
+  the counters above reach the server at most every METRICS_INTERVAL_S (each change is a message
+  to it), and always when the engine goes idle. Triton's own nv_inference_request_success counts
+  error responses of a Python model as successes (triton-inference-server/server#7713), so
+  failures are read from num_requests_failed.
 """
 
 from __future__ import annotations
@@ -73,6 +74,8 @@ STATS_COUNTERS = {
     "prefix_cache_queries": "Prompt tokens of admitted requests",
     "prefix_cache_hits": "Prompt tokens copied from the shared chat start or a kept prompt instead of prefilled",
     "engine_thread_fallbacks": "Times other processes on the engine's cores made it step on fewer threads",
+    "engine_steps_on_fewer_threads": "Engine steps run on fewer threads than the server's because other processes "
+                                     "computed on its cores",
 }
 FAILURE_REASONS = ("invalid", "busy", "internal")
 # Why (docs/BENCHMARKS.md, "Triton's round trips off the engine loop"): each metric update is a

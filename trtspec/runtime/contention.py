@@ -117,6 +117,7 @@ class LoopThreads:
         self.allowed: bool | None = None  # adapt_threads and thread-invariant numbers; known once full > 1
         self.governor = ThreadGovernor(1, enabled=False)
         self._earlier_fallbacks = 0  # of governors replaced when the process's count changed
+        self.steps_on_fewer_threads = 0  # steps run below the process's count
 
     @property
     def fallbacks(self) -> int:
@@ -153,6 +154,8 @@ class LoopThreads:
         if not self.governor.enabled:
             step(*args)
             return
+        if self.governor.threads < self.governor.full:
+            self.steps_on_fewer_threads += 1
         wall, cpu = time.perf_counter(), time.process_time()
         try:
             step(*args)

@@ -52,10 +52,11 @@ class SchedulerStats:
     # steps by the draft the load policy chose: off, chain:K, tree:TOPK,DEPTH,NODES, tree:static:NODES
     # (probe: prefix: one sequence drafted it); steps without a speculating sequence are not counted
     draft_shapes: dict[str, int] = field(default_factory=dict)
-    # the loop's thread count now, and how often other processes on its cores made it step on fewer
-    # (trtspec.runtime.contention; 0 threads: no step yet)
+    # the loop's thread count now, how often other processes on its cores made it step on fewer,
+    # and the steps it ran so (trtspec.runtime.contention; 0 threads: no step yet)
     engine_threads: int = 0
     engine_thread_fallbacks: int = 0
+    engine_steps_on_fewer_threads: int = 0
 
 
 # Every scheduler whose loop may run. The loop is a daemon thread (a forgotten engine must not
@@ -270,6 +271,7 @@ class Scheduler:
                 self.stats.num_steps += 1
                 self.stats.engine_threads = threads.governor.threads
                 self.stats.engine_thread_fallbacks = threads.fallbacks
+                self.stats.engine_steps_on_fewer_threads = threads.steps_on_fewer_threads
                 self._refresh_gauges()
                 stats = SchedulerStats(**vars(self.stats))
             if self.on_step is not None:
