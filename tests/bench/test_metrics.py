@@ -14,7 +14,6 @@ from trtspec.bench.metrics import (
     SpecCounts,
     accepted_histogram,
     by_category,
-    diff_counters,
     group_cells,
     leviathan_speedup,
     percentile,
@@ -22,6 +21,7 @@ from trtspec.bench.metrics import (
     summarize_cell,
 )
 from trtspec.bench.scaling import scaling
+from trtspec.bench.server_counters import diff_counters
 
 
 def rec(variant, index, category, chunks, tokens, e2e, spec=None, repeat=0, concurrency=1, error=None):
@@ -209,7 +209,7 @@ def test_no_theoretical_ceiling_when_both_sides_speculate(records):
 def test_the_load_policys_choices_come_from_server_step_counters():
     """`trtspec:engine_steps{draft=...}` deltas become steps per choice, most frequent first;
     other counters and zero deltas are ignored; no such counters -> None."""
-    from trtspec.bench.metrics import steps_by_draft
+    from trtspec.bench.server_counters import steps_by_draft
 
     delta = {'trtspec:engine_steps{draft="chain:4",model="m",version="1"}': 30.0,
              'trtspec:engine_steps{draft="off",model="m",version="1"}': 50.0,
@@ -222,7 +222,7 @@ def test_the_load_policys_choices_come_from_server_step_counters():
 
 
 def test_the_share_of_prompt_tokens_copied_comes_from_the_prefix_counters():
-    from trtspec.bench.metrics import prompt_share_copied
+    from trtspec.bench.server_counters import prompt_share_copied
 
     delta = {'trtspec:prefix_cache_queries{model="m",version="1"}': 400.0,
              'trtspec:prefix_cache_hits{model="m",version="1"}': 300.0, "trtspec:spec_decode_num_drafts": 2.0}
@@ -231,7 +231,7 @@ def test_the_share_of_prompt_tokens_copied_comes_from_the_prefix_counters():
 
 
 def test_steps_on_fewer_threads_come_from_the_engines_counter():
-    from trtspec.bench.metrics import steps_on_fewer_threads
+    from trtspec.bench.server_counters import steps_on_fewer_threads
 
     delta = {'trtspec:engine_steps_on_fewer_threads{model="m",version="1"}': 40.0,
              'trtspec:engine_thread_fallbacks{model="m",version="1"}': 0.0, "trtspec:spec_decode_num_drafts": 2.0}

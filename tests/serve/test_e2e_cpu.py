@@ -115,7 +115,7 @@ def test_metrics_show_speculative_counters_rising(served):
     names = ["trtspec:spec_decode_num_drafts", "trtspec:spec_decode_num_draft_tokens",
              "trtspec:spec_decode_num_accepted_tokens", "trtspec:spec_decode_num_accepted_tokens_per_pos"]
     from tests.serve.conftest import metrics_when
-    from trtspec.bench.metrics import steps_by_draft
+    from trtspec.bench.server_counters import steps_by_draft
 
     def steps_since(metrics: dict) -> dict | None:
         return steps_by_draft({key: value - before.get(key, 0) for key, value in metrics.items()})

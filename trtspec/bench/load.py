@@ -25,7 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from trtspec.bench.metrics import BASELINE, SPECULATIVE, RequestRecord, SpecCounts, diff_counters
+from trtspec.bench.metrics import BASELINE, SPECULATIVE, RequestRecord, SpecCounts
+from trtspec.bench.server_counters import diff_counters
 from trtspec.prompts import Prompt
 
 

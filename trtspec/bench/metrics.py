@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from trtspec.bench.full_load import full_load
+from trtspec.bench.server_counters import prompt_share_copied, steps_by_draft, steps_on_fewer_threads
 
 SPECULATIVE = "speculative"
 BASELINE = "baseline"
@@ -203,41 +204,6 @@ def spec_counts_from_counters(delta: dict[str, float] | None) -> SpecCounts | No
     return SpecCounts(int(drafts), int(drafted), int(accepted), positions)
 
 
-_DRAFT_LABEL = re.compile(r'draft="([^"]*)"')
-STEPS_METRIC = "trtspec:engine_steps"
-
-
-def steps_by_draft(delta: dict[str, float] | None) -> dict[str, int] | None:
-    """The server's steps by the draft its load policy chose (diffed `trtspec:engine_steps{draft="chain:4"}`
-    counters: off, chain:K, tree:..., probe:...), most frequent first; None without them (a baseline
-    cell: steps without speculating sequences are not counted)."""
-    counts: dict[str, int] = {}
-    for key, value in (delta or {}).items():
-        if key.startswith(STEPS_METRIC + "{") and (match := _DRAFT_LABEL.search(key)) and value > 0:
-            counts[match[1]] = counts.get(match[1], 0) + int(value)
-    return dict(sorted(counts.items(), key=lambda item: -item[1])) if counts else None
-
-
-def prompt_share_copied(delta: dict[str, float] | None) -> float | None:
-    """Share of the prompt tokens the server copied (kept prompts, the shared chat start) instead of
-    prefilling, from diffed `trtspec:prefix_cache_hits` / `_queries`: a benchmark that repeats its
-    prompts is served from cache; None without them."""
-    from trtspec.client.metrics import metric_total
-
-    delta = delta or {}
-    queries = metric_total(delta, "trtspec:prefix_cache_queries")
-    return metric_total(delta, "trtspec:prefix_cache_hits") / queries if queries > 0 else None
-
-
-def steps_on_fewer_threads(delta: dict[str, float] | None) -> int:
-    """Engine steps run on fewer threads because other processes computed on its cores (diffed
-    `trtspec:engine_steps_on_fewer_threads`; a fall back before the cell began still counts its
-    steps here): a cell with any measured the machine, not the engine."""
-    from trtspec.client.metrics import metric_total
-
-    return int(metric_total(delta or {}, "trtspec:engine_steps_on_fewer_threads"))
-
-
 @dataclass
 class Cell:
     """One (variant, concurrency) of a run: its records, each repeat's wall time, and the
@@ -387,21 +353,6 @@ def leviathan_speedup(alpha: float, gamma: int, cost_ratio: float) -> float:
     if alpha >= 1.0:
         return (gamma + 1) / (gamma * cost_ratio + 1)
     return (1 - alpha ** (gamma + 1)) / ((1 - alpha) * (gamma * cost_ratio + 1))
-
-
-def diff_counters(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    """Server counters accumulated during one run: after - before.
-
-    Counters are never used cumulatively: a server that ran other requests earlier would
-    contaminate the figures (reference §3.1 pitfall 2). A counter that first appears after the
-    run (a new label, e.g. a draft position never reached before) started at 0. Non-numbers
-    and booleans are skipped.
-    """
-    def number(value: Any) -> bool:
-        return isinstance(value, int | float) and not isinstance(value, bool)
-
-    return {key: value - (before.get(key, 0) if number(before.get(key, 0)) else 0)
-            for key, value in after.items() if number(value)}
 
 
 def _ratio(numerator: float, denominator: float) -> float:
