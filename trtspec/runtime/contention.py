@@ -116,13 +116,8 @@ class LoopThreads:
         self.engine = engine
         self.allowed: bool | None = None  # adapt_threads and thread-invariant numbers; known once full > 1
         self.governor = ThreadGovernor(1, enabled=False)
-        self._earlier_fallbacks = 0  # of governors replaced when the process's count changed
+        self.fallbacks = 0               # times other processes on the cores made it step on fewer threads
         self.steps_on_fewer_threads = 0  # steps run below the process's count
-
-    @property
-    def fallbacks(self) -> int:
-        """Times other processes on the cores made this engine step on fewer threads."""
-        return self._earlier_fallbacks + self.governor.fallbacks
 
     def start(self) -> None:
         """At a loop thread's start (in that thread: the check is torch work)."""
@@ -130,7 +125,6 @@ class LoopThreads:
 
         full = torch.get_num_threads()
         if full != self.governor.full:
-            self._earlier_fallbacks += self.governor.fallbacks
             self.governor = ThreadGovernor(full, enabled=full > 1 and self._allowed(full))
         if self.governor.threads != full:
             _set_threads(self.governor.threads)
@@ -166,6 +160,7 @@ class LoopThreads:
             if threads is not None:
                 _set_threads(threads)
             if governor.fallbacks > fallbacks:
+                self.fallbacks += 1
                 print(f"trtspec: the engine got {governor.last_share:.0%} of its {governor.full} threads' cores over "
                       f"its last steps (other processes compute on them): stepping on {governor.threads} until they "
                       f"are free; give the server its own cores (taskset, OMP_NUM_THREADS) for full speed",
