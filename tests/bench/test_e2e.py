@@ -87,6 +87,32 @@ def test_bench_baseline_against_a_real_server(served_spec, tmp_path):
         assert (out / png).read_bytes()[:8] == PNG_MAGIC
 
 
+def test_bench_says_when_it_cannot_read_the_servers_counters(served_spec, tmp_path):
+    """A server whose metrics are not where bench looks (another --url's port, a firewall) still
+    benches, and the output says what is missing and how to point bench at the metrics."""
+    from trtspec.spec.loading import load_spec
+
+    spec = load_spec(served_spec)
+    (nowhere,) = _free_ports(1)
+    runs = {}
+    for name, metrics in (("unread", f"http://127.0.0.1:{nowhere}/metrics"),
+                          ("read", f"http://127.0.0.1:{spec.serve.metrics_port}/metrics")):
+        out = tmp_path / name
+        result = CliRunner().invoke(main, ["bench", "-c", str(served_spec), "--url", f"127.0.0.1:{spec.serve.grpc_port}",
+                                           "--metrics-url", metrics, "--concurrency", "1", "--num-prompts", "2",
+                                           "--max-tokens", "6", "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        runs[name] = (result.output, json.loads((out / "bench.json").read_text()))
+    output, report = runs["unread"]
+    assert f"no server counters at http://127.0.0.1:{nowhere}/metrics" in output and "--metrics-url" in output
+    assert f"server counters: none read from http://127.0.0.1:{nowhere}/metrics" in " ".join(output.split())
+    assert report["server_counters"] is None and report["metadata"]["metrics_url"].endswith(f":{nowhere}/metrics")
+    assert report["results"][0]["completed"] == 2
+    output, report = runs["read"]
+    assert "no server counters" not in output and "none read from" not in output
+    assert report["server_counters"] and "engine_steps_by_draft" in report["results"][0]
+
+
 def test_serving_overhead_triton_over_in_process(served_spec, tmp_path):
     from trtspec.spec.loading import load_spec
 

@@ -202,4 +202,7 @@ def render_table(report: dict[str, Any]):
                      + ", ".join(contended) + ": those figures are not the engine's alone")
     if report.get("server_counters"):
         parts.append(f"server counters (after - before): {len(report['server_counters'])} keys in bench.json")
+    elif (metrics_url := report.get("metadata", {}).get("metrics_url")):
+        parts.append(f"server counters: none read from {metrics_url} (pass --metrics-url), so the load policy's "
+                     "steps, acceptance per position and the engine's thread fallbacks are missing here")
     return Group(*parts)

@@ -46,22 +46,26 @@ def open_engine(engine_dir: str) -> tuple[Any, dict[str, Any]]:
                                   "max_draft_len": engine.max_draft_len, "dtype": runtime.get("dtype", "float32")}
 
 
-def open_triton(spec: Any, url: str | None) -> tuple[Any, dict[str, Any]]:
+def open_triton(spec: Any, url: str | None, metrics_url: str | None = None) -> tuple[Any, dict[str, Any]]:
+    """The server at `url` (default: the spec's), its counters read from `metrics_url` (default: the
+    same host at the spec's serve.metrics_port)."""
     from trtspec.bench.targets import TritonTarget
 
     address = url or default_url(spec)
     host = address.rsplit(":", 1)[0]
-    target = TritonTarget(address, metrics_url=f"http://{host}:{spec.serve.metrics_port}/metrics")
+    metrics_url = metrics_url or f"http://{host}:{spec.serve.metrics_port}/metrics"
+    target = TritonTarget(address, metrics_url=metrics_url)
     if not target.client.is_ready():
         from trtspec.errors import ServerError
 
         raise ServerError(f"no ready model {target.client.model!r} at {address}",
                           fix="start one with `trtspec deploy`, pass --url, or bench in-process with --engine DIR")
     return target, {"target": f"triton {address}", "mode": spec.speculative.mode,
-                    "max_draft_len": spec.speculative.max_draft_len, "dtype": spec.model.dtype}
+                    "max_draft_len": spec.speculative.max_draft_len, "dtype": spec.model.dtype,
+                    "metrics_url": metrics_url}
 
 
-def plan_variants(spec: Any, url: str | None, engine_dir: str | None, baseline: bool
+def plan_variants(spec: Any, url: str | None, engine_dir: str | None, baseline: bool, metrics_url: str | None = None
                   ) -> tuple[dict[str, tuple[Any, bool]], tuple[str, str], dict[str, Any]]:
     """(variants, ratio, description) for the three ways bench runs:
 
@@ -76,13 +80,13 @@ def plan_variants(spec: Any, url: str | None, engine_dir: str | None, baseline: 
         if baseline:
             raise TrtSpecError("--baseline cannot be combined with --url and --engine together",
                                fix="measure the overhead (both) and the speedup (one of them) in two runs")
-        triton, described = open_triton(spec, url)
+        triton, described = open_triton(spec, url, metrics_url)
         engine, engine_described = open_engine(engine_dir)
         description = {**described, "target": f"{described['target']} vs {engine_described['target']}",
                        "mode": engine_described["mode"], "max_draft_len": engine_described["max_draft_len"],
                        "dtype": engine_described["dtype"]}
         return {"triton": (triton, True), "in-process": (engine, True)}, ("triton", "in-process"), description
-    target, description = open_engine(engine_dir) if engine_dir else open_triton(spec, url)
+    target, description = open_engine(engine_dir) if engine_dir else open_triton(spec, url, metrics_url)
     variants = {SPECULATIVE: (target, True)}
     if baseline:
         variants[BASELINE] = (target, False)

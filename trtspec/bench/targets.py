@@ -79,6 +79,15 @@ class TritonTarget:
                         spec=spec_counts_from_triton(stats) if speculative else None,
                         output_tokens=int(total) if total is not None else None)
 
+    def metrics_problem(self) -> str | None:
+        """Why the server's counters cannot be read (None when they can): without them a report
+        lacks the load policy's steps, acceptance per position and the engine's thread fallbacks."""
+        try:
+            self.client.server_metrics()
+        except Exception as error:  # noqa: BLE001 - any failure means the same: no counters
+            return f"no server counters at {self.client.metrics_url} ({type(error).__name__})"
+        return None
+
     def counters(self) -> dict[str, float] | None:
         """The server's counters once its engine has reported its last step.
 

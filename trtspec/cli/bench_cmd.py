@@ -13,6 +13,7 @@ BENCH_EPILOG = """\b
 Examples:
   trtspec bench --baseline                          # the server `trtspec deploy` started
   trtspec bench --url 127.0.0.1:8001 --concurrency 1,2,4,8 --max-tokens 128 --baseline
+  trtspec bench --url 10.0.0.5:18821 --metrics-url http://10.0.0.5:18822/metrics --baseline
   trtspec bench --engine engines/smollm2-ngram-cpu --baseline --repeats 3   # in-process, no server
   trtspec bench --prompts my-prompts.jsonl --num-prompts 16 --out reports/mine --json
   trtspec bench --url 127.0.0.1:8001 --engine engines/smollm2-ngram-cpu --concurrency 1   # serving overhead
@@ -99,6 +100,8 @@ def _progress(console, total: int, description: str):
 @click.command(epilog=BENCH_EPILOG)
 @config_option
 @click.option("--url", default=None, help="Triton gRPC address (default: the spec's serve.host:grpc_port).")
+@click.option("--metrics-url", default=None,
+              help="The server's Prometheus metrics (default: http://<--url host>:<serve.metrics_port>/metrics).")
 @click.option("--engine", "engine_dir", type=click.Path(file_okay=False), default=None,
               help="Run in-process on this cpu engine bundle instead of a server.")
 @click.option("--prompts", type=click.Path(dir_okay=False), default=None,
@@ -116,7 +119,7 @@ def _progress(console, total: int, description: str):
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="Report directory.")
 @dry_run_option
 @json_option
-def bench(config_path, url, engine_dir, prompts, concurrency, max_tokens, num_prompts, baseline, repeats,
+def bench(config_path, url, metrics_url, engine_dir, prompts, concurrency, max_tokens, num_prompts, baseline, repeats,
           requests_per_slot, temperature, out_dir, dry_run, as_json) -> None:
     """Measure TTFT, TPOT, ITL, end-to-end latency, tokens/s and acceptance per concurrency.
 
@@ -151,7 +154,10 @@ def bench(config_path, url, engine_dir, prompts, concurrency, max_tokens, num_pr
     _writable_dir(out)
     console = Console(stderr=True)
     with console.status(f"Connecting to {where} ..."):
-        variant_targets, ratio, description = runner.plan_variants(spec, url, engine_dir, baseline)
+        variant_targets, ratio, description = runner.plan_variants(spec, url, engine_dir, baseline, metrics_url)
+    for problem in {t.metrics_problem() for t, _ in variant_targets.values() if hasattr(t, "metrics_problem")} - {None}:
+        console.print(f"[yellow]warning:[/] {problem}: the report will lack the load policy's steps, acceptance "
+                      "per position and the engine's thread fallbacks; pass --metrics-url (or -c the server's spec)")
     with _progress(console, total, "bench") as progress:
         task = progress.add_task(f"bench {where}", total=total)
         report, paths = runner.run(variant_targets, ratio, description, prompt_set, spec=spec,
