@@ -10,6 +10,7 @@ import yaml
 from click.testing import CliRunner
 
 from trtspec.cli import main
+from trtspec.spec.loading import load_spec
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -111,6 +112,13 @@ def test_dry_runs_write_nothing_and_bad_input_is_one_line(tiny_engine, tmp_path)
     result = runner.invoke(main, ["bench", "-c", str(spec), "--engine", str(engine), "--dry-run", "--json",
                                   "--out", str(tmp_path / "r")])
     assert result.exit_code == 0 and json.loads(result.output)["dry_run"] is True
+    assert "metrics" not in json.loads(result.output)  # in process: no server to read counters from
+    port = load_spec(spec).serve.metrics_port
+    for extra, metrics in (([], f"http://10.0.0.5:{port}/metrics"),  # the spec's metrics port, on --url's host
+                           (["--metrics-url", "http://m:9/metrics"], "http://m:9/metrics")):
+        result = runner.invoke(main, ["bench", "-c", str(spec), "--url", "10.0.0.5:18821", *extra, "--dry-run",
+                                      "--json", "--out", str(tmp_path / "r")])
+        assert result.exit_code == 0 and json.loads(result.output)["metrics"] == metrics, result.output
     result = runner.invoke(main, ["tune", "-c", str(spec), "--engine", str(engine), "--dry-run"])
     assert result.exit_code == 0 and "nothing written" in result.output
     assert not (tmp_path / "r").exists() and not spec.with_name("trtspec.yaml.bak").exists()

@@ -23,6 +23,13 @@ def default_url(spec: Any) -> str:
     return f"{host}:{spec.serve.grpc_port}"
 
 
+def metrics_address(spec: Any, url: str | None, metrics_url: str | None = None) -> str:
+    """Where bench reads the server's counters: `metrics_url`, else the server's host (`url`, or the
+    spec's) at the spec's serve.metrics_port."""
+    host = (url or default_url(spec)).rsplit(":", 1)[0]
+    return metrics_url or f"http://{host}:{spec.serve.metrics_port}/metrics"
+
+
 def default_engine_dir(spec: Any) -> Path:
     from trtspec.artifacts import Layout, engine_name
 
@@ -52,8 +59,7 @@ def open_triton(spec: Any, url: str | None, metrics_url: str | None = None) -> t
     from trtspec.bench.targets import TritonTarget
 
     address = url or default_url(spec)
-    host = address.rsplit(":", 1)[0]
-    metrics_url = metrics_url or f"http://{host}:{spec.serve.metrics_port}/metrics"
+    metrics_url = metrics_address(spec, url, metrics_url)
     target = TritonTarget(address, metrics_url=metrics_url)
     if not target.client.is_ready():
         from trtspec.errors import ServerError

@@ -148,6 +148,8 @@ def bench(config_path, url, metrics_url, engine_dir, prompts, concurrency, max_t
     plan = {"target": where, "prompts": spec.bench.prompts or "packaged", "num_prompts": len(prompt_set),
             "concurrency": spec.bench.concurrency, "max_tokens": spec.bench.max_tokens, "repeats": repeats,
             "requests_per_slot": requests_per_slot, "baseline": baseline, "requests": total, "out": str(out)}
+    if url or not engine_dir:
+        plan["metrics"] = runner.metrics_address(spec, url, metrics_url)
     if dry_run:
         _print_dry_run(plan, as_json)
         return
