@@ -5,8 +5,8 @@
 // 16 rows, where the time is reading the weights from memory. The weights are packed once at load
 // (rowdot_pack) so that a call reads them in one sequential stream, prefetched into L2 8 KB ahead:
 // GROUP weight rows interleaved eight floats at a time. Every input row of a call (up to ROWS at a
-// time, the rest in further chunks while the group's weights sit in L1) meets a group's weights in
-// one pass. On a 2-core AVX-512 AMD EPYC this read SmolLM2's 211 layers in sequence at 8 rows in
+// time, the rest in further passes while the group's weights sit in L1, each pass prefetching its
+// share of the stream: rowdot_rows.h's all_rows) meets a group's weights in one pass. On a 2-core AVX-512 AMD EPYC this read SmolLM2's 211 layers in sequence at 8 rows in
 // about the time of one row (0.65 of the unpacked kernel's time at 8 rows, 0.84 at 1 row).
 //
 // Batch-invariant by construction: an output's sum runs over k in the same order (eight lanes of

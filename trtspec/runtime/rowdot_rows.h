@@ -22,6 +22,9 @@ constexpr int GROUP = 3;       // weight rows interleaved in the packed layout (
 constexpr int PANEL = 10;      // groups a thread takes at a time
 constexpr int64_t SLAB = 64;   // rows per sweep over the weights: a slab's inputs stay in L2
 constexpr int AHEAD_BYTES = 8192;  // prefetched ahead in the weight stream (into L2)
+// With more rows than one pass takes, every pass prefetches its share of the stream this much
+// further ahead (module comment at all_rows)
+constexpr int SHARED_AHEAD = 2;
 
 inline float horizontal_sum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -46,23 +49,42 @@ void pack(const Value* w, int64_t n_size, int64_t k_size, Value* packed) {
   }
 }
 
+// Where a pass prefetches when the weight stream is shared among a group's passes (all_rows): from
+// step `from` (in steps of STEP), SHARED_AHEAD x AHEAD_BYTES ahead, advancing `num` / `den` of a
+// step per step of its own.
+struct Share {
+  int64_t from, num, den;
+};
+
 // Rows [0, R) of x against the packed group at `group` (per step of STEP in k, GROUP x STEP values;
 // then each weight row's k_size % STEP tail values), writing outputs [n0, n0 + columns). An output's
 // sum: its 8 lanes over the steps in order, a fixed horizontal sum, the tail in k order, the bias.
-template <class Kernel, int R, bool FETCH>
+// FETCH: prefetch the weight stream, AHEAD_BYTES past this step, or (SHARED) past `share`'s point.
+template <class Kernel, int R, bool FETCH, bool SHARED = false>
 void block(const typename Kernel::Value* x, int64_t k_size, const typename Kernel::Value* group, const float* bias,
-           float* y, int64_t n_size, int64_t n0, int columns) {
+           float* y, int64_t n_size, int64_t n0, int columns, Share share = {0, 1, 1}) {
   using Value = typename Kernel::Value;
   constexpr int STEP = Kernel::STEP;
   __m256 acc[R][GROUP];
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < GROUP; ++c) acc[r][c] = _mm256_setzero_ps();
   const int64_t vector_end = k_size - k_size % STEP;
+  constexpr int STEP_BYTES = static_cast<int>(GROUP * STEP * sizeof(Value));
+  const char* fetch = reinterpret_cast<const char*>(group + share.from * STEP * GROUP) + SHARED_AHEAD * AHEAD_BYTES;
+  int64_t ticks = 0;
   for (int64_t k = 0; k < vector_end; k += STEP) {
     const Value* step = group + k * GROUP;
-    if (FETCH)
-      for (int offset = 0; offset < static_cast<int>(GROUP * STEP * sizeof(Value)); offset += 64)  // a line each
+    if (FETCH && SHARED) {
+      for (int offset = 0; offset < STEP_BYTES; offset += 64) _mm_prefetch(fetch + offset, _MM_HINT_T1);
+      ticks += share.num;
+      if (ticks >= share.den) {
+        ticks -= share.den;
+        fetch += STEP_BYTES;
+      }
+    } else if (FETCH) {
+      for (int offset = 0; offset < STEP_BYTES; offset += 64)  // a line each
         _mm_prefetch(reinterpret_cast<const char*>(step) + offset + AHEAD_BYTES, _MM_HINT_T1);
+    }
     typename Kernel::Vector weights[GROUP];
     for (int c = 0; c < GROUP; ++c) weights[c] = Kernel::load(step + c * STEP);
     for (int r = 0; r < R; ++r) {
@@ -83,30 +105,37 @@ void block(const typename Kernel::Value* x, int64_t k_size, const typename Kerne
 }
 
 // The last `left` (< R) rows of a group's pass, in one block of exactly that many rows.
-template <class Kernel, int R>
-inline void remainder(int left, bool first, const typename Kernel::Value* x, int64_t k_size,
-                      const typename Kernel::Value* group, const float* bias, float* y, int64_t n_size, int64_t n0,
-                      int columns) {
+template <class Kernel, int R, bool FETCH, bool SHARED>
+inline void remainder(int left, const typename Kernel::Value* x, int64_t k_size, const typename Kernel::Value* group,
+                      const float* bias, float* y, int64_t n_size, int64_t n0, int columns, Share share) {
   if constexpr (R > 0) {
-    if (left != R) return remainder<Kernel, R - 1>(left, first, x, k_size, group, bias, y, n_size, n0, columns);
-    if (first) block<Kernel, R, true>(x, k_size, group, bias, y, n_size, n0, columns);
-    else block<Kernel, R, false>(x, k_size, group, bias, y, n_size, n0, columns);
+    if (left != R)
+      return remainder<Kernel, R - 1, FETCH, SHARED>(left, x, k_size, group, bias, y, n_size, n0, columns, share);
+    block<Kernel, R, FETCH, SHARED>(x, k_size, group, bias, y, n_size, n0, columns, {share.from, R, share.den});
   }
 }
 
-// Every row of x against one group: Kernel::ROWS rows at a time, then the remainder; the first
-// pass reads the weights from memory (and prefetches the next groups), later ones find them in L1.
+// Every row of x against one group: Kernel::ROWS rows at a time, then the remainder.
+// Up to ROWS rows (one pass) the pass reads the weights from memory, prefetching AHEAD_BYTES ahead.
+// With more, the stream would stop while later passes compute on weights already in L1, and the
+// first pass of the next group would wait on memory again: so every pass prefetches its share of
+// the stream (by its rows), further ahead. Measured on SmolLM2's 211 layers in turn (2-core AVX-512
+// EPYC, docs/BENCHMARKS.md): 0.88x the time at 16 rows, 0.92-0.93x at 14-15 and 24, 0.95-0.99x at
+// 32-64, the same at 1-9. Prefetches only: every output's sum is the same.
 template <class Kernel>
 void all_rows(const typename Kernel::Value* x, int64_t rows, int64_t k_size, const typename Kernel::Value* group,
               const float* bias, float* y, int64_t n_size, int64_t n0, int columns) {
   constexpr int R = Kernel::ROWS;
+  if (rows <= R)
+    return remainder<Kernel, R, true, false>(static_cast<int>(rows), x, k_size, group, bias, y, n_size, n0, columns,
+                                             {0, 1, 1});
+  const int64_t steps = k_size / Kernel::STEP;
   int64_t r = 0;
-  for (; r + R <= rows; r += R) {
-    if (r == 0) block<Kernel, R, true>(x, k_size, group, bias, y, n_size, n0, columns);
-    else block<Kernel, R, false>(x + r * k_size, k_size, group, bias, y + r * n_size, n_size, n0, columns);
-  }
-  remainder<Kernel, R - 1>(static_cast<int>(rows - r), r == 0, x + r * k_size, k_size, group, bias,
-                           y + r * n_size, n_size, n0, columns);
+  for (; r + R <= rows; r += R)
+    block<Kernel, R, true, true>(x + r * k_size, k_size, group, bias, y + r * n_size, n_size, n0, columns,
+                                 {r * steps / rows, R, rows});
+  remainder<Kernel, R - 1, true, true>(static_cast<int>(rows - r), x + r * k_size, k_size, group, bias,
+                                       y + r * n_size, n_size, n0, columns, {r * steps / rows, 0, rows});
 }
 
 // x: [rows, k_size] in the kernel's input type, packed: pack's layout of [n_size, k_size], bias:
