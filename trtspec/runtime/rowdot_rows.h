@@ -22,8 +22,9 @@ constexpr int GROUP = 3;       // weight rows interleaved in the packed layout (
 constexpr int PANEL = 10;      // groups a thread takes at a time
 constexpr int64_t SLAB = 64;   // rows per sweep over the weights: a slab's inputs stay in L2
 constexpr int AHEAD_BYTES = 8192;  // prefetched ahead in the weight stream (into L2)
-// With more rows than one pass takes, every pass prefetches its share of the stream this much
-// further ahead (module comment at all_rows)
+// With 2 to SHARED_PASSES passes over a group, every pass prefetches its share of the stream,
+// SHARED_AHEAD x AHEAD_BYTES ahead (the comment at all_rows)
+constexpr int SHARED_PASSES = 3;
 constexpr int SHARED_AHEAD = 2;
 
 inline float horizontal_sum(__m256 v) {
@@ -116,19 +117,33 @@ inline void remainder(int left, const typename Kernel::Value* x, int64_t k_size,
 }
 
 // Every row of x against one group: Kernel::ROWS rows at a time, then the remainder.
-// Up to ROWS rows (one pass) the pass reads the weights from memory, prefetching AHEAD_BYTES ahead.
-// With more, the stream would stop while later passes compute on weights already in L1, and the
-// first pass of the next group would wait on memory again: so every pass prefetches its share of
-// the stream (by its rows), further ahead. Measured on SmolLM2's 211 layers in turn (2-core AVX-512
-// EPYC, docs/BENCHMARKS.md): 0.88x the time at 16 rows, 0.92-0.93x at 14-15 and 24, 0.95-0.99x at
-// 32-64, the same at 1-9. Prefetches only: every output's sum is the same.
+// The first pass reads the weights from memory, prefetching AHEAD_BYTES ahead; later passes find
+// them in L1. With two or three passes (decode steps of 9-24 sequences, a verify of 8 x 3 rows) the
+// stream would stop while the later passes compute, and the next group's first pass would wait on
+// memory again: there every pass prefetches its share of the stream (by its rows), further ahead.
+// Measured on SmolLM2's 211 layers in turn (2-core AVX-512 EPYC, docs/BENCHMARKS.md): 0.88-0.89x
+// the time at 16 rows, 0.90-0.95x at 14-15, 0.92-0.93x at 24, the same at 1-9. With more passes
+// (prompts, long verifies) the gain fell to 0.97-1.00x and some processes ran 1.1x slower (why was
+// not found), so those keep the first pass's stream.
+// Prefetches only: every output's sum is the same.
 template <class Kernel>
 void all_rows(const typename Kernel::Value* x, int64_t rows, int64_t k_size, const typename Kernel::Value* group,
               const float* bias, float* y, int64_t n_size, int64_t n0, int columns) {
   constexpr int R = Kernel::ROWS;
-  if (rows <= R)
-    return remainder<Kernel, R, true, false>(static_cast<int>(rows), x, k_size, group, bias, y, n_size, n0, columns,
-                                             {0, 1, 1});
+  if (rows <= R || rows > SHARED_PASSES * R) {
+    int64_t r = 0;
+    for (; r + R <= rows; r += R) {
+      if (r == 0) block<Kernel, R, true>(x, k_size, group, bias, y, n_size, n0, columns);
+      else block<Kernel, R, false>(x + r * k_size, k_size, group, bias, y + r * n_size, n_size, n0, columns);
+    }
+    if (r == 0)
+      remainder<Kernel, R - 1, true, false>(static_cast<int>(rows), x, k_size, group, bias, y, n_size, n0, columns,
+                                            {0, 1, 1});
+    else
+      remainder<Kernel, R - 1, false, false>(static_cast<int>(rows - r), x + r * k_size, k_size, group, bias,
+                                             y + r * n_size, n_size, n0, columns, {0, 1, 1});
+    return;
+  }
   const int64_t steps = k_size / Kernel::STEP;
   int64_t r = 0;
   for (; r + R <= rows; r += R)
