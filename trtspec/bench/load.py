@@ -51,6 +51,8 @@ class Target(Protocol):
 
     def counters(self) -> dict[str, float] | None: ...
 
+    def metrics_problem(self) -> str | None: ...
+
 
 @dataclass
 class BenchRun:

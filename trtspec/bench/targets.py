@@ -127,6 +127,10 @@ class EngineTarget:
                         spec=spec_counts_from_stats(chunk.stats) if final else None,
                         prompt_tokens=self._prompt_tokens[prompt] if final else None)
 
+    def metrics_problem(self) -> None:
+        """In process the engine's counters are always read (`counters`)."""
+        return None
+
     def counters(self) -> dict[str, float]:
         """The engine's cumulative sums under the cpu model's Prometheus names, so the same
         parser reads both (ratios such as acceptance_rate cannot be diffed and are left out)."""

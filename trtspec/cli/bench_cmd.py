@@ -157,7 +157,7 @@ def bench(config_path, url, metrics_url, engine_dir, prompts, concurrency, max_t
     console = Console(stderr=True)
     with console.status(f"Connecting to {where} ..."):
         variant_targets, ratio, description = runner.plan_variants(spec, url, engine_dir, baseline, metrics_url)
-    for problem in {t.metrics_problem() for t, _ in variant_targets.values() if hasattr(t, "metrics_problem")} - {None}:
+    for problem in {t.metrics_problem() for t, _ in variant_targets.values()} - {None}:
         console.print(f"[yellow]warning:[/] {problem}: the report will lack the load policy's steps, acceptance "
                       "per position and the engine's thread fallbacks; pass --metrics-url (or -c the server's spec)")
     with _progress(console, total, "bench") as progress:

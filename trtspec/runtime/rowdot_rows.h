@@ -108,11 +108,11 @@ void block(const typename Kernel::Value* x, int64_t k_size, const typename Kerne
 // The last `left` (< R) rows of a group's pass, in one block of exactly that many rows.
 template <class Kernel, int R, bool FETCH, bool SHARED>
 inline void remainder(int left, const typename Kernel::Value* x, int64_t k_size, const typename Kernel::Value* group,
-                      const float* bias, float* y, int64_t n_size, int64_t n0, int columns, Share share) {
+                      const float* bias, float* y, int64_t n_size, int64_t n0, int columns, Share share = {0, 1, 1}) {
   if constexpr (R > 0) {
     if (left != R)
       return remainder<Kernel, R - 1, FETCH, SHARED>(left, x, k_size, group, bias, y, n_size, n0, columns, share);
-    block<Kernel, R, FETCH, SHARED>(x, k_size, group, bias, y, n_size, n0, columns, {share.from, R, share.den});
+    block<Kernel, R, FETCH, SHARED>(x, k_size, group, bias, y, n_size, n0, columns, share);
   }
 }
 
@@ -130,27 +130,22 @@ template <class Kernel>
 void all_rows(const typename Kernel::Value* x, int64_t rows, int64_t k_size, const typename Kernel::Value* group,
               const float* bias, float* y, int64_t n_size, int64_t n0, int columns) {
   constexpr int R = Kernel::ROWS;
-  if (rows <= R || rows > SHARED_PASSES * R) {
-    int64_t r = 0;
-    for (; r + R <= rows; r += R) {
-      if (r == 0) block<Kernel, R, true>(x, k_size, group, bias, y, n_size, n0, columns);
-      else block<Kernel, R, false>(x + r * k_size, k_size, group, bias, y + r * n_size, n_size, n0, columns);
-    }
-    if (r == 0)
-      remainder<Kernel, R - 1, true, false>(static_cast<int>(rows), x, k_size, group, bias, y, n_size, n0, columns,
-                                            {0, 1, 1});
-    else
-      remainder<Kernel, R - 1, false, false>(static_cast<int>(rows - r), x + r * k_size, k_size, group, bias,
-                                             y + r * n_size, n_size, n0, columns, {0, 1, 1});
-    return;
-  }
+  const bool shared = rows > R && rows <= SHARED_PASSES * R;
   const int64_t steps = k_size / Kernel::STEP;
   int64_t r = 0;
-  for (; r + R <= rows; r += R)
-    block<Kernel, R, true, true>(x + r * k_size, k_size, group, bias, y + r * n_size, n_size, n0, columns,
-                                 {r * steps / rows, R, rows});
-  remainder<Kernel, R - 1, true, true>(static_cast<int>(rows - r), x + r * k_size, k_size, group, bias,
-                                       y + r * n_size, n_size, n0, columns, {r * steps / rows, 0, rows});
+  for (; r + R <= rows; r += R) {
+    const Share share{r * steps / rows, R, rows};
+    if (shared) block<Kernel, R, true, true>(x + r * k_size, k_size, group, bias, y + r * n_size, n_size, n0, columns, share);
+    else if (r == 0) block<Kernel, R, true>(x, k_size, group, bias, y, n_size, n0, columns);
+    else block<Kernel, R, false>(x + r * k_size, k_size, group, bias, y + r * n_size, n_size, n0, columns);
+  }
+  const int left = static_cast<int>(rows - r);
+  const Share share{r * steps / rows, left, rows};
+  x += r * k_size;
+  y += r * n_size;
+  if (shared) remainder<Kernel, R - 1, true, true>(left, x, k_size, group, bias, y, n_size, n0, columns, share);
+  else if (r == 0) remainder<Kernel, R - 1, true, false>(left, x, k_size, group, bias, y, n_size, n0, columns);
+  else remainder<Kernel, R - 1, false, false>(left, x, k_size, group, bias, y, n_size, n0, columns);
 }
 
 // x: [rows, k_size] in the kernel's input type, packed: pack's layout of [n_size, k_size], bias:
