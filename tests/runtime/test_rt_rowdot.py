@@ -57,8 +57,9 @@ def test_a_row_is_the_same_alone_among_others_and_on_any_thread_count(shape, bfl
         alone = [rowdot.linear(x[r:r + 1], packed) for r in (0, 2, 299)]
         for threads in (1, 2, 3):
             torch.set_num_threads(threads)
-            # passes of 4 or 8 rows (2-3 passes share the weight stream: 9-24 rows at 8), slabs of 64
-            for rows in (2, 3, 4, 5, 7, 8, 9, 16, 17, 24, 25, 64, 65, 100, 300):
+            # passes of 4 or 8 rows (two split evenly: 9 rows at 8 are 5 + 4; 2-3 passes share the
+            # weight stream: 9-24 rows at 8), slabs of 64
+            for rows in (2, 3, 4, 5, 7, 8, 9, 10, 12, 15, 16, 17, 24, 25, 64, 65, 100, 300):
                 batch = rowdot.linear(x[:rows], packed)
                 for index, r in enumerate((0, 2, 299)):
                     if r < rows:

@@ -105,7 +105,7 @@ void block(const typename Kernel::Value* x, int64_t k_size, const typename Kerne
   }
 }
 
-// The last `left` (< R) rows of a group's pass, in one block of exactly that many rows.
+// A pass of `left` (1 to R) rows, in one block of exactly that many rows.
 template <class Kernel, int R, bool FETCH, bool SHARED>
 inline void remainder(int left, const typename Kernel::Value* x, int64_t k_size, const typename Kernel::Value* group,
                       const float* bias, float* y, int64_t n_size, int64_t n0, int columns, Share share = {0, 1, 1}) {
@@ -116,7 +116,12 @@ inline void remainder(int left, const typename Kernel::Value* x, int64_t k_size,
   }
 }
 
-// Every row of x against one group: Kernel::ROWS rows at a time, then the remainder.
+// Every row of x against one group, in passes of at most Kernel::ROWS rows. Two passes split the
+// rows evenly (9 rows: 5 and 4, not 8 and 1): a pass of 1 row keeps only GROUP sums in flight, too
+// few to hide a multiply-add's latency; SmolLM2's 211 layers at 9-14 rows (a decode step of 8
+// sequences with a probe or a few drafts, 9-14 decoding through Triton at 16) took 0.85-0.96x the
+// time. Three or more passes keep full passes and a smaller last one: an even split of 17 rows
+// (6, 6 and 5) took 1.01-1.10x the time of 8, 8 and 1 (docs/BENCHMARKS.md).
 // The first pass reads the weights from memory, prefetching AHEAD_BYTES ahead; later passes find
 // them in L1. With two or three passes (decode steps of 9-24 sequences, a verify of 8 x 3 rows) the
 // stream would stop while the later passes compute, and the next group's first pass would wait on
@@ -125,27 +130,25 @@ inline void remainder(int left, const typename Kernel::Value* x, int64_t k_size,
 // the time at 16 rows, 0.90-0.95x at 14-15, 0.92-0.93x at 24, the same at 1-9. With more passes
 // (prompts, long verifies) the gain fell to 0.97-1.00x and some processes ran 1.1x slower (why was
 // not found), so those keep the first pass's stream.
-// Prefetches only: every output's sum is the same.
+// Prefetches and the passes' sizes only: every output's sum is the same.
 template <class Kernel>
 void all_rows(const typename Kernel::Value* x, int64_t rows, int64_t k_size, const typename Kernel::Value* group,
               const float* bias, float* y, int64_t n_size, int64_t n0, int columns) {
   constexpr int R = Kernel::ROWS;
-  const bool shared = rows > R && rows <= SHARED_PASSES * R;
+  const int64_t passes = (rows + R - 1) / R;
+  const bool shared = passes > 1 && passes <= SHARED_PASSES;
   const int64_t steps = k_size / Kernel::STEP;
-  int64_t r = 0;
-  for (; r + R <= rows; r += R) {
-    const Share share{r * steps / rows, R, rows};
-    if (shared) block<Kernel, R, true, true>(x + r * k_size, k_size, group, bias, y + r * n_size, n_size, n0, columns, share);
-    else if (r == 0) block<Kernel, R, true>(x, k_size, group, bias, y, n_size, n0, columns);
-    else block<Kernel, R, false>(x + r * k_size, k_size, group, bias, y + r * n_size, n_size, n0, columns);
+  for (int64_t pass = 0, r = 0; pass < passes; ++pass) {
+    const int64_t even = rows / 2 + (pass < rows % 2 ? 1 : 0), full = rows - r < R ? rows - r : R;
+    const int size = static_cast<int>(passes == 2 ? even : full);
+    const Share share{r * steps / rows, size, rows};
+    const typename Kernel::Value* xs = x + r * k_size;
+    float* ys = y + r * n_size;
+    if (shared) remainder<Kernel, R, true, true>(size, xs, k_size, group, bias, ys, n_size, n0, columns, share);
+    else if (pass == 0) remainder<Kernel, R, true, false>(size, xs, k_size, group, bias, ys, n_size, n0, columns);
+    else remainder<Kernel, R, false, false>(size, xs, k_size, group, bias, ys, n_size, n0, columns);
+    r += size;
   }
-  const int left = static_cast<int>(rows - r);
-  const Share share{r * steps / rows, left, rows};
-  x += r * k_size;
-  y += r * n_size;
-  if (shared) remainder<Kernel, R - 1, true, true>(left, x, k_size, group, bias, y, n_size, n0, columns, share);
-  else if (r == 0) remainder<Kernel, R - 1, true, false>(left, x, k_size, group, bias, y, n_size, n0, columns);
-  else remainder<Kernel, R - 1, false, false>(left, x, k_size, group, bias, y, n_size, n0, columns);
 }
 
 // x: [rows, k_size] in the kernel's input type, packed: pack's layout of [n_size, k_size], bias:
