@@ -118,10 +118,10 @@ inline void remainder(int left, const typename Kernel::Value* x, int64_t k_size,
 
 // Every row of x against one group, in passes of at most Kernel::ROWS rows. Two passes split the
 // rows evenly (9 rows: 5 and 4, not 8 and 1): a pass of 1 row keeps only GROUP sums in flight, too
-// few to hide a multiply-add's latency; SmolLM2's 211 layers at 9-14 rows (a decode step of 8
-// sequences with a probe or a few drafts, 9-14 decoding through Triton at 16) took 0.85-0.96x the
-// time. Three or more passes keep full passes and a smaller last one: an even split of 17 rows
-// (6, 6 and 5) took 1.01-1.10x the time of 8, 8 and 1 (docs/BENCHMARKS.md).
+// few to hide a multiply-add's latency; SmolLM2's 211 layers at 10-14 rows (a decode step of 8
+// sequences with a probe or a few drafts, 10-14 decoding through Triton at 16) took 0.87-0.97x the
+// time, at 9 and 15 rows 0.94-1.01x. Three or more passes keep full passes and a smaller last one:
+// an even split of 17 rows (6, 6 and 5) took 1.01-1.10x the time of 8, 8 and 1 (docs/BENCHMARKS.md).
 // The first pass reads the weights from memory, prefetching AHEAD_BYTES ahead; later passes find
 // them in L1. With two or three passes (decode steps of 9-24 sequences, a verify of 8 x 3 rows) the
 // stream would stop while the later passes compute, and the next group's first pass would wait on
