@@ -105,22 +105,23 @@ void block(const typename Kernel::Value* x, int64_t k_size, const typename Kerne
   }
 }
 
-// A pass of `left` (1 to R) rows, in one block of exactly that many rows.
+// A pass of `left` (1 to R) rows, in one block of exactly that many rows (the size is known only
+// at run time; each size is its own block instance).
 template <class Kernel, int R, bool FETCH, bool SHARED>
-inline void remainder(int left, const typename Kernel::Value* x, int64_t k_size, const typename Kernel::Value* group,
+inline void pass_of(int left, const typename Kernel::Value* x, int64_t k_size, const typename Kernel::Value* group,
                       const float* bias, float* y, int64_t n_size, int64_t n0, int columns, Share share = {0, 1, 1}) {
   if constexpr (R > 0) {
     if (left != R)
-      return remainder<Kernel, R - 1, FETCH, SHARED>(left, x, k_size, group, bias, y, n_size, n0, columns, share);
+      return pass_of<Kernel, R - 1, FETCH, SHARED>(left, x, k_size, group, bias, y, n_size, n0, columns, share);
     block<Kernel, R, FETCH, SHARED>(x, k_size, group, bias, y, n_size, n0, columns, share);
   }
 }
 
 // Every row of x against one group, in passes of at most Kernel::ROWS rows. Two passes split the
-// rows evenly (9 rows: 5 and 4, not 8 and 1): a pass of 1 row keeps only GROUP sums in flight, too
-// few to hide a multiply-add's latency; SmolLM2's 211 layers at 10-14 rows (a decode step of 8
-// sequences with a probe or a few drafts, 10-14 decoding through Triton at 16) took 0.87-0.97x the
-// time, at 9 and 15 rows 0.94-1.01x. Three or more passes keep full passes and a smaller last one:
+// rows evenly (9 rows: 5 and 4, not 8 and 1; likely why it helps: a pass of 1 row keeps only GROUP
+// sums in flight, too few to hide a multiply-add's latency). SmolLM2's 211 layers at 10-14 rows (a
+// decode step of 8 sequences with a probe or a few drafts, 10-14 decoding through Triton at 16)
+// took 0.87-0.97x the time, at 9 and 15 rows 0.94-1.01x. Three or more passes keep full passes and a smaller last one:
 // an even split of 17 rows (6, 6 and 5) took 1.01-1.10x the time of 8, 8 and 1 (docs/BENCHMARKS.md).
 // The first pass reads the weights from memory, prefetching AHEAD_BYTES ahead; later passes find
 // them in L1. With two or three passes (decode steps of 9-24 sequences, a verify of 8 x 3 rows) the
@@ -144,9 +145,9 @@ void all_rows(const typename Kernel::Value* x, int64_t rows, int64_t k_size, con
     const Share share{r * steps / rows, size, rows};
     const typename Kernel::Value* xs = x + r * k_size;
     float* ys = y + r * n_size;
-    if (shared) remainder<Kernel, R, true, true>(size, xs, k_size, group, bias, ys, n_size, n0, columns, share);
-    else if (pass == 0) remainder<Kernel, R, true, false>(size, xs, k_size, group, bias, ys, n_size, n0, columns);
-    else remainder<Kernel, R, false, false>(size, xs, k_size, group, bias, ys, n_size, n0, columns);
+    if (shared) pass_of<Kernel, R, true, true>(size, xs, k_size, group, bias, ys, n_size, n0, columns, share);
+    else if (pass == 0) pass_of<Kernel, R, true, false>(size, xs, k_size, group, bias, ys, n_size, n0, columns);
+    else pass_of<Kernel, R, false, false>(size, xs, k_size, group, bias, ys, n_size, n0, columns);
     r += size;
   }
 }
