@@ -65,12 +65,13 @@ def linear(x: Any, weight: Packed, bias: Any = None) -> Any:
     Returns [..., out_features]."""
     import torch
 
-    rows = x.reshape(-1, x.shape[-1])
-    if not rows.is_contiguous():
-        rows = rows.contiguous()
-    out = torch.empty(rows.shape[0], weight.out_features, dtype=x.dtype)
+    # the rows as they lie, no reshape and view round trip: this wrapper ran 8.2 us a call against
+    # 2.5 for the foreign call itself, 4.8 without them; a SmolLM2 decode step makes 121 calls
+    if not x.is_contiguous():
+        x = x.contiguous()
+    out = torch.empty(*x.shape[:-1], weight.out_features, dtype=x.dtype)
     library = native.library()
     kernel = library.rowdot_bf16_linear if weight.data.dtype == torch.bfloat16 else library.rowdot_linear
-    kernel(rows.data_ptr(), rows.shape[0], rows.shape[1], weight.data.data_ptr(), weight.out_features,
+    kernel(x.data_ptr(), x.numel() // x.shape[-1], x.shape[-1], weight.data.data_ptr(), weight.out_features,
            None if bias is None else bias.data_ptr(), out.data_ptr(), torch.get_num_threads())
-    return out.view(*x.shape[:-1], weight.out_features)
+    return out
