@@ -57,22 +57,37 @@ def test_the_fastest_kernel_whose_rows_round_alike_wins(calls, expected, request
 
 
 def test_one_slow_timing_of_the_default_does_not_hand_the_layer_to_another_kernel(monkeypatch):
-    """Timings scripted per kernel, in the order choose asks for them: the default's first timing
-    is twice its real time (another process had the core), the challenger looks 2x faster; the
-    default is timed again, is as fast, and keeps the layer. Both of its timings are recorded, so
-    a later load decides alike without timing."""
-    timings = {"default": [2e-3, 2e-3, 1e-3, 1e-3], "other": [0.9e-3, 0.9e-3]}  # 1 row, 8 rows, again
+    """Timings scripted per kernel, in the order choose asks for them (1 row, 8 rows; first the
+    plain timings, then CONFIRM_ROUNDS rounds of both): the default's first timings are twice its
+    real time (another process had the core), the challenger looks 2x faster; in the rounds the
+    default is as fast as it is, and keeps the layer. Every round is recorded, so a later load
+    decides alike without timing."""
+    rounds = linear_choice.CONFIRM_ROUNDS
+    timings = {"default": [2e-3, 2e-3] + [1e-3, 1e-3] * rounds, "other": [0.9e-3, 0.9e-3] * (1 + rounds)}
     monkeypatch.setattr(linear_choice, "seconds_per_call", lambda call, rows, in_features: timings[call.name].pop(0))
     calls = {name: _named(exact, name) for name in timings}
     assert choose(calls, IN_FEATURES, ("noisy",)) == ("default", 1)
     assert timings == {"default": [], "other": []}
     recorded = linear_timings_file().read_text()
-    assert recorded.count("fastest of 5 | again") == 2
+    assert recorded.count(f"{linear_choice.TIMING} | round ") == 2 * 2 * rounds  # two kernels, two row counts
     monkeypatch.setattr(linear_choice, "_SECONDS", {})  # a new process: timing again would fail (lists empty)
     assert choose(calls, IN_FEATURES, ("noisy",)) == ("default", 1)
-    timings.update(default=[2e-3, 2e-3, 2e-3, 2e-3], other=[0.9e-3, 0.9e-3])  # slow both times: it loses
+    timings.update(default=[2e-3] * 2 * (1 + rounds), other=[0.9e-3] * 2 * (1 + rounds))  # slow throughout: it loses
     monkeypatch.setattr(linear_choice, "_SECONDS", {})
     assert choose(calls, IN_FEATURES, ("really-slower",)) == ("other", 1)
+
+
+def test_the_median_round_decides(monkeypatch):
+    """One round where the default is slow again (a second slow spell) is outvoted by the other two;
+    a challenger faster in two rounds of three takes the layer."""
+    slow_round = [2e-3, 2e-3]
+    timings = {"default": [2e-3, 2e-3] + slow_round + [1e-3, 1e-3] * 2, "other": [0.9e-3, 0.9e-3] * 4}
+    monkeypatch.setattr(linear_choice, "seconds_per_call", lambda call, rows, in_features: timings[call.name].pop(0))
+    calls = {name: _named(exact, name) for name in timings}
+    assert choose(calls, IN_FEATURES, ("one-slow-round",)) == ("default", 1)
+    timings.update(default=[2e-3] * 2 + slow_round * 2 + [1e-3, 1e-3], other=[0.9e-3] * 8)
+    monkeypatch.setattr(linear_choice, "_SECONDS", {})
+    assert choose(calls, IN_FEATURES, ("two-slow-rounds",)) == ("other", 1)
 
 
 def _named(function, name):

@@ -28,10 +28,16 @@ first timings made on a machine are kept, as TensorRT keeps a timing cache: in
 $TRTSPEC_CACHE/linear-timings.json (trtspec.artifacts), keyed by CPU model, torch version, thread
 count, layer shape, kernel, rows and how it was timed (the fastest of 5 batches: other processes
 only add time); every later load there reads them and chooses the same. Before a challenger
-replaces the incumbent, the incumbent is timed a second time (recorded too) and the faster of its
-two timings counts: one
-noisy timing of the row kernel (1.5x its time, measured on a busy 2-core EPYC) had moved
-SmolLM2's MLP layers to oneDNN at one thread, and one-thread decoding with them to 0.7x.
+replaces the incumbent, both are timed again, one after the other, in CONFIRM_ROUNDS rounds
+(recorded too, the order alternating), and the challenger must win by the margin in the median
+round: a slow spell of the machine then slows both kernels of a round, not only one. Twice such
+timings handed the row kernel's layers to oneDNN for good (this file's first timings decide every
+later load): one noisy timing (1.5x) moved SmolLM2's MLP layers at one thread (one-thread decoding
+0.7x); later, with the incumbent timed a second time and the faster timing counting, both of the
+row kernel's timings read ~1.8x their usual (gate and up: 66 and 153 us at 1 and 8 rows against
+oneDNN's 44 and 86; the next load 48 and 111 against 66 and 101; why was not found) and moved q, o,
+gate, up and down on a 2-core AVX-512 EPYC: a decode forward took 43 ms instead of 24
+(docs/BENCHMARKS.md, "The linear kernels' first timings, confirmed in rounds").
 Deleting the file makes the next load measure again. Where the cache cannot be written, each
 process measures for itself.
 
@@ -46,6 +52,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import statistics
 import tempfile
 import time
 from collections.abc import Callable
@@ -59,6 +66,7 @@ KERNELS = (ROWDOT, ONEDNN, MKL)  # the default first (the first available here),
 ROWDOT_BF16 = "rowdot-bf16"
 ROW_KERNELS = (ROWDOT, ROWDOT_BF16)
 SWITCH_AT_MOST = 0.8  # a challenger's time over the incumbent's for the challenger to be chosen
+CONFIRM_ROUNDS = 3  # rounds of both kernels timed again before a challenger replaces the incumbent
 ROW_COUNTS = (1, 2, 4, 8)  # rows per call a kernel may need before its rows round alike; 8: a verify pass
 TIMED_ROWS = (1, 8)  # a lone decode step, a batch of 8
 BATCHES = 5  # batches of calls a timing takes the fastest of
@@ -120,25 +128,31 @@ def choose(calls: dict[str, Callable[[Any], Any]], in_features: int, shape: tupl
             _record(key, seconds_per_call(calls[name], rows, in_features))
         return _SECONDS[key]
 
-    def cost(name: str, fewest: int, again: bool = False) -> float:
-        """Seconds of a 1-row and an 8-row call (padded to `fewest`), as recorded or timed now; with
-        `again`, the faster of that and a second timing (recorded too)."""
+    def cost(name: str, fewest: int, tag: str = "") -> float:
+        """Seconds of a 1-row and an 8-row call (padded to `fewest`), as recorded or timed now; `tag`
+        names a confirming round's timings."""
         total = 0.0
         for wanted in TIMED_ROWS:
             padded = max(wanted, fewest)
             key = (f"{_machine()} | {torch.get_num_threads()} threads | {shape} | {_version(name)} | {padded} rows"
-                   f" | {TIMING}")
-            first = seconds(key, name, padded)
-            total += min(first, seconds(f"{key} | again", name, padded)) if again else first
+                   f" | {TIMING}{tag}")
+            total += seconds(key, name, padded)
         return total
 
     def wins(name: str, rows: int) -> bool:
-        """`name` (padded to `rows`) clearly beats the incumbent, also after the incumbent is timed
-        again: one noisy timing of it (measured: 1.5x its time on a busy 2-core machine, which
-        moved SmolLM2's MLP layers to oneDNN at one thread) does not change the layer's kernel."""
-        if fewest is not None and cost(name, rows) > SWITCH_AT_MOST * cost(best, fewest):
+        """`name` (padded to `rows`) clearly beats the incumbent, in its first timing and in the
+        median of CONFIRM_ROUNDS rounds that time both again, one after the other (module docstring)."""
+        if fewest is None:
+            return True
+        if cost(name, rows) > SWITCH_AT_MOST * cost(best, fewest):
             return False
-        return fewest is None or cost(name, rows) <= SWITCH_AT_MOST * cost(best, fewest, again=True)
+        ratios = []
+        for round_ in range(1, CONFIRM_ROUNDS + 1):
+            tag = f" | round {round_}"
+            order = [(best, fewest), (name, rows)] if round_ % 2 else [(name, rows), (best, fewest)]
+            seconds_of = {kernel: cost(kernel, padded, tag) for kernel, padded in order}
+            ratios.append(seconds_of[name] / seconds_of[best])
+        return statistics.median(ratios) <= SWITCH_AT_MOST
 
     names = list(calls)
     best = names[0]
