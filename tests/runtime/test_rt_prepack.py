@@ -55,3 +55,28 @@ def test_prepacked_engine_speculative_greedy_equals_unpacked_plain(packed_and_un
     reference = unpacked.generate(prompt, max_new_tokens=24, speculative=False).token_ids
     assert packed.generate(prompt, max_new_tokens=24, speculative=False).token_ids == reference
     assert packed.generate(prompt, max_new_tokens=24).token_ids == reference
+
+
+@pytest.mark.parametrize("kernel", ["onednn", "mkl", "rowdot"])
+def test_a_kernel_is_timed_on_copies_of_the_layer_in_turn(kernel, monkeypatch):
+    """The call choose() times runs the kernel on the next of IN_TURN_BYTES of random weights of
+    the layer's shape each time (each a different weight: other outputs; the cycle comes back to
+    the first), and is the layer's own call where one weight of the shape is that big."""
+    import torch
+
+    from trtspec.runtime import native
+
+    if kernel == "rowdot" and not native.available():
+        pytest.skip(f"the row kernel cannot run here: {native.unavailable()}")
+    layer = torch.nn.Linear(64, 48, bias=True)
+    monkeypatch.setattr(prepack, "IN_TURN_BYTES", 3 * 64 * 48 * 4)  # three copies
+    own = lambda x: x  # noqa: E731 (a stand-in: never called when copies are made)
+    timed = prepack._in_turn(kernel, layer, own)
+    x = torch.randn(2, 64)
+    with torch.inference_mode():
+        outputs = [timed(x) for _ in range(4)]
+    assert all(out.shape == (2, 48) for out in outputs)
+    assert not torch.equal(outputs[0], outputs[1]) and not torch.equal(outputs[1], outputs[2])
+    torch.testing.assert_close(outputs[3], outputs[0])  # the fourth call is the first copy again
+    monkeypatch.setattr(prepack, "IN_TURN_BYTES", 64 * 48 * 4)
+    assert prepack._in_turn(kernel, layer, own) is own

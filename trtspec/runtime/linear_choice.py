@@ -41,7 +41,13 @@ gate, up and down on a 2-core AVX-512 EPYC: a decode forward took 43 ms instead 
 Deleting the file makes the next load measure again. Where the cache cannot be written, each
 process measures for itself.
 
-Contract: `choose(calls, in_features, shape)` returns (kernel name, the fewest rows per call at
+What is timed: the caller's `timed` calls, which prepack makes run a kernel on random weights of
+the layer's shape in turn, 64 MB of them (trtspec.runtime.prepack._in_turn): a forward meets each
+layer's weight after all the others', out of the caches, and a layer timed again and again on
+one weight in the caches measures another contest (oneDNN over the row kernel 1.17-1.82 per
+SmolLM2 shape that way, 1.44-1.86 in turn, a whole forward ~2x).
+
+Contract: `choose(calls, in_features, shape, timed)` returns (kernel name, the fewest rows per call at
 which its rows round alike, None when no kernel has one); it only calls the given functions on
 random inputs, times them and records the times in the cache file. A model's 30 layers of one
 shape are timed once.
@@ -70,7 +76,7 @@ CONFIRM_ROUNDS = 3  # rounds of both kernels timed again before a challenger rep
 ROW_COUNTS = (1, 2, 4, 8)  # rows per call a kernel may need before its rows round alike; 8: a verify pass
 TIMED_ROWS = (1, 8)  # a lone decode step, a batch of 8
 BATCHES = 5  # batches of calls a timing takes the fastest of
-TIMING = "fastest of 5"  # in every timing's key: timings made another way are not mixed with these
+TIMING = "fastest of 5 in turn"  # in every timing's key: timings made another way are not mixed with these
 _SECONDS: dict[str, float] = {}  # this process's view of the file: key -> seconds a call
 
 
@@ -113,10 +119,12 @@ def seconds_per_call(call: Callable[[Any], Any], rows: int, in_features: int) ->
     return min(batches)
 
 
-def choose(calls: dict[str, Callable[[Any], Any]], in_features: int, shape: tuple) -> tuple[str, int | None]:
+def choose(calls: dict[str, Callable[[Any], Any]], in_features: int, shape: tuple,
+           timed: dict[str, Callable[[Any], Any]] | None = None) -> tuple[str, int | None]:
     """(kernel, fewest rows per call at which its rows round alike) for one layer. `calls`: kernel
     name -> call, the first the default; `shape`: what the timings are keyed on besides machine,
-    thread count and rows (in, out, bias or not).
+    thread count and rows (in, out, bias or not); `timed`: kernel name -> the call to time (default
+    `calls`; the caller's copies of the shape in turn, module docstring).
     Another kernel is probed only when even its unpadded calls are clearly faster (the probe of a
     wide layer costs more than its timing). When no kernel's rows round alike: (the first, None)."""
     import torch
@@ -125,7 +133,7 @@ def choose(calls: dict[str, Callable[[Any], Any]], in_features: int, shape: tupl
         if key not in _SECONDS:
             _SECONDS.update(_recorded())
         if key not in _SECONDS:
-            _record(key, seconds_per_call(calls[name], rows, in_features))
+            _record(key, seconds_per_call((timed or calls)[name], rows, in_features))
         return _SECONDS[key]
 
     def cost(name: str, fewest: int, tag: str = "") -> float:

@@ -47,6 +47,10 @@ from trtspec.runtime.linear_choice import KERNELS, ONEDNN, ROW_COUNTS, ROW_KERNE
 
 # oneDNN picks its blocking for this many rows; 8 covers verify passes of 1 + up to 8 drafts.
 PACKED_FOR_ROWS = 8
+# A kernel's timing calls it on copies of the layer's shape in turn, this many bytes of weights
+# (more than the caches hold), as a forward meets each layer's weight after all the others' (`_in_turn`)
+IN_TURN_BYTES = 64 << 20
+IN_TURN_MOST = 256  # ... in at most this many copies: a tiny model's layers sit in the caches in its forward too
 
 
 def available() -> bool:
@@ -158,7 +162,8 @@ def _packed_linear_class():
                     self.rowdot_weight = rowdot.pack(self.weight, bfloat16=True)
                 calls = {name: (lambda x, name=name: self._call(name, x)) for name in kernels}
                 shape = (self.in_features, self.out_features, self.bias is not None)
-                self.kernel, fewest = choose(calls, self.in_features, shape)
+                timed = {name: _in_turn(name, self, calls[name]) for name in kernels}
+                self.kernel, fewest = choose(calls, self.in_features, shape, timed)
             # no count rounds alike: the most rows probed (batch invariance is then not promised,
             # and tests/runtime/test_rt_batch_invariance.py fails here)
             self.rows_alike = fewest is not None
@@ -170,11 +175,7 @@ def _packed_linear_class():
             return self.kernel
 
         def _call(self, kernel: str, x):
-            if kernel == ONEDNN:
-                return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
-            if kernel in ROW_KERNELS:  # float32 or bfloat16, as its copy was packed
-                return rowdot.linear(x, self.rowdot_weight, self.bias)
-            return torch.nn.functional.linear(x, self.weight, self.bias)
+            return _run(kernel, x, self.weight, self.packed, self.rowdot_weight, self.bias)
 
         def forward(self, x):
             # x: [..., in_features] -> [..., out_features]
@@ -190,3 +191,59 @@ def _packed_linear_class():
 
     _CLASS.append(PackedLinear)
     return PackedLinear
+
+
+def _run(kernel: str, x: Any, weight: Any, packed: Any, rowdot_weight: Any, bias: Any) -> Any:
+    """`kernel` on its own copy of a weight: oneDNN's `packed`, the row kernel's `rowdot_weight`
+    (float32 or bfloat16, as it was packed) or, for MKL, the `weight` itself."""
+    import torch
+
+    from trtspec.runtime import rowdot
+
+    if kernel == ONEDNN:
+        return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+    if kernel in ROW_KERNELS:
+        return rowdot.linear(x, rowdot_weight, bias)
+    return torch.nn.functional.linear(x, weight, bias)
+
+
+def _in_turn(kernel: str, layer: Any, call: Any) -> Any:
+    """A call of `kernel` for timing it (linear_choice.choose): on the next of enough random weights
+    of `layer`'s shape each time, IN_TURN_BYTES of them (at most IN_TURN_MOST), built on first use
+    and gone with the call; `call` itself where one weight of the shape is that big already (lm_head).
+
+    Why (2-core AVX-512 EPYC, docs/BENCHMARKS.md, "Kernel timings over copies in turn"): called again
+    and again on one weight in the caches, oneDNN over the row kernel read 1.17-1.82 per SmolLM2
+    layer shape (gate and up 1.19-1.29: near the margin a challenger needs); in turn over 64 MB of
+    copies 1.44-1.86 (gate and up 1.55-1.58), steadier, and nearer a whole forward's 2x."""
+    import torch
+
+    count = min(IN_TURN_MOST, IN_TURN_BYTES // (layer.in_features * layer.out_features * 4))
+    if count <= 1:
+        return call
+    copies: list[tuple[Any, Any, Any]] = []
+    turn = [0]
+
+    def in_turn(x):
+        if not copies:
+            for _ in range(count):
+                weight = torch.randn(layer.out_features, layer.in_features)
+                copies.append(_copy_for(kernel, weight))
+        weight, packed, rowdot_weight = copies[turn[0]]
+        turn[0] = (turn[0] + 1) % count
+        return _run(kernel, x, weight, packed, rowdot_weight, layer.bias)
+
+    return in_turn
+
+
+def _copy_for(kernel: str, weight: Any) -> tuple[Any, Any, Any]:
+    """(weight, packed, rowdot_weight) for `_run`: only what `kernel` reads."""
+    import torch
+
+    from trtspec.runtime import rowdot
+
+    if kernel == ONEDNN:
+        return None, torch.ops.mkldnn._reorder_linear_weight(weight, PACKED_FOR_ROWS), None
+    if kernel in ROW_KERNELS:
+        return None, None, rowdot.pack(weight, bfloat16=kernel == ROWDOT_BF16)
+    return weight, None, None
