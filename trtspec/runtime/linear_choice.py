@@ -37,7 +37,7 @@ later load): one noisy timing (1.5x) moved SmolLM2's MLP layers at one thread (o
 row kernel's timings read ~1.8x their usual (gate and up: 66 and 153 us at 1 and 8 rows against
 oneDNN's 44 and 86; the next load 48 and 111 against 66 and 101; why was not found) and moved q, o,
 gate, up and down on a 2-core AVX-512 EPYC: a decode forward took 43 ms instead of 24
-(docs/BENCHMARKS.md, "The linear kernels' first timings, confirmed in rounds").
+(docs/BENCHMARKS.md, "A slow spell in the linear kernels' first timings").
 Deleting the file makes the next load measure again. Where the cache cannot be written, each
 process measures for itself.
 
