@@ -73,8 +73,10 @@ def test_a_kernel_is_timed_on_copies_of_the_layer_in_turn(kernel, monkeypatch):
     own = lambda x: x  # noqa: E731 (a stand-in: never called when copies are made)
     timed = prepack._in_turn(kernel, layer, own)
     x = torch.randn(2, 64)
+    global_state = torch.random.get_rng_state()
     with torch.inference_mode():
         outputs = [timed(x) for _ in range(4)]
+    assert torch.equal(torch.random.get_rng_state(), global_state)  # the copies drew from their own generator
     assert all(out.shape == (2, 48) for out in outputs)
     assert not torch.equal(outputs[0], outputs[1]) and not torch.equal(outputs[1], outputs[2])
     torch.testing.assert_close(outputs[3], outputs[0])  # the fourth call is the first copy again

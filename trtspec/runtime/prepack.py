@@ -226,8 +226,9 @@ def _in_turn(kernel: str, layer: Any, call: Any) -> Any:
 
     def in_turn(x):
         if not copies:
+            generator = torch.Generator().manual_seed(2)  # its own: a load must not move torch's global one
             for _ in range(count):
-                weight = torch.randn(layer.out_features, layer.in_features)
+                weight = torch.randn(layer.out_features, layer.in_features, generator=generator)
                 copies.append(_copy_for(kernel, weight))
         weight, packed, rowdot_weight = copies[turn[0]]
         turn[0] = (turn[0] + 1) % count
