@@ -38,6 +38,7 @@ packed copy does not follow later changes to the weight and gets no gradient. Wh
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
@@ -221,18 +222,14 @@ def _in_turn(kernel: str, layer: Any, call: Any) -> Any:
     count = min(IN_TURN_MOST, IN_TURN_BYTES // (layer.in_features * layer.out_features * 4))
     if count <= 1:
         return call
-    copies: list[tuple[Any, Any, Any]] = []
-    turn = [0]
+    cycle: list[Any] = []  # the copies, over and over: made on the first call
 
     def in_turn(x):
-        if not copies:
+        if not cycle:
             generator = torch.Generator().manual_seed(2)  # its own: a load must not move torch's global one
-            for _ in range(count):
-                weight = torch.randn(layer.out_features, layer.in_features, generator=generator)
-                copies.append(_copy_for(kernel, weight))
-        weight, packed, rowdot_weight = copies[turn[0]]
-        turn[0] = (turn[0] + 1) % count
-        return _run(kernel, x, weight, packed, rowdot_weight, layer.bias)
+            weights = (torch.randn(layer.out_features, layer.in_features, generator=generator) for _ in range(count))
+            cycle.append(itertools.cycle([_copy_for(kernel, weight) for weight in weights]))
+        return _run(kernel, x, *next(cycle[0]), layer.bias)
 
     return in_turn
 
