@@ -398,3 +398,41 @@ def _backlogs_seen(engine_fixture):
         result = engine.generate(TINY_PROMPTS[0], max_new_tokens=12)
     assert result.stats.num_drafts > 0 and len(seen) > 1
     return seen, result
+
+
+def test_drafts_that_keep_fewer_tokens_than_estimated_are_priced_down_then_tried_again():
+    """Each step that drafted the cost model's pick reports what it committed; realized rates
+    below the estimates scale every draft's estimate down (here a chain estimated 1.06x plain
+    decoding, the margin is 1.05x: realizing 0.8 of its estimate turns it off), never up, and
+    the scale returns to 1 while nothing is drafted."""
+    from trtspec.runtime.load_policy import DECAY, Choice
+
+    model = CostModel(1, drafts_cost=False)
+    for n in (8, 16, 24, 32) * 20:
+        model.observe_forward(n, 1.0 + 0.02 * n)
+    for i in range(400):  # the first draft token accepted 20 % of the time
+        model.observe_verify(1, int((i + 1) * 0.2) - int(i * 0.2))
+    assert model.best_length(8) == 1 and model.calibration() == 1.0
+    estimate = model.estimate
+    assert estimate == model.rate(8, Choice(1))  # the chosen draft's own estimate, unscaled
+    def drafts() -> bool:  # the model's own choice, not a probe
+        choice = model.choose(8)
+        return choice.length > 0 and not choice.probe
+
+    drafted = 0
+    while drafts():  # the chain's steps keep 0.8 of the estimated tokens per second
+        model.observe_step(round(0.8 * estimate * 100), 100.0, decode_only=True)
+        drafted += 1
+    assert 1 <= drafted <= 3 and model.calibration() < 1.05 / 1.06
+    steps = 0  # plain steps: no outcome, the mean ages
+    while not drafts():
+        model.observe_step(8, 1.0, decode_only=True)
+        steps += 1
+    assert 10 < steps < 1 / (1 - DECAY) * 5
+    # a step with a prompt chunk is no outcome; drafts that beat their estimate do not raise it
+    model.best_length(8)
+    model.observe_step(1, 1.0, decode_only=False)
+    for _ in range(50):
+        model.best_length(8)
+        model.observe_step(round(2 * model.estimate * 100), 100.0, decode_only=True)
+    assert model.calibration() == 1.0

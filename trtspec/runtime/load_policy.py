@@ -62,7 +62,14 @@ verified tokens, draft forwards and catch-up, from the same fits). While the pro
 draft's estimate stays far below the best (under PROBE_FAR of its rate), each probe doubles the
 wait for the next, up to 2^MAX_BACKOFF: in a full batch on a CPU, where a 16-node tree is nowhere
 near paying, probes cost almost nothing; when the estimate comes near, they are frequent again.
-The choice itself needs no probe to follow the load: T(n) is measured on every step. Before
+The choice itself needs no probe to follow the load: T(n) is measured on every step.
+
+Outcomes (`observe_step`): a step that drafted what `choose` picked committed some tokens in some
+time; their rate over the estimate that picked the draft is averaged (decayed per step, with a
+prior of "as estimated"), and drafts' estimates are scaled by that mean where it is below 1. The
+estimate that wins among several noisy ones reads high on average; this takes the bias out, and
+the prior's weight comes back while nothing is drafted, so the correction never shuts drafting
+off for good. Before
 enough steps are measured the model assumes a verify pass costs 1 + 0.035 n plain steps
 (docs/BENCHMARKS-engine.md) and acceptance 0.5 per position.
 """
@@ -105,6 +112,14 @@ CATCH_UP_HORIZON = 4
 # EAGLE-3 chain probes every 8th step (10 % of the steps, each a catch-up and 4 head forwards)
 # made the run 0.93x of plain decoding with drafting off for 87 % of the steps.
 PROBE_SHARE = 0.02
+# Drafts are chosen on estimates, and the draft whose estimate wins among several noisy ones reads
+# high on average (at concurrency 8 the chosen chains' steps kept about 5 % fewer tokens per second
+# than estimated, docs/BENCHMARKS.md, "Drafting only on long n-gram matches"; on a noisier host
+# speculation then measured 0.92-0.94x of plain decoding there). So each step that drafted what
+# `choose` picked compares its committed tokens per second with that estimate, and drafts'
+# estimates are scaled by the decayed mean of those ratios (never above 1). The mean starts from,
+# and while nothing is drafted returns to, CALIBRATION_PRIOR steps' worth of "as estimated".
+CALIBRATION_PRIOR = 8.0
 
 
 class CostModel:
@@ -131,6 +146,9 @@ class CostModel:
         self.probe = False   # the last best_length was a probe: one sequence drafts (step.py)
         self.min_match = 0   # ... and the match length its chains require (Choice.min_match)
         self.planned: Choice | None = None  # this step's draft, whoever chose it (draft_shape.plan_step)
+        self.estimate: float | None = None  # tokens per second `choose` expected of the draft it chose this step
+        self.outcomes = 0.0        # decayed sum over steps that drafted `choose`'s pick: realized / estimated rate
+        self.outcome_steps = 0.0   # ... and their decayed count
 
     def _grow(self, positions: int) -> None:
         """Pseudo-counts for positions not seen yet: each passes PRIOR_ACCEPT of the time."""
@@ -193,6 +211,22 @@ class CostModel:
             self.tree_top1[b] = self.tree_top1.get(b, 0.0) * decay + top1
             self.tree_nodes[b] = self.tree_nodes.get(b, 0.0) * decay + min(b, tree.num_nodes)
             self.tree_drafts[b] = self.tree_drafts.get(b, 0.0) * decay + 1.0
+
+    def observe_step(self, tokens: int, seconds: float, decode_only: bool) -> None:
+        """A step committed `tokens` for its decoding sequences in `seconds` (drafting and the
+        forward); where it only decoded and drafted what `choose` picked, that is one outcome for
+        `calibration`. Every step ages the outcomes, so the prior comes back while nothing drafts."""
+        self.outcomes *= DECAY
+        self.outcome_steps *= DECAY
+        if decode_only and self.estimate is not None and seconds > 0:
+            self.outcomes += (tokens / seconds) / self.estimate
+            self.outcome_steps += 1.0
+        self.estimate = None
+
+    def calibration(self) -> float:
+        """Chosen drafts' realized tokens per second over their estimates (decayed mean, with the
+        prior), at most 1: what drafts' estimates are scaled by."""
+        return min(1.0, (self.outcomes + CALIBRATION_PRIOR) / (self.outcome_steps + CALIBRATION_PRIOR))
 
     def observe_proposals(self, asked: int, found: int, matches: list[int] | None = None) -> None:
         """A step asked `asked` sequences for drafts and `found` came back; `matches`: their
@@ -284,11 +318,14 @@ class CostModel:
         half as often after each probe while the probed draft's estimate stays below PROBE_FAR of
         the best (up to 2^MAX_BACKOFF times rarer; back to normal once it comes near)."""
         options = self.candidates(tree)
-        rates = [self.rate(batch_size, option, backlog) for option in options]
+        estimates = [self.rate(batch_size, option, backlog) for option in options]
+        scale = self.calibration()
+        rates = [rate * scale if option.length else rate for rate, option in zip(estimates, options, strict=True)]
         best = options[rates.index(max(rates))]
         if max(rates) < (1 + SPEC_MARGIN) * rates[0]:  # options[0] is off
             best = options[0]
         self.probe = False
+        self.estimate = estimates[options.index(best)] if best.length else None
         if tree is not None:
             if best.tree is not None:
                 return best

@@ -86,11 +86,14 @@ def run_step(scheduler: Any, batch: list[Any]) -> None:
     verify_time = time.perf_counter() - started
     model.observe_forward(sum(len(f.token_ids) for f in feeds), verify_time, None if chunked else len(decoding))
     # 4. + 5. Accept, roll back and commit, sequence by sequence (each saw the whole step's times).
+    tokens = 0
     for index, (sequence, draft) in enumerate(zip(decoding, drafts, strict=True)):
         committed = _accept(scheduler, sequence, draft, logits[index], aux[index])
+        tokens += len(committed)
         sequence.stats.draft_time_s += draft_time
         sequence.stats.verify_time_s += verify_time
         _commit(scheduler, sequence, committed)
+    model.observe_step(tokens, draft_time + verify_time, decode_only=not chunked)
     for offset, sequence in enumerate(chunked):
         index = len(decoding) + offset
         if sequence.session is not None and aux_ids:
