@@ -62,16 +62,16 @@ verified tokens, draft forwards and catch-up, from the same fits). While the pro
 draft's estimate stays far below the best (under PROBE_FAR of its rate), each probe doubles the
 wait for the next, up to 2^MAX_BACKOFF: in a full batch on a CPU, where a 16-node tree is nowhere
 near paying, probes cost almost nothing; when the estimate comes near, they are frequent again.
-The choice itself needs no probe to follow the load: T(n) is measured on every step.
-
-Outcomes (`observe_step`): a step that drafted what `choose` picked committed some tokens in some
-time; their rate over the estimate that picked the draft is averaged (decayed per step, with a
-prior of "as estimated"), and drafts' estimates are scaled by that mean where it is below 1. The
-estimate that wins among several noisy ones reads high on average; this takes the bias out, and
-the prior's weight comes back while nothing is drafted, so the correction never shuts drafting
-off for good. Before
+The choice itself needs no probe to follow the load: T(n) is measured on every step. Before
 enough steps are measured the model assumes a verify pass costs 1 + 0.035 n plain steps
 (docs/BENCHMARKS-engine.md) and acceptance 0.5 per position.
+
+Outcomes (`observe_step`): a step that drafted what `choose` picked (not a probe) committed some
+tokens in some time; their rate over the estimate that picked the draft is averaged (decayed per
+step, with a prior of "as estimated"), and drafts' estimates are scaled by that mean where it is
+below 1. The estimate that wins among several noisy ones reads high on average; this takes the
+bias out, and the prior's weight comes back while nothing is drafted, so the correction never shuts
+drafting off for good.
 """
 
 from __future__ import annotations
@@ -112,13 +112,10 @@ CATCH_UP_HORIZON = 4
 # EAGLE-3 chain probes every 8th step (10 % of the steps, each a catch-up and 4 head forwards)
 # made the run 0.93x of plain decoding with drafting off for 87 % of the steps.
 PROBE_SHARE = 0.02
-# Drafts are chosen on estimates, and the draft whose estimate wins among several noisy ones reads
-# high on average (at concurrency 8 the chosen chains' steps kept about 5 % fewer tokens per second
-# than estimated, docs/BENCHMARKS.md, "Drafting only on long n-gram matches"; on a noisier host
-# speculation then measured 0.92-0.94x of plain decoding there). So each step that drafted what
-# `choose` picked compares its committed tokens per second with that estimate, and drafts'
-# estimates are scaled by the decayed mean of those ratios (never above 1). The mean starts from,
-# and while nothing is drafted returns to, CALIBRATION_PRIOR steps' worth of "as estimated".
+# Steps' worth of "as estimated" the outcomes' mean starts from and returns to (module docstring,
+# Outcomes). Why outcomes at all: at concurrency 8 the drafts the model chose kept 0.95-0.96x the
+# tokens per second estimated (docs/BENCHMARKS.md, "The load policy's drafts against their own
+# estimates"), and a wrong "draft" loses where a wrong "off" does not.
 CALIBRATION_PRIOR = 8.0
 
 
@@ -321,11 +318,12 @@ class CostModel:
         estimates = [self.rate(batch_size, option, backlog) for option in options]
         scale = self.calibration()
         rates = [rate * scale if option.length else rate for rate, option in zip(estimates, options, strict=True)]
-        best = options[rates.index(max(rates))]
+        chosen = rates.index(max(rates))
         if max(rates) < (1 + SPEC_MARGIN) * rates[0]:  # options[0] is off
-            best = options[0]
+            chosen = 0
+        best = options[chosen]
         self.probe = False
-        self.estimate = estimates[options.index(best)] if best.length else None
+        self.estimate = estimates[chosen] if best.length else None  # observe_step's yardstick
         if tree is not None:
             if best.tree is not None:
                 return best
@@ -343,6 +341,7 @@ class CostModel:
         far = max(r for r, k in zip(rates, kind, strict=True) if k) < PROBE_FAR * max(rates)
         self.backoff = min(MAX_BACKOFF, self.backoff + 1) if far else 0
         self.probe = True
+        self.estimate = None  # a probe drafts for one sequence: no outcome of `best`
         return probed
 
     def probe_spacing(self, batch_size: int, probed: Choice, backlog: int = 0) -> int:
