@@ -11,7 +11,8 @@ paged attention (trtspec.runtime.attention): the same torch operations on the sa
 the same order, or compiled ones that round every element as those do (a layer's q, k, v and its
 gate, up each in one row-kernel call where prepack stacked them: trtspec.runtime.fused_linears;
 the rotary embedding and the cache write in one call on the compiled attention route:
-rope_write.cpp), so logits and hidden states are bit-for-bit equal (tests/runtime/test_rt_llama_forward.py
+rope_write.cpp; every decoder layer in one call where the model and batch allow it and the compiled
+norm and SiLU agree with torch's here: trtspec.runtime.native_layers), so logits and hidden states are bit-for-bit equal (tests/runtime/test_rt_llama_forward.py
 checks it for prefill, verify passes, several sequences and tree masks). It reads the model's
 own modules and parameters and changes nothing. `supports` admits only the exact transformers
 classes whose forward this mirrors; any other model goes through transformers (trtspec.runtime.batch).
@@ -72,7 +73,11 @@ def run(model: Any, input_ids: Any, position_ids: Any, layout: Any, keep: Any,
     cos, sin = row_cos.unsqueeze(1), row_sin.unsqueeze(1)
     rows = input_ids.shape[1]
     wanted = set(aux_ids)
-    for index, layer in enumerate(inner.layers, start=1):
+    from trtspec.runtime import native_layers
+
+    compiled = native_layers.run(model, hidden, row_cos, row_sin, layout, aux_outputs, wanted)
+    layers = () if compiled is not None else inner.layers  # where the compiled loop ran, it ran them all
+    for index, layer in enumerate(layers, start=1):
         attention, mlp = layer.self_attn, layer.mlp
         # 1. attention block
         x = _rms_norm(hidden, layer.input_layernorm)

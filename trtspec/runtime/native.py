@@ -1,8 +1,9 @@
 """The cpu engine's compiled kernels: rowdot.cpp (the linear layers' row kernel),
-paged_attend.cpp (attention over the paged KV cache) and rope_write.cpp (a layer's new rows
-rotated and written into the cache), one library built once per machine and loaded with ctypes.
+paged_attend.cpp (attention over the paged KV cache), rope_write.cpp (a layer's new rows
+rotated and written into the cache) and llama_layers.cpp (a Llama's decoder layers in one call,
+on the other three), one library built once per machine and loaded with ctypes.
 
-Why compiled: all three are batch-invariant by construction (every output one fixed order of
+Why compiled: all four are batch-invariant by construction (every output one fixed order of
 operations, whatever else shares the call) and faster than torch's kernels at decoding's shapes on
 an AVX2 CPU (docs/BENCHMARKS.md, "A row kernel" and "Attention in one call").
 
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 SOURCES = tuple(Path(__file__).with_name(name)
-                for name in ("rowdot.cpp", "rowdot_bf16.cpp", "paged_attend.cpp", "rope_write.cpp"))
+                for name in ("rowdot.cpp", "rowdot_bf16.cpp", "paged_attend.cpp", "rope_write.cpp", "llama_layers.cpp"))
 HEADERS = (Path(__file__).with_name("rowdot_rows.h"),)  # included by the sources: part of a build's digest
 # -ffp-contract=off: a scalar tail must not become an FMA in some instantiations and not others
 FLAGS = ("-O3", "-mavx2", "-mfma", "-ffp-contract=off", "-fopenmp", "-fPIC", "-shared")
@@ -58,6 +59,16 @@ _SIGNATURES = {  # name: (argument types, result type)
     # keys, key_row, values, num_slots, query_out
     "rope_write": ([_POINTER, _INT64, _POINTER, _INT64, _POINTER, _INT64, _INT64, _INT64, _INT64, _INT64, _POINTER,
                     _POINTER, _POINTER, _POINTER, _INT64, _POINTER, _INT64, _POINTER], None),
+    # x, weight, eps, rows, n, out
+    "llama_rms_norm": ([_POINTER, _POINTER, _FLOAT, _INT64, _INT64, _POINTER], None),
+    # gate_up, rows, n, exp, lanes, out
+    "llama_silu_mul": ([_POINTER, _INT64, _INT64, _POINTER, _INT, _POINTER], None),
+    # layers, table, hidden, rows, hidden_size, heads, kv_heads, head_dim, intermediate, eps, scaling, cos, sin,
+    # slots, key_row, key_slots, value_slots, base, gather, gather_at, key_counts, bias, bias_at, exp, exp_lanes,
+    # aux, threads
+    "llama_layers": ([_INT64, _POINTER, _POINTER, _INT64, _INT64, _INT64, _INT64, _INT64, _INT64, _FLOAT, _FLOAT,
+                      _POINTER, _POINTER, _POINTER, _INT64, _INT64, _INT64, _POINTER, _POINTER, _POINTER, _POINTER,
+                      _POINTER, _POINTER, _POINTER, _INT, _POINTER, _INT], None),
 }
 
 
