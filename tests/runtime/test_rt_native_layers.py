@@ -13,8 +13,8 @@ import torch.nn.functional as F
 
 from tests.runtime.test_rt_batch_invariance import _check_alone_and_batched, _paged_target
 from tests.runtime.test_rt_llama_forward import AUX_IDS, _script, _sequences, _target
-from trtspec.runtime import batch, native, native_layers
-from trtspec.runtime.linear_choice import ROWDOT
+from trtspec.runtime import batch, native, native_layers, rowdot
+from trtspec.runtime.linear_choice import ROWDOT, ROWDOT_BF16
 from trtspec.runtime.paged import BlockAllocator
 
 pytestmark = pytest.mark.skipif(not native.available(), reason=f"the compiled kernels cannot run here: "
@@ -43,11 +43,15 @@ def _spied(monkeypatch) -> list[bool]:
     return taken
 
 
-def test_the_compiled_layers_equal_the_torch_loop_bit_for_bit(stacked, monkeypatch):
+@pytest.mark.parametrize("kernel", [ROWDOT, ROWDOT_BF16])
+def test_the_compiled_layers_equal_the_torch_loop_bit_for_bit(stacked, kernel, monkeypatch):
     """Chunked prompts, verify passes, a tree mask, scattered blocks, auxiliary layer outputs:
-    every logits row and auxiliary output the same on both routes, and the compiled one ran."""
+    every logits row and auxiliary output the same on both routes, and the compiled one ran; with
+    the linear layers on the float32 row kernel and on the bfloat16 one (model.dtype bfloat16)."""
+    if kernel == ROWDOT_BF16 and rowdot.bfloat16_unavailable():
+        pytest.skip(rowdot.bfloat16_unavailable())
     taken = _spied(monkeypatch)
-    compiled_model, torch_model = _target(stacked, True, (ROWDOT,)), _target(stacked, True, (ROWDOT,))
+    compiled_model, torch_model = _target(stacked, True, (kernel,)), _target(stacked, True, (kernel,))
     compiled_kvs = _sequences(compiled_model, BlockAllocator(64, 8))
     torch_kvs = _sequences(torch_model, BlockAllocator(64, 8))
     with torch.inference_mode():

@@ -27,6 +27,10 @@
 
 extern "C" void rowdot_linear(const float* x, int64_t rows, int64_t k_size, const float* packed, int64_t n_size,
                               const float* bias, float* y, int threads);
+// present where the CPU has AVX512_BF16 (rowdot_bf16.cpp); weak, so the library links without it
+extern "C" __attribute__((weak)) void rowdot_bf16_linear(const float* x, int64_t rows, int64_t k_size,
+                                                        const uint16_t* packed, int64_t n_size, const float* bias,
+                                                        float* y, int threads);
 extern "C" void rope_write(const float* query, int64_t query_row, const float* key, int64_t key_row_in,
                            const float* value, int64_t value_row, int64_t rows, int64_t heads, int64_t kv_heads,
                            int64_t d, const float* cos, const float* sin, const int64_t* slots, float* keys,
@@ -134,7 +138,8 @@ extern "C" void llama_silu_mul(const float* gate_up, int64_t rows, int64_t n, vo
 }
 
 // What one layer's row of `table` holds, as addresses (0: none): norms' weights, the packed
-// weights (rowdot_pack layout; q, k, v stacked; gate, up stacked) and their biases, the layer's
+// weights (rowdot_pack's layout, or rowdot_bf16_pack's where `bfloat16`; q, k, v stacked; gate, up
+// stacked) and their biases, the layer's
 // pool keys ([kv_heads, d, key_row]) and values ([kv_heads, value_slots, d]).
 enum Field { INPUT_NORM, QKV, QKV_BIAS, O, O_BIAS, POST_NORM, GATE_UP, GATE_UP_BIAS, DOWN, DOWN_BIAS, KEYS, VALUES, FIELDS };
 
@@ -147,7 +152,10 @@ extern "C" void llama_layers(int64_t layers, const int64_t* table, float* hidden
                              int64_t key_row, int64_t key_slots, int64_t value_slots, const int64_t* base,
                              const int64_t* gather, const int64_t* gather_at, const int64_t* key_counts,
                              const float* bias, const int64_t* bias_at, void* exp, int exp_lanes,
-                             const int64_t* aux, int threads) {
+                             const int64_t* aux, int bfloat16, int threads) {
+  typedef void (*Linear)(const float*, int64_t, int64_t, const float*, int64_t, const float*, float*, int);
+  const Linear linear = bfloat16 ? reinterpret_cast<Linear>(&rowdot_bf16_linear) : &rowdot_linear;
+  if (linear == nullptr) return;  // not built here: native_layers never asks for it then
   const int64_t q_size = heads * d, kv_size = kv_heads * d, qkv_size = q_size + 2 * kv_size;
   const int64_t widest = qkv_size > 2 * intermediate ? qkv_size : 2 * intermediate;
   std::unique_ptr<float[]> normed(new float[rows * hidden_size]), projected(new float[rows * widest]),
@@ -160,22 +168,22 @@ extern "C" void llama_layers(int64_t layers, const int64_t* table, float* hidden
   for (int64_t layer = 0; layer < layers; ++layer) {
     // 1. attention block
     llama_rms_norm(hidden, pointer(layer, INPUT_NORM), eps, rows, hidden_size, normed.get());
-    rowdot_linear(normed.get(), rows, hidden_size, pointer(layer, QKV), qkv_size, pointer(layer, QKV_BIAS),
+    linear(normed.get(), rows, hidden_size, pointer(layer, QKV), qkv_size, pointer(layer, QKV_BIAS),
                   projected.get(), threads);
     const float* query = projected.get();
     rope_write(query, qkv_size, query + q_size, qkv_size, query + q_size + kv_size, qkv_size, rows, heads, kv_heads,
                d, cos, sin, slots, pointer(layer, KEYS), key_row, pointer(layer, VALUES), value_slots, rotated.get());
     paged_attend(rotated.get(), rows, heads, kv_heads, d, pointer(layer, KEYS), key_row, pointer(layer, VALUES),
                  key_slots, base, gather, gather_at, key_counts, bias, bias_at, scaling, attended.get(), threads);
-    rowdot_linear(attended.get(), rows, q_size, pointer(layer, O), hidden_size, pointer(layer, O_BIAS), added.get(),
+    linear(attended.get(), rows, q_size, pointer(layer, O), hidden_size, pointer(layer, O_BIAS), added.get(),
                   threads);
     add_residual();
     // 2. MLP block
     llama_rms_norm(hidden, pointer(layer, POST_NORM), eps, rows, hidden_size, normed.get());
-    rowdot_linear(normed.get(), rows, hidden_size, pointer(layer, GATE_UP), 2 * intermediate,
+    linear(normed.get(), rows, hidden_size, pointer(layer, GATE_UP), 2 * intermediate,
                   pointer(layer, GATE_UP_BIAS), projected.get(), threads);
     llama_silu_mul(projected.get(), rows, intermediate, exp, exp_lanes, activated.get());
-    rowdot_linear(activated.get(), rows, intermediate, pointer(layer, DOWN), hidden_size, pointer(layer, DOWN_BIAS),
+    linear(activated.get(), rows, intermediate, pointer(layer, DOWN), hidden_size, pointer(layer, DOWN_BIAS),
                   added.get(), threads);
     add_residual();
     if (aux != nullptr && aux[layer] != 0)

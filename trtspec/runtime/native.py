@@ -65,10 +65,10 @@ _SIGNATURES = {  # name: (argument types, result type)
     "llama_silu_mul": ([_POINTER, _INT64, _INT64, _POINTER, _INT, _POINTER], None),
     # layers, table, hidden, rows, hidden_size, heads, kv_heads, head_dim, intermediate, eps, scaling, cos, sin,
     # slots, key_row, key_slots, value_slots, base, gather, gather_at, key_counts, bias, bias_at, exp, exp_lanes,
-    # aux, threads
+    # aux, bfloat16, threads
     "llama_layers": ([_INT64, _POINTER, _POINTER, _INT64, _INT64, _INT64, _INT64, _INT64, _INT64, _FLOAT, _FLOAT,
                       _POINTER, _POINTER, _POINTER, _INT64, _INT64, _INT64, _POINTER, _POINTER, _POINTER, _POINTER,
-                      _POINTER, _POINTER, _POINTER, _INT, _POINTER, _INT], None),
+                      _POINTER, _POINTER, _POINTER, _INT, _POINTER, _INT, _INT], None),
 }
 
 

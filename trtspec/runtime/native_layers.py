@@ -9,7 +9,8 @@ norms, SiLU and residual adds itself.
 Contract: `run` returns the last layer's hidden states bit for bit as llama_forward's torch loop
 computes them (and fills `aux_outputs` as it does), or None where this route does not apply, and the
 caller runs the torch loop. It applies where every layer's q, k, v and gate, up are stacked on the
-float32 row kernel (trtspec.runtime.fused_linears), o_proj and down_proj run on it unpadded, the
+row kernel (float32, or bfloat16 for model.dtype bfloat16: trtspec.runtime.fused_linears), o_proj and
+down_proj run on the same kernel unpadded, the
 batch takes the compiled attention route (trtspec.runtime.attention_kernel), torch's exp kernel is
 found, and `exact_here` has found the compiled norm and SiLU equal to torch's, bit for bit, on the
 model's sizes at the current thread count (llama_layers.cpp repeats torch 2.13's CPU kernels
@@ -46,6 +47,7 @@ class Plan:
     scaling: float
     layer_ids: list[int]  # each layer's cache index (self_attn.layer_idx)
     pool_tables: Any      # WeakKeyDictionary: pool -> (its first and last layers' addresses, the table with its addresses)
+    bfloat16: bool = False  # the weights packed for the bfloat16 row kernel (model.dtype bfloat16)
 
 
 def wanted() -> bool:
@@ -88,7 +90,7 @@ def run(model: Any, hidden: Any, row_cos: Any, row_sin: Any, layout: Any, aux_ou
         layout.write_slots.data_ptr(), keys.stride(1), keys.shape[2], values.shape[1], rows_of.base.data_ptr(),
         rows_of.gather.data_ptr(), rows_of.gather_at.data_ptr(), rows_of.key_counts.data_ptr(),
         rows_of.bias.data_ptr(), rows_of.bias_at.data_ptr(), exp[0], exp[1], None if aux is None else aux.data_ptr(),
-        torch.get_num_threads())
+        int(plan.bfloat16), torch.get_num_threads())
     return hidden
 
 
@@ -134,15 +136,20 @@ def _planned(model: Any) -> Plan | None:
     """The model's addresses, or None where a layer does not run as llama_layers.cpp assumes."""
     import torch
 
-    from trtspec.runtime.linear_choice import ROWDOT
+    from trtspec.runtime.linear_choice import ROWDOT, ROWDOT_BF16
+
+    kernel = getattr(model.model.layers[0].self_attn.o_proj, "kernel", None)
+    if kernel not in (ROWDOT, ROWDOT_BF16):
+        return None
+    packed_dtype = torch.bfloat16 if kernel == ROWDOT_BF16 else torch.float32
 
     def rowdot_fused(first: Any, members: tuple) -> Any:
         fused = getattr(first, "fused", None)
-        ok = fused is not None and fused.members == members and fused.usable() and fused.kernel == ROWDOT
+        ok = fused is not None and fused.members == members and fused.usable() and fused.kernel == kernel
         return fused if ok else None
 
     def rowdot_alone(linear: Any) -> bool:
-        return (getattr(linear, "kernel", None) == ROWDOT and getattr(linear, "min_rows", None) == 1
+        return (getattr(linear, "kernel", None) == kernel and getattr(linear, "min_rows", None) == 1
                 and getattr(linear, "rowdot_weight", None) is not None)
 
     def address(tensor: Any) -> int:
@@ -164,7 +171,11 @@ def _planned(model: Any) -> Plan | None:
         tensors = (layer.input_layernorm.weight, qkv.packed.data, qkv.bias, attention.o_proj.rowdot_weight.data,
                    attention.o_proj.bias, layer.post_attention_layernorm.weight, gate_up.packed.data, gate_up.bias,
                    mlp.down_proj.rowdot_weight.data, mlp.down_proj.bias)
-        if any(t is not None and (t.dtype != torch.float32 or not t.is_contiguous()) for t in tensors):
+        packs = (qkv.packed.data, attention.o_proj.rowdot_weight.data, gate_up.packed.data,
+                 mlp.down_proj.rowdot_weight.data)
+        if (any(t is not None and not t.is_contiguous() for t in tensors)
+                or any(t.dtype != packed_dtype for t in packs)
+                or any(t is not None and t.dtype != torch.float32 for t in tensors if all(t is not p for p in packs))):
             return None
         keep.extend(t for t in tensors if t is not None)
         rows.append([address(t) for t in tensors] + [0, 0])
@@ -175,7 +186,8 @@ def _planned(model: Any) -> Plan | None:
         return None
     return Plan(torch.tensor(rows, dtype=torch.long), keep, config.hidden_size, heads, kv_heads, first.head_dim,
                 layers[0].mlp.gate_proj.fused.sizes[0], float(layers[0].input_layernorm.variance_epsilon),
-                float(first.scaling), [layer.self_attn.layer_idx for layer in layers], WeakKeyDictionary())
+                float(first.scaling), [layer.self_attn.layer_idx for layer in layers], WeakKeyDictionary(),
+                kernel == ROWDOT_BF16)
 
 
 def _pool_table(plan: Plan, pool: Any) -> Any:
