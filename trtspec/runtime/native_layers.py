@@ -63,8 +63,8 @@ def run(model: Any, hidden: Any, row_cos: Any, row_sin: Any, layout: Any, aux_ou
     import torch
 
     plan = _plan(model)
-    if plan is None or hidden.dtype != torch.float32 or row_cos.dtype != torch.float32:
-        return None
+    if plan is None or hidden.dtype != torch.float32 or row_cos.dtype != torch.float32 or hidden.requires_grad:
+        return None  # (a gradient: autograd must see the operations)
     rows = hidden.shape[1]
     if layout.kernel_rows is None:
         from trtspec.runtime.attention_kernel import KernelRows
