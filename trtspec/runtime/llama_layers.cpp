@@ -17,9 +17,13 @@
 //   function pointer from libtorch_cpu, 16 or 8 lanes as torch's kernels use), then x up;
 // - residual adds, elementwise.
 // Built with -ffp-contract=off (native.py): no multiply and add fuse into one rounding.
-// Every row is computed alone, so this is as batch-invariant as the kernels it calls.
+// Every row is computed alone, so this is as batch-invariant as the kernels it calls. With more than
+// one row, the rotary embedding and cache write and SiLU x up split the rows over the threads (the
+// other threads only waited for them: a batch-8 decode forward 1.31x faster than the Python loop with
+// them on one thread, 1.48-1.52x split, in two runs of the same A/B).
 #include <immintrin.h>
 #include <math.h>
+#include <omp.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -91,6 +95,21 @@ float sum_of_squares(const float* x, int64_t n) {
   for (int64_t e = vectors * LANES; e < n; ++e) sum += x[e] * x[e];
   for (int l = 0; l < LANES; ++l) sum += total.v[l];
   return 0.f + sum;  // torch accumulates into an output filled with zeros
+}
+
+// work(begin, end) over rows [0, rows) in one contiguous share a thread, where there is more than one
+// row and thread: every row's numbers are computed alone, so the split changes none of them.
+template <typename Work>
+void split_rows(int64_t rows, int threads, Work work) {
+  if (threads <= 1 || rows <= 1) {
+    work(int64_t(0), rows);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    const int64_t team = omp_get_num_threads(), me = omp_get_thread_num();
+    work(rows * me / team, rows * (me + 1) / team);
+  }
 }
 
 }  // namespace
@@ -171,8 +190,12 @@ extern "C" void llama_layers(int64_t layers, const int64_t* table, float* hidden
     linear(normed.get(), rows, hidden_size, pointer(layer, QKV), qkv_size, pointer(layer, QKV_BIAS),
                   projected.get(), threads);
     const float* query = projected.get();
-    rope_write(query, qkv_size, query + q_size, qkv_size, query + q_size + kv_size, qkv_size, rows, heads, kv_heads,
-               d, cos, sin, slots, pointer(layer, KEYS), key_row, pointer(layer, VALUES), value_slots, rotated.get());
+    split_rows(rows, threads, [&](int64_t begin, int64_t end) {
+      const float* q = query + begin * qkv_size;
+      rope_write(q, qkv_size, q + q_size, qkv_size, q + q_size + kv_size, qkv_size, end - begin, heads, kv_heads, d,
+                 cos + begin * d, sin + begin * d, slots + begin, pointer(layer, KEYS), key_row,
+                 pointer(layer, VALUES), value_slots, rotated.get() + begin * q_size);
+    });
     paged_attend(rotated.get(), rows, heads, kv_heads, d, pointer(layer, KEYS), key_row, pointer(layer, VALUES),
                  key_slots, base, gather, gather_at, key_counts, bias, bias_at, scaling, attended.get(), threads);
     linear(attended.get(), rows, q_size, pointer(layer, O), hidden_size, pointer(layer, O_BIAS), added.get(),
@@ -182,7 +205,10 @@ extern "C" void llama_layers(int64_t layers, const int64_t* table, float* hidden
     llama_rms_norm(hidden, pointer(layer, POST_NORM), eps, rows, hidden_size, normed.get());
     linear(normed.get(), rows, hidden_size, pointer(layer, GATE_UP), 2 * intermediate,
                   pointer(layer, GATE_UP_BIAS), projected.get(), threads);
-    llama_silu_mul(projected.get(), rows, intermediate, exp, exp_lanes, activated.get());
+    split_rows(rows, threads, [&](int64_t begin, int64_t end) {
+      llama_silu_mul(projected.get() + begin * 2 * intermediate, end - begin, intermediate, exp, exp_lanes,
+                     activated.get() + begin * intermediate);
+    });
     linear(activated.get(), rows, intermediate, pointer(layer, DOWN), hidden_size, pointer(layer, DOWN_BIAS),
                   added.get(), threads);
     add_residual();
