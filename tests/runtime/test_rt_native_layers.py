@@ -100,7 +100,7 @@ def test_the_compiled_norm_and_silu_give_torchs_bits_here(hidden, intermediate):
     assert torch.equal(activated, F.silu(gate) * up)
 
 
-def test_the_torch_loop_runs_where_the_route_does_not_apply(stacked, tiny_llama, monkeypatch):
+def test_the_torch_loop_runs_where_the_route_does_not_apply(stacked, monkeypatch):
     """Linear layers not stacked on the row kernel (nn.Linear, or MKL), or TRTSPEC_CPU_LAYERS=torch:
     run answers None and llama_forward runs its torch loop (and still gives the same logits)."""
     taken = _spied(monkeypatch)

@@ -98,22 +98,26 @@ def exact_here(plan: Plan, exp: tuple[int, int]) -> bool:
     """Whether the compiled norm and SiLU x up give torch's numbers, bit for bit, on random inputs
     of the plan's sizes (1, 3 and 64 rows; small, unit and large values) at the current thread
     count; probed once per sizes and thread count."""
+    from types import SimpleNamespace
+
     import torch
     import torch.nn.functional as F
 
     from trtspec.runtime import native
+    from trtspec.runtime.llama_forward import _rms_norm  # the torch loop's own norm: what this replaces
 
     key = (plan.hidden_size, plan.intermediate, plan.eps, torch.get_num_threads(), exp)
     if key not in _EXACT:
         library, generator, same = native.library(), torch.Generator().manual_seed(0), True
         weight = torch.randn(plan.hidden_size, generator=generator)
+        norm = SimpleNamespace(weight=weight, variance_epsilon=plan.eps)
         for rows in (1, 3, 64):
             for scale in (1e-3, 1.0, 30.0):
                 x = torch.randn(1, rows, plan.hidden_size, generator=generator) * scale
                 mine = torch.empty_like(x)
                 library.llama_rms_norm(x.data_ptr(), weight.data_ptr(), plan.eps, rows, plan.hidden_size,
                                        mine.data_ptr())
-                theirs = weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + plan.eps))
+                theirs = _rms_norm(x, norm)
                 gate_up = torch.randn(1, rows, 2 * plan.intermediate, generator=generator) * scale * 10
                 gate, up = gate_up.split([plan.intermediate, plan.intermediate], dim=-1)
                 activated = torch.empty_like(up)
@@ -168,17 +172,17 @@ def _planned(model: Any) -> Plan | None:
                 or layer.post_attention_layernorm.variance_epsilon != layers[0].input_layernorm.variance_epsilon
                 or gate_up.sizes[0] != gate_up.sizes[1]):
             return None
-        tensors = (layer.input_layernorm.weight, qkv.packed.data, qkv.bias, attention.o_proj.rowdot_weight.data,
-                   attention.o_proj.bias, layer.post_attention_layernorm.weight, gate_up.packed.data, gate_up.bias,
-                   mlp.down_proj.rowdot_weight.data, mlp.down_proj.bias)
         packs = (qkv.packed.data, attention.o_proj.rowdot_weight.data, gate_up.packed.data,
                  mlp.down_proj.rowdot_weight.data)
-        if (any(t is not None and not t.is_contiguous() for t in tensors)
-                or any(t.dtype != packed_dtype for t in packs)
-                or any(t is not None and t.dtype != torch.float32 for t in tensors if all(t is not p for p in packs))):
+        floats = [t for t in (layer.input_layernorm.weight, qkv.bias, attention.o_proj.bias,
+                              layer.post_attention_layernorm.weight, gate_up.bias, mlp.down_proj.bias) if t is not None]
+        if (any(t.dtype != packed_dtype for t in packs) or any(t.dtype != torch.float32 for t in floats)
+                or not all(t.is_contiguous() for t in (*packs, *floats))):
             return None
-        keep.extend(t for t in tensors if t is not None)
-        rows.append([address(t) for t in tensors] + [0, 0])
+        keep.extend((*packs, *floats))
+        in_order = (layer.input_layernorm.weight, packs[0], qkv.bias, packs[1], attention.o_proj.bias,  # Field's order
+                    layer.post_attention_layernorm.weight, packs[2], gate_up.bias, packs[3], mlp.down_proj.bias)
+        rows.append([address(t) for t in in_order] + [0] * (FIELDS - len(in_order)))  # keys, values: per pool
     heads = config.num_attention_heads
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
     if layers[0].self_attn.q_proj.fused.sizes != (heads * first.head_dim, kv_heads * first.head_dim,
