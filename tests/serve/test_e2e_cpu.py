@@ -86,6 +86,56 @@ def test_eight_concurrent_streaming_clients_all_correct(served, expected):
     assert results == expected
 
 
+def test_eight_streams_on_one_aio_channel_all_correct_and_errors_named(served, expected):
+    """bench's client (trtspec.client.triton_aio): 8 requests at once on one channel and one event
+    loop get the in-process greedy answers, each ending with a final event carrying the stats; a
+    bad request raises ServerError with the server's message."""
+    import asyncio
+
+    from trtspec.client.triton_aio import AsyncStreams
+
+    _, client, _ = served
+
+    async def run() -> tuple[dict[str, list], str]:
+        async with AsyncStreams(client) as streams:
+            async def one(prompt: str) -> list:
+                return [event async for event in streams.stream(prompt, max_tokens=MAX_TOKENS)]
+
+            answers = await asyncio.gather(*(one(prompt) for prompt in PROMPTS))
+            with pytest.raises(ServerError) as refused:
+                await one_bad(streams)
+        return dict(zip(PROMPTS, answers, strict=True)), str(refused.value)
+
+    async def one_bad(streams) -> None:
+        async for _ in streams.stream(PROMPTS[0], max_tokens=0):
+            pass
+
+    answers, refused = asyncio.run(run())
+    assert {prompt: "".join(e.text for e in events) for prompt, events in answers.items()} == expected
+    assert all(events[-1].final and not any(e.final for e in events[:-1]) for events in answers.values())
+    assert all(events[-1].stats["num_output_tokens"] >= 1 for events in answers.values())
+    assert "sampling_param_max_tokens: must be at least 1" in refused
+
+
+def test_an_aio_stream_left_early_frees_its_sequence(served, expected):
+    import asyncio
+
+    from tests.serve.conftest import counted_as_cancelled
+    from trtspec.client.triton_aio import AsyncStreams
+
+    _, client, _ = served
+
+    async def read_one_piece() -> None:
+        async with AsyncStreams(client) as streams:
+            events = streams.stream(PROMPTS[3], max_tokens=400, speculative=False)
+            assert not (await events.__anext__()).final
+            await events.aclose()   # cancels the gRPC call: the server sees the client go away
+
+    assert counted_as_cancelled(lambda: asyncio.run(read_one_piece()),
+                                lambda: metric_total(client.server_metrics(), "trtspec:num_requests_cancelled"))
+    assert client.generate(PROMPTS[1], max_tokens=MAX_TOKENS)["text"] == expected[PROMPTS[1]]
+
+
 BAD_REQUESTS = [
     ("empty text", {"prompt": ""}, "text_input: empty"),
     ("max_tokens zero", {"max_tokens": 0}, "sampling_param_max_tokens: must be at least 1"),

@@ -3,7 +3,10 @@
 Contract: a *target* is anything with `stream(prompt, max_tokens=, speculative=, temperature=,
 seed=)` yielding `Chunk`s, a `name`, and `counters()` returning a flat dict of monotonic
 counters (or None). This module owns the clock: it stamps each chunk as it arrives, so targets
-stay free of timing code. It never aggregates; trtspec.bench.metrics does.
+stay free of timing code. It never aggregates; trtspec.bench.metrics does. A target that also has
+`async_streams()` and `astream(streams, prompt, ...)` (a Triton server) runs each block's requests
+on one event loop and channel instead of a thread each: the load generator shares the machine it
+measures, and that client leaves more of it to the server.
 
 Interleaving: at each concurrency c the requests are cut into blocks of `requests_per_slot x c`;
 every block is run once per variant, alternating which goes first (ABBA), and each variant's
@@ -18,6 +21,7 @@ requests in flight, and a larger `requests_per_slot` brings it closer to c.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -62,34 +66,62 @@ class BenchRun:
     cell_counters: dict[tuple[str, int], dict[str, float]] = field(default_factory=dict)  # per (variant, conc)
 
 
+class _Tally:
+    """One request's chunks as they arrive, stamped against its start; `record()` when it ends."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.chunk_times: list[float] = []
+        self.tokens, self.spec, self.prompt_tokens, self.error = 0, None, None, None
+
+    def add(self, chunk: Chunk) -> None:
+        now = time.perf_counter() - self.start
+        if chunk.num_tokens > 0:
+            self.chunk_times.append(now)
+            self.tokens += chunk.num_tokens
+        if chunk.spec is not None:
+            self.spec = chunk.spec
+        if chunk.prompt_tokens is not None:
+            self.prompt_tokens = chunk.prompt_tokens
+        if chunk.output_tokens is not None:
+            self.tokens = chunk.output_tokens
+
+    def failed(self, exc: BaseException) -> None:
+        self.error = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+
+    def record(self, prompt: Prompt, variant: str, speculative: bool, concurrency: int, repeat: int) -> RequestRecord:
+        return RequestRecord(variant=variant, concurrency=concurrency, repeat=repeat, prompt_index=prompt.index,
+                             category=prompt.category, chunk_times_s=self.chunk_times, output_tokens=self.tokens,
+                             e2e_s=time.perf_counter() - self.start, prompt_tokens=self.prompt_tokens,
+                             spec=self.spec if speculative else None, error=self.error, sent_s=self.start)
+
+
 def measure_request(target: Target, prompt: Prompt, variant: str, speculative: bool, concurrency: int,
                     repeat: int, max_tokens: int, temperature: float, seed: int | None = None) -> RequestRecord:
     """Send one request and stamp its chunks. Errors are recorded, not raised: one failed
     request must not end a benchmark, and the report counts failures."""
-    chunk_times: list[float] = []
-    tokens, spec, prompt_tokens, error = 0, None, None, None
-    start = time.perf_counter()
+    tally = _Tally()
     try:
         for chunk in target.stream(prompt.text, max_tokens=max_tokens, speculative=speculative,
-                                   temperature=temperature,
-                                   seed=prompt.index if seed is None else seed):
-            now = time.perf_counter() - start
-            if chunk.num_tokens > 0:
-                chunk_times.append(now)
-                tokens += chunk.num_tokens
-            if chunk.spec is not None:
-                spec = chunk.spec
-            if chunk.prompt_tokens is not None:
-                prompt_tokens = chunk.prompt_tokens
-            if chunk.output_tokens is not None:
-                tokens = chunk.output_tokens
+                                   temperature=temperature, seed=prompt.index if seed is None else seed):
+            tally.add(chunk)
     except Exception as exc:  # noqa: BLE001 - any failure of one request is data, see docstring
-        error = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-    e2e = time.perf_counter() - start
-    return RequestRecord(variant=variant, concurrency=concurrency, repeat=repeat, prompt_index=prompt.index,
-                         category=prompt.category, chunk_times_s=chunk_times, output_tokens=tokens, e2e_s=e2e,
-                         prompt_tokens=prompt_tokens, spec=spec if speculative else None, error=error,
-                         sent_s=start)
+        tally.failed(exc)
+    return tally.record(prompt, variant, speculative, concurrency, repeat)
+
+
+async def measure_request_async(target: Any, streams: Any, prompt: Prompt, variant: str, speculative: bool,
+                                concurrency: int, repeat: int, max_tokens: int, temperature: float,
+                                seed: int) -> RequestRecord:
+    """measure_request on a target's open `async_streams()` (`target.astream`)."""
+    tally = _Tally()
+    try:
+        async for chunk in target.astream(streams, prompt.text, max_tokens=max_tokens, speculative=speculative,
+                                          temperature=temperature, seed=seed):
+            tally.add(chunk)
+    except Exception as exc:  # noqa: BLE001 - any failure of one request is data, see measure_request
+        tally.failed(exc)
+    return tally.record(prompt, variant, speculative, concurrency, repeat)
 
 
 def schedule(num_prompts: int, concurrencies: Sequence[int], repeats: int, variants: Sequence[str],
@@ -133,23 +165,29 @@ def run_variants(variants: dict[str, tuple[Target, bool]], prompts: Sequence[Pro
     counted = next(iter(variants.values()))[0]
     before = counted.counters()
 
-    def one(number: int, label: str, concurrency: int, repeat: int) -> None:
-        target, speculative = variants[label]
-        record = measure_request(target, prompts[number % len(prompts)], label, speculative, concurrency, repeat,
-                                 max_tokens, temperature, seed=number)
+    def keep(record: RequestRecord) -> None:
         with lock:
             run.records.append(record)
         if on_request is not None:
             on_request(record)
 
+    def one(number: int, label: str, concurrency: int, repeat: int) -> None:
+        target, speculative = variants[label]
+        keep(measure_request(target, prompts[number % len(prompts)], label, speculative, concurrency, repeat,
+                             max_tokens, temperature, seed=number))
+
     for concurrency, repeat, label, numbers in schedule(len(prompts), concurrencies, repeats, list(variants),
                                                         requests_per_slot):
         block_before = counted.counters() if before is not None else None
         start = time.perf_counter()
-        with ThreadPoolExecutor(max_workers=concurrency) as pool:
-            futures = [pool.submit(one, number, label, concurrency, repeat) for number in numbers]
-            for future in futures:
-                future.result()
+        if hasattr(variants[label][0], "async_streams"):
+            asyncio.run(_run_block_async(variants[label], prompts, label, numbers, concurrency, repeat, max_tokens,
+                                         temperature, keep))
+        else:
+            with ThreadPoolExecutor(max_workers=concurrency) as pool:
+                futures = [pool.submit(one, number, label, concurrency, repeat) for number in numbers]
+                for future in futures:
+                    future.result()
         key = (label, concurrency, repeat)
         run.durations[key] = run.durations.get(key, 0.0) + time.perf_counter() - start
         block_after = counted.counters() if block_before is not None else None
@@ -162,3 +200,20 @@ def run_variants(variants: dict[str, tuple[Target, bool]], prompts: Sequence[Pro
     if before is not None and after is not None:
         run.counters_delta = diff_counters(before, after)
     return run
+
+
+async def _run_block_async(variant: tuple[Any, bool], prompts: Sequence[Prompt], label: str, numbers: list[int],
+                           concurrency: int, repeat: int, max_tokens: int, temperature: float,
+                           keep: Callable[[RequestRecord], Any]) -> None:
+    """One block on one event loop: `concurrency` workers take the block's requests in order, as
+    the thread pool's do, over one channel (trtspec.client.triton_aio: a lighter client)."""
+    target, speculative = variant
+    pending = iter(numbers)
+
+    async with target.async_streams() as streams:
+        async def worker() -> None:
+            for number in pending:  # one shared iterator: each worker takes the next request
+                keep(await measure_request_async(target, streams, prompts[number % len(prompts)], label, speculative,
+                                                 concurrency, repeat, max_tokens, temperature, seed=number))
+
+        await asyncio.gather(*(worker() for _ in range(min(concurrency, len(numbers)))))

@@ -8,7 +8,7 @@ monotonic counters that the load generator diffs before/after a run.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from trtspec.bench.load import Chunk
@@ -55,6 +55,16 @@ def _busy(metrics: dict[str, float]) -> bool:
     return any(metric_total(metrics, name) > 0 for name in IDLE_GAUGES)
 
 
+def _chunk(event: Any, speculative: bool) -> Chunk:
+    """A Triton stream event as a Chunk: text counts as one token until the final response's
+    num_output_tokens gives the exact count."""
+    stats = event.stats if event.final else None
+    total = (stats or {}).get("num_output_tokens")
+    return Chunk(1 if event.text else 0, final=bool(event.final),
+                 spec=spec_counts_from_triton(stats) if speculative else None,
+                 output_tokens=int(total) if total is not None else None)
+
+
 class TritonTarget:
     """A Triton server through trtspec.client.triton (gRPC streaming)."""
 
@@ -73,11 +83,21 @@ class TritonTarget:
                seed: int | None) -> Iterator[Chunk]:
         for event in self.client.stream(prompt, max_tokens=max_tokens, temperature=temperature, seed=seed,
                                         speculative=speculative, perf_metrics=True):
-            stats = event.stats if event.final else None
-            total = (stats or {}).get("num_output_tokens")
-            yield Chunk(1 if event.text else 0, final=bool(event.final),
-                        spec=spec_counts_from_triton(stats) if speculative else None,
-                        output_tokens=int(total) if total is not None else None)
+            yield _chunk(event, speculative)
+
+    def async_streams(self) -> Any:
+        """The requests of one block on one channel and event loop (trtspec.client.triton_aio):
+        `async with target.async_streams() as streams`, then `astream(streams, ...)` per request."""
+        from trtspec.client.triton_aio import AsyncStreams
+
+        return AsyncStreams(self.client)
+
+    async def astream(self, streams: Any, prompt: str, *, max_tokens: int, speculative: bool, temperature: float,
+                      seed: int | None) -> AsyncIterator[Chunk]:
+        """`stream` on an open `async_streams()`."""
+        async for event in streams.stream(prompt, max_tokens=max_tokens, temperature=temperature, seed=seed,
+                                          speculative=speculative, perf_metrics=True):
+            yield _chunk(event, speculative)
 
     def metrics_problem(self) -> str | None:
         """Why the server's counters cannot be read (None when they can): without them a report

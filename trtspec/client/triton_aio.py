@@ -1,0 +1,82 @@
+"""Many streamed requests on one gRPC channel and one event loop (tritonclient.grpc.aio): bench's client.
+
+    async with AsyncStreams(client) as streams:          # client: a TritonLLMClient (its url, model, config)
+        async for event in streams.stream("Hello", max_tokens=32):
+            print(event.text, end="")
+
+Why: the load generator runs on the machine it measures. The blocking client (TritonLLMClient.stream)
+opens a channel per request and hands every response across three threads (gRPC's, tritonclient's
+stream thread, the caller's queue); at concurrency 8 against the cpu backend on 2 cores it used
+0.08-0.09 of a core, this one 0.055-0.06 (docs/BENCHMARKS.md), cycles the server's engine gets back.
+The requests and the events are the same as the blocking client's (trtspec.client.requests, events).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from trtspec.client.events import StreamEvent, event_from
+from trtspec.errors import ServerError
+
+
+class AsyncStreams:
+    """One aio channel to the server `client` talks to; `stream` sends one request on it. Open it
+    inside the event loop that uses it (`async with`): a gRPC aio channel belongs to one loop."""
+
+    def __init__(self, client: Any):
+        self.client = client
+        self._channel: Any = None
+
+    async def __aenter__(self) -> AsyncStreams:
+        import tritonclient.grpc.aio as aio
+
+        self._served = self.client.served  # read (blocking) once, before any request is in flight
+        self._channel = aio.InferenceServerClient(url=self.client.url)
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self._channel.close()
+
+    async def stream(self, prompt: str | bytes, max_tokens: int = 64, temperature: float | None = None,
+                     seed: int | None = None, speculative: bool = True, perf_metrics: bool = True
+                     ) -> AsyncIterator[StreamEvent]:
+        """Send one streamed request and yield its responses as they arrive (TritonLLMClient.stream's
+        events); leaving early cancels the request on the server."""
+        from tritonclient.utils import InferenceServerException
+
+        served, model = self._served, self.client.model
+        inputs = served.build_inputs(prompt, max_tokens=max_tokens, temperature=temperature, seed=seed,
+                                     speculative=speculative, perf_metrics=perf_metrics, streaming=served.decoupled)
+
+        async def one_request():
+            yield {"model_name": model, "inputs": inputs, "enable_empty_final_response": served.decoupled}
+
+        call = self._channel.stream_infer(one_request())
+        responses = call.__aiter__()
+        start = time.perf_counter()
+        cumulative, so_far = served.decoupled and served.cumulative_stream, ""
+        try:
+            while True:
+                try:
+                    async with asyncio.timeout(self.client.timeout_s):  # a timer, not a task a response
+                        result, error = await responses.__anext__()
+                except TimeoutError:
+                    raise ServerError(f"no response from {model} within {self.client.timeout_s:.0f} s") from None
+                except StopAsyncIteration:
+                    raise ServerError(f"{model}: the stream ended before the final response") from None
+                if error is not None:
+                    message = error.message() if isinstance(error, InferenceServerException) else str(error)
+                    raise ServerError(f"{model}: {message}")
+                event = event_from(result, time.perf_counter() - start, served.decoupled)
+                if cumulative:  # the stock llmapi model streams the text so far: keep the new part
+                    event.text, so_far = event.text[len(so_far):], event.text
+                yield event
+                if event.final:
+                    return
+        finally:
+            # after the final response this only closes the gRPC stream; before it, the server
+            # sees the client go away and frees the request's sequence
+            call.cancel()
