@@ -129,3 +129,30 @@ def test_serving_overhead_triton_over_in_process(served_spec, tmp_path):
     (row,) = report["speedup"]
     triton, local = report["results"]
     assert row["output_throughput_speedup"] == pytest.approx(triton["output_throughput"] / local["output_throughput"])
+
+
+def test_bench_from_inside_an_event_loop_takes_the_thread_pool(served_spec):
+    """A caller already running asyncio (a notebook, an async service) cannot start another loop:
+    its blocks go through the thread pool, with the same answers as the event-loop client's."""
+    import asyncio
+
+    from trtspec.bench.load import run_bench
+    from trtspec.bench.targets import TritonTarget
+    from trtspec.prompts import Prompt
+    from trtspec.spec.loading import load_spec
+
+    spec = load_spec(served_spec)
+    target = TritonTarget(f"127.0.0.1:{spec.serve.grpc_port}",
+                          metrics_url=f"http://127.0.0.1:{spec.serve.metrics_port}/metrics")
+    prompts = [Prompt(0, "What is the capital of France?"), Prompt(1, "1 2 3 4 5 6")]
+
+    def answers(run) -> list:
+        return sorted((r.prompt_index, r.output_tokens, r.error) for r in run.records)
+
+    async def from_a_running_loop():
+        return run_bench(target, prompts, [2], max_tokens=8, baseline=False, warmup=False)
+
+    on_the_event_loop = run_bench(target, prompts, [2], max_tokens=8, baseline=False, warmup=False)
+    in_threads = asyncio.run(from_a_running_loop())
+    assert answers(in_threads) == answers(on_the_event_loop)
+    assert len(in_threads.records) == 4 and all(r.error is None and r.output_tokens > 0 for r in in_threads.records)

@@ -5,8 +5,9 @@ seed=)` yielding `Chunk`s, a `name`, and `counters()` returning a flat dict of m
 counters (or None). This module owns the clock: it stamps each chunk as it arrives, so targets
 stay free of timing code. It never aggregates; trtspec.bench.metrics does. A target that also has
 `async_streams()` and `astream(streams, prompt, ...)` (a Triton server) runs each block's requests
-on one event loop and channel instead of a thread each: the load generator shares the machine it
-measures, and that client leaves more of it to the server.
+on one event loop and channel instead of a thread each (a caller already inside an event loop
+gets the threads): the load generator shares the machine it measures, and that client leaves more
+of it to the server.
 
 Interleaving: at each concurrency c the requests are cut into blocks of `requests_per_slot x c`;
 every block is run once per variant, alternating which goes first (ABBA), and each variant's
@@ -180,7 +181,7 @@ def run_variants(variants: dict[str, tuple[Target, bool]], prompts: Sequence[Pro
                                                         requests_per_slot):
         block_before = counted.counters() if before is not None else None
         start = time.perf_counter()
-        if hasattr(variants[label][0], "async_streams"):
+        if hasattr(variants[label][0], "async_streams") and not _in_event_loop():
             asyncio.run(_run_block_async(variants[label], prompts, label, numbers, concurrency, repeat, max_tokens,
                                          temperature, keep))
         else:
@@ -200,6 +201,16 @@ def run_variants(variants: dict[str, tuple[Target, bool]], prompts: Sequence[Pro
     if before is not None and after is not None:
         run.counters_delta = diff_counters(before, after)
     return run
+
+
+def _in_event_loop() -> bool:
+    """Whether this thread already runs an asyncio loop (a notebook, an async caller): asyncio.run
+    cannot start another there, so such a caller's blocks take the thread pool."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 async def _run_block_async(variant: tuple[Any, bool], prompts: Sequence[Prompt], label: str, numbers: list[int],
