@@ -23,9 +23,10 @@ requests in flight, and a larger `requests_per_slot` brings it closer to c.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -177,13 +178,20 @@ def run_variants(variants: dict[str, tuple[Target, bool]], prompts: Sequence[Pro
         keep(measure_request(target, prompts[number % len(prompts)], label, speculative, concurrency, repeat,
                              max_tokens, temperature, seed=number))
 
+    async def one_async(streams: Any, number: int, label: str, concurrency: int, repeat: int) -> None:
+        target, speculative = variants[label]
+        keep(await measure_request_async(target, streams, prompts[number % len(prompts)], label, speculative,
+                                         concurrency, repeat, max_tokens, temperature, seed=number))
+
     for concurrency, repeat, label, numbers in schedule(len(prompts), concurrencies, repeats, list(variants),
                                                         requests_per_slot):
         block_before = counted.counters() if before is not None else None
         start = time.perf_counter()
-        if hasattr(variants[label][0], "async_streams") and not _in_event_loop():
-            asyncio.run(_run_block_async(variants[label], prompts, label, numbers, concurrency, repeat, max_tokens,
-                                         temperature, keep))
+        target = variants[label][0]
+        if hasattr(target, "async_streams") and not _in_event_loop():
+            asyncio.run(_run_block_async(target, numbers, concurrency,
+                                         functools.partial(one_async, label=label, concurrency=concurrency,
+                                                           repeat=repeat)))
         else:
             with ThreadPoolExecutor(max_workers=concurrency) as pool:
                 futures = [pool.submit(one, number, label, concurrency, repeat) for number in numbers]
@@ -192,7 +200,7 @@ def run_variants(variants: dict[str, tuple[Target, bool]], prompts: Sequence[Pro
         key = (label, concurrency, repeat)
         run.durations[key] = run.durations.get(key, 0.0) + time.perf_counter() - start
         block_after = counted.counters() if block_before is not None else None
-        if block_before is not None and block_after is not None and variants[label][0] is counted:
+        if block_before is not None and block_after is not None and target is counted:
             # blocks run one at a time, so this block's counter delta belongs to this cell alone
             cell = run.cell_counters.setdefault((label, concurrency), {})
             for name, value in diff_counters(block_before, block_after).items():
@@ -213,18 +221,16 @@ def _in_event_loop() -> bool:
     return True
 
 
-async def _run_block_async(variant: tuple[Any, bool], prompts: Sequence[Prompt], label: str, numbers: list[int],
-                           concurrency: int, repeat: int, max_tokens: int, temperature: float,
-                           keep: Callable[[RequestRecord], Any]) -> None:
+async def _run_block_async(target: Any, numbers: list[int], concurrency: int,
+                           request: Callable[..., Awaitable[None]]) -> None:
     """One block on one event loop: `concurrency` workers take the block's requests in order, as
-    the thread pool's do, over one channel (trtspec.client.triton_aio: a lighter client)."""
-    target, speculative = variant
+    the thread pool's do, each sent by `request(streams, number)` over one channel
+    (trtspec.client.triton_aio: a lighter client)."""
     pending = iter(numbers)
 
     async with target.async_streams() as streams:
         async def worker() -> None:
             for number in pending:  # one shared iterator: each worker takes the next request
-                keep(await measure_request_async(target, streams, prompts[number % len(prompts)], label, speculative,
-                                                 concurrency, repeat, max_tokens, temperature, seed=number))
+                await request(streams, number)
 
         await asyncio.gather(*(worker() for _ in range(min(concurrency, len(numbers)))))

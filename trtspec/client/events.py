@@ -1,14 +1,17 @@
 """What comes back from the served model: text chunks, the finish reason and speculative statistics.
 
-`event_from` turns one gRPC response into a StreamEvent; `summarize` folds a request's events into
+`event_from` turns one gRPC response into a StreamEvent (`StreamReader`: a request's responses, errors
+and cumulative text included); `summarize` folds a request's events into
 the dict `TritonLLMClient.generate` returns (text, token counts, time to first token, total time,
-acceptance statistics). Pure: no connection here.
+acceptance statistics). No connection here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from trtspec.errors import ServerError
 
 STAT_OUTPUTS = ("acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens", "num_drafts",
                 "num_output_tokens", "num_input_tokens")
@@ -38,6 +41,26 @@ def event_from(result: Any, now: float, decoupled: bool) -> StreamEvent:
     if "finish_reason" in names:
         stats["finish_reason"] = _text(result.as_numpy("finish_reason").reshape(-1)[0])
     return StreamEvent(text=text, time_s=now, final=final, stats=stats)
+
+
+class StreamReader:
+    """One request's responses as StreamEvents, for both clients (trtspec.client.triton, triton_aio):
+    an error response raises ServerError with Triton's message, and where the model streams the
+    text so far (the stock llmapi model) each event keeps only its new part."""
+
+    def __init__(self, model: str, decoupled: bool, cumulative: bool):
+        self.model, self.decoupled, self.cumulative = model, decoupled, cumulative
+        self.so_far = ""
+
+    def read(self, result: Any, error: Any, now: float) -> StreamEvent:
+        """The event of one (result, error) pair; `now`: seconds since the request was sent."""
+        if error is not None:
+            message = error.message() if callable(getattr(error, "message", None)) else str(error)
+            raise ServerError(f"{self.model}: {message}")
+        event = event_from(result, now, self.decoupled)
+        if self.cumulative:
+            event.text, self.so_far = event.text[len(self.so_far):], event.text
+        return event
 
 
 def summarize(events: Any) -> dict[str, Any]:

@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from trtspec.client.events import StreamEvent, event_from, summarize
+from trtspec.client.events import StreamEvent, StreamReader, summarize
 from trtspec.client.metrics import fetch_metrics
 from trtspec.client.requests import ServedModel
 from trtspec.errors import ServerError
@@ -102,8 +102,6 @@ class TritonLLMClient:
         stream=False asks the model for the whole answer in one response. Closing the generator
         before the final event cancels the request on the server.
         """
-        from tritonclient.utils import InferenceServerException
-
         served = self.served
         inputs = served.build_inputs(prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p,
                                      top_k=top_k, seed=seed, speculative=speculative, perf_metrics=perf_metrics,
@@ -114,7 +112,7 @@ class TritonLLMClient:
         client.start_stream(callback=lambda result=None, error=None: responses.put((result, error, time.perf_counter())))
         start = time.perf_counter()
         finished = False
-        cumulative, so_far = stream and served.decoupled and served.cumulative_stream, ""
+        reader = StreamReader(self.model, served.decoupled, stream and served.decoupled and served.cumulative_stream)
         try:
             client.async_stream_infer(self.model, inputs, enable_empty_final_response=served.decoupled)
             while True:
@@ -122,12 +120,7 @@ class TritonLLMClient:
                     result, error, arrived = responses.get(timeout=self.timeout_s)
                 except queue.Empty:
                     raise ServerError(f"no response from {self.model} within {self.timeout_s:.0f} s") from None
-                if error is not None:
-                    message = error.message() if isinstance(error, InferenceServerException) else str(error)
-                    raise ServerError(f"{self.model}: {message}")
-                event = event_from(result, arrived - start, served.decoupled)
-                if cumulative:  # the stock llmapi model streams the text so far: keep the new part
-                    event.text, so_far = event.text[len(so_far):], event.text
+                event = reader.read(result, error, arrived - start)
                 if event.final:
                     finished = True
                 yield event

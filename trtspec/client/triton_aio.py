@@ -18,7 +18,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from trtspec.client.events import StreamEvent, event_from
+from trtspec.client.events import StreamEvent, StreamReader
 from trtspec.errors import ServerError
 
 
@@ -45,8 +45,6 @@ class AsyncStreams:
                      ) -> AsyncIterator[StreamEvent]:
         """Send one streamed request and yield its responses as they arrive (TritonLLMClient.stream's
         events); leaving early cancels the request on the server."""
-        from tritonclient.utils import InferenceServerException
-
         served, model = self._served, self.client.model
         inputs = served.build_inputs(prompt, max_tokens=max_tokens, temperature=temperature, seed=seed,
                                      speculative=speculative, perf_metrics=perf_metrics, streaming=served.decoupled)
@@ -57,7 +55,7 @@ class AsyncStreams:
         call = self._channel.stream_infer(one_request())
         responses = call.__aiter__()
         start = time.perf_counter()
-        cumulative, so_far = served.decoupled and served.cumulative_stream, ""
+        reader = StreamReader(model, served.decoupled, served.decoupled and served.cumulative_stream)
         try:
             while True:
                 try:
@@ -67,12 +65,7 @@ class AsyncStreams:
                     raise ServerError(f"no response from {model} within {self.client.timeout_s:.0f} s") from None
                 except StopAsyncIteration:
                     raise ServerError(f"{model}: the stream ended before the final response") from None
-                if error is not None:
-                    message = error.message() if isinstance(error, InferenceServerException) else str(error)
-                    raise ServerError(f"{model}: {message}")
-                event = event_from(result, time.perf_counter() - start, served.decoupled)
-                if cumulative:  # the stock llmapi model streams the text so far: keep the new part
-                    event.text, so_far = event.text[len(so_far):], event.text
+                event = reader.read(result, error, time.perf_counter() - start)
                 yield event
                 if event.final:
                     return
