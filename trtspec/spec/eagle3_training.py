@@ -10,6 +10,10 @@ from trtspec.spec.section import Section
 
 
 class Eagle3Training(Section):
+    head: str | None = None
+    """An EAGLE-3 head to start from: a directory or a Hugging Face hub id, in any layout trtspec
+    reads. Alone it is imported (checked against the target, no training); with `data` or
+    `prompts` it is fine-tuned on them, starting from its weights."""
     prompts: str | None = None
     """JSONL prompt file ({"prompt": ...} per line) the target answers to make training data;
     empty uses the set shipped in the package (or `data` when set)."""
