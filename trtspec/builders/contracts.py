@@ -77,10 +77,6 @@ class Contract:
     def image(self) -> str:
         return image(self.container)
 
-    def versions_inside(self) -> dict[str, Any]:
-        """TensorRT-LLM, ModelOpt, transformers, Python, torch in the recommended container."""
-        return dict(containers()["containers"][self.container])
-
     # -- LLM API ---------------------------------------------------------------------------------
     @property
     def llm_api(self) -> dict[str, Any]:

@@ -35,10 +35,6 @@ class Checkpoint:
     manifest: dict[str, Any] | None
     kind: str                      # target | target-fp8 | eagle3 | draft | draft-fp8 | model
 
-    @property
-    def is_fp8(self) -> bool:
-        return (self.path / "hf_quant_config.json").exists() or "quantization_config" in self.config
-
 
 @dataclass(frozen=True)
 class BuildInputs:

@@ -71,27 +71,3 @@ def check(text: str, where: str = "config.pbtxt"):
         return text_format.Parse(text, model_config_pb2.ModelConfig())
     except text_format.ParseError as error:
         raise TrtSpecError(f"{where}: does not parse as a Triton ModelConfig ({error})") from None
-
-
-def escape_list(values: list[Any]) -> str:
-    """A comma list written as upstream's fill_template.py needs it: `0\\,1` (a bare comma splits keys)."""
-    return "\\,".join(str(v) for v in values)
-
-
-def fill_template_args(values: dict[str, Any]) -> str:
-    """The `k1:v1,k2:v2` argument of upstream's tools/fill_template.py for the same values.
-
-    Lists (gpu_device_ids, participant_ids) are comma-escaped; a literal comma or colon inside a
-    scalar value is escaped too, so the container's templates can be re-filled with exactly the
-    values trtspec rendered.
-    """
-    parts = []
-    for key, value in values.items():
-        if isinstance(value, list | tuple):
-            text = escape_list(list(value))
-        elif isinstance(value, bool):
-            text = "true" if value else "false"
-        else:
-            text = str(value).replace(",", "\\,").replace(":", "\\:")
-        parts.append(f"{key}:{text}")
-    return ",".join(parts)

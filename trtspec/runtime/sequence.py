@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trtspec.runtime.policy import DraftPolicy
-from trtspec.runtime.request import OutputAssembler, StreamChunk
+from trtspec.runtime.request import OutputAssembler
 from trtspec.runtime.sampling import SamplingParams
 from trtspec.runtime.stats import GenerationStats
 
@@ -103,7 +103,3 @@ class Sequence:
                 self.request.sink(error)
             except Exception:  # noqa: BLE001 - the caller is gone; nothing left to tell
                 pass
-
-
-def chunk_is_final(item: Any) -> bool:
-    return isinstance(item, BaseException) or (isinstance(item, StreamChunk) and item.finish_reason is not None)

@@ -103,10 +103,6 @@ class Drafter:
     aux_layer_ids: tuple[int, ...] = ()
     kv_config: Any = None  # config of the model whose KV cache sessions keep (None: no cache)
 
-    @property
-    def needs_aux_hidden(self) -> bool:
-        return bool(self.aux_layer_ids)
-
     def session(self, prompt_ids: list[int], params: Any, generator: Any, *,
                 confidence_threshold: float = 0.0, tree: Any = None, kv: Any = None) -> DraftSession:
         """Open one request's session. `tree` (trtspec.runtime.tree.Tree) asks for static tree
