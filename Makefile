@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 
 AIPERF := .venv-aiperf/.installed
 
-.PHONY: setup demo demo-eagle3 test test-fast lint clean
+.PHONY: setup demo demo-eagle3 test test-fast lint typecheck clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11"; exit 1; }
@@ -44,6 +44,10 @@ test-fast: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check trtspec tests scripts
+
+# mypy on the packages and modules [tool.mypy] in pyproject.toml lists (those that pass; growing)
+typecheck: $(STAMP)
+	$(BIN)/mypy
 
 clean:
 	rm -rf work model_repository/*/ engines/*/ .pytest_cache .venv-aiperf

@@ -28,7 +28,7 @@ COMPLETION_DEFAULT_MAX_TOKENS = 16   # OpenAI's documented default for /v1/compl
 MAX_STOP = 4
 ROLES = ("system", "user", "assistant", "developer")
 # (key, value that means "off"): features a request may name only in their off state.
-REFUSED = {"logprobs": (None, False, 0), "top_logprobs": (None, 0), "echo": (None, False), "suffix": (None, ""),
+REFUSED: dict[str, tuple[Any, ...]] = {"logprobs": (None, False, 0), "top_logprobs": (None, 0), "echo": (None, False), "suffix": (None, ""),
            "best_of": (None, 1), "tools": (None, []), "functions": (None, []), "logit_bias": (None, {}),
            "presence_penalty": (None, 0, 0.0), "frequency_penalty": (None, 0, 0.0)}
 WHY = {"presence_penalty": "the cpu engine's sampler applies no penalties",

@@ -15,6 +15,7 @@ import ipaddress
 import re
 import socket
 import typing
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel
@@ -37,7 +38,7 @@ _HOST_NAME = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9-]{1,63
 @functools.lru_cache(maxsize=64)
 def _resolve(host: str) -> tuple[str, ...]:
     try:
-        return tuple(sorted({info[4][0] for info in socket.getaddrinfo(host, None)}))
+        return tuple(sorted({str(info[4][0]) for info in socket.getaddrinfo(host, None)}))
     except (socket.gaierror, UnicodeError, OSError):
         return ()
 
@@ -110,7 +111,7 @@ def _literal_choices(root: type[BaseModel], loc: tuple[Any, ...]) -> tuple[str, 
     return tuple(str(choice) for choice in typing.get_args(field.annotation)) if field else ()
 
 
-def format_problem(error: dict[str, Any], root: type[BaseModel]) -> str:
+def format_problem(error: Mapping[str, Any], root: type[BaseModel]) -> str:
     """One pydantic error of validating `root` as a problem_line() (our validators' lines as is)."""
     loc = tuple(error["loc"])
     path = ".".join(str(p) for p in loc) or "spec"

@@ -41,7 +41,7 @@ def load_spec(path: str | Path | None = None, overrides: dict[str, Any] | None =
     from trtspec.prompts import read_text_file
 
     explicit = path is not None
-    path = Path(path if explicit else DEFAULT_CONFIG)
+    path = Path(path) if path is not None else Path(DEFAULT_CONFIG)
     data: dict[str, Any] = {}
     if path.exists():
         try:
