@@ -19,9 +19,11 @@ from typing import Any
 
 from trtspec import artifacts
 from trtspec.convert import reports
-from trtspec.convert.eagle3 import budget, prepare
+from trtspec.convert.eagle3 import budget, finetune, prepare
 from trtspec.convert.eagle3 import data as eagle3_data
 from trtspec.convert.eagle3 import export as eagle3_export
+from trtspec.convert.eagle3 import profile as head_profile
+from trtspec.convert.eagle3 import store as eagle3_store
 from trtspec.convert.eagle3 import train as eagle3_train
 from trtspec.convert.eagle3.device import Placement
 from trtspec.convert.eagle3.distributed import Dist
@@ -44,7 +46,9 @@ def eagle3_inputs(spec, target_sha: str, source: DataSource) -> dict[str, Any]:
     sizes the draft vocabulary when the spec leaves it empty."""
     inputs = {"target_sha256": target_sha, "data_sha256": source.sha256,
               "eagle3": spec.speculative.eagle3.model_dump(mode="json", exclude={"prompts", "data", *PLACEMENT_FIELDS})}
-    if spec.speculative.eagle3.draft_vocab_size is None:
+    if finetune.wanted(spec.speculative.eagle3):  # the starting head's weights, not only its path
+        inputs.update(finetune.inputs(spec.speculative.eagle3))
+    elif spec.speculative.eagle3.draft_vocab_size is None:
         inputs["draft_vocab_rule"] = {"coverage": eagle3_data.DRAFT_VOCAB_COVERAGE,
                                       "multiple": eagle3_data.DRAFT_VOCAB_MULTIPLE,
                                       "floor": eagle3_data.DRAFT_VOCAB_FLOOR}
@@ -98,11 +102,21 @@ def run_eagle3(spec, layout, target_dir: Path, target_sha: str, source: DataSour
     #    answers' coverage unless the spec sets one (+ d2t)
     import torch
 
-    vocab = prepare.draft_vocabulary(files, target_config["vocab_size"], settings.draft_vocab_size, rows=stats.count,
-                                     dist=dist)
-    note(report, vocab.line(target_config["vocab_size"]))
+    #    (a fine-tune keeps the head's vocabulary and architecture: eagle3.finetune)
+    fine_tune = None
+    if finetune.wanted(settings):
+        counts = eagle3_data.count_tokens(eagle3_store.read_answers(files.rows, stats.count),
+                                          target_config["vocab_size"])
+        fine_tune = finetune.plan(settings, target_config, counts)
+        vocab = fine_tune.vocab
+        note(report, finetune.vocab_line(vocab, target_config["vocab_size"]))
+    else:
+        vocab = prepare.draft_vocabulary(files, target_config["vocab_size"], settings.draft_vocab_size,
+                                         rows=stats.count, dist=dist)
+        note(report, vocab.line(target_config["vocab_size"]))
     torch.manual_seed(settings.seed)
-    eagle3_train.convert_eagle3(model, target_config, draft_vocab_size=vocab.size, kept_ids=vocab.kept, d2t=vocab.d2t)
+    eagle3_train.convert_eagle3(model, target_config, draft_vocab_size=vocab.size, kept_ids=vocab.kept, d2t=vocab.d2t,
+                                architecture=fine_tune.architecture if fine_tune else None)
     model.to(placement.device)
 
     # 3. features: one frozen-target pass over every row, computed only when training has steps left
@@ -128,6 +142,8 @@ def run_eagle3(spec, layout, target_dir: Path, target_sha: str, source: DataSour
             stale.unlink(missing_ok=True)
         artifacts.write_json(state_key, state_inputs)
     dist.barrier()
+    # a fine-tune starts from the head's weights, proven equal, kept as the step-0 snapshot
+    warm = finetune.start(model, fine_tune, files.root, write=dist.is_main) if fine_tune else None
     # until the features are made, training's share assumes the planned feature pass
     planned_s = budget.training_seconds(budget_s, time.monotonic() - started + plan.features_s, plan.finish_s)
     train_settings = eagle3_train.TrainSettings(
@@ -156,12 +172,18 @@ def run_eagle3(spec, layout, target_dir: Path, target_sha: str, source: DataSour
                             "draft_vocab_size": vocab.size or target_config["vocab_size"],
                             "draft_vocab_coverage": round(vocab.coverage, 4),
                             "draft_vocab_chosen_by": vocab.chosen_by, "answer_tokens": vocab.answer_tokens}}
+    if fine_tune:  # the snapshot with the best held-out acceptance, not the last or lowest-loss one
+        def untimed(head_dir: Path) -> dict[str, Any]:
+            return measure_acceptance(model, tokenizer, target_dir, head_dir, eval_prompts, timed=False,
+                                      max_draft_len=spec.speculative.max_draft_len, new_tokens=eval_tokens,
+                                      report=report)
+        report_data["fine_tune"] = {"warm_start": warm, **finetune.keep_best(model, untimed, files.root)}
     with artifacts.atomic_dir(final) as staging:
         eagle3_export.export_eagle3(model, staging)
         report_data["export"] = eagle3_export.check_eagle3_export(staging, target_config)
-        report_data["acceptance"] = measure_acceptance(model, tokenizer, target_dir, staging, eval_prompts,
-                                                       max_draft_len=spec.speculative.max_draft_len,
-                                                       new_tokens=eval_tokens, report=report)
+        report_data["acceptance"] = profile_head(spec, model, tokenizer, target_dir, target_sha, staging, eval_prompts,
+                                                 new_tokens=eval_tokens, report=report,
+                                                 made_by="fine-tuned" if fine_tune else "trained")
         warning = reports.low_acceptance_warning(report_data["acceptance"])
         if warning:
             report_data["warning"] = warning
@@ -201,6 +223,24 @@ def _training_progress(report: Reporter | None, settings: eagle3_train.TrainSett
         phase.advance(1, tokens=record["tokens"], info=f"loss {record['loss']:.3f} acc {acc}")
 
     return on_step if dist.is_main else None
+
+
+def profile_head(spec, model, tokenizer, target_dir: Path, target_sha: str, head_dir: Path, prompts: list[str], *,
+                 new_tokens: int, report: Reporter | None = None, made_by: str = "trained") -> dict[str, Any]:
+    """Write the head's speculation_profile.json (every draft shape the build makes, timed; eagle3.profile)
+    and return the chain's figures as the acceptance report; ModelOpt's measurement without the runtime."""
+    shapes = head_profile.draft_shapes(spec.speculative)
+    phase = Phase(report, "acceptance", total=len(prompts) * len(shapes), unit="prompts")
+    try:
+        measured = head_profile.measure_profile(target_dir, head_dir, prompts, max_draft_len=spec.speculative.max_draft_len,
+                                                new_tokens=new_tokens, shapes=shapes, on_prompt=phase.advance)
+    except ImportError:  # trtspec.runtime not installed: ModelOpt's own measurement, no profile
+        references = _references(model, tokenizer, prompts, new_tokens)
+        return reports.eagle3_acceptance(model, references, max_draft_len=spec.speculative.max_draft_len)
+    head_profile.write_profile(head_dir, measured, head={"made_by": made_by,
+                                                        "weights_sha256": artifacts.weights_sha256(head_dir)},
+                               target_sha256=target_sha)
+    return head_profile.as_acceptance(measured)
 
 
 def measure_acceptance(model, tokenizer, target_dir: Path, head_dir: Path, prompts: list[str], *, max_draft_len: int,

@@ -77,18 +77,20 @@ def aux_layer_ids(num_layers: int) -> list[int]:
 
 
 def convert_eagle3(model, target_config: dict[str, Any], *, draft_vocab_size: int | None = None,
-                   kept_ids=None, d2t=None):
+                   kept_ids=None, d2t=None, architecture: dict[str, Any] | None = None):
     """Convert `model` in place into a ModelOpt EAGLE-3 model; return it.
 
     The head's final norm and decoder layer start from the target's (`init_from_last_layer`); with
     a reduced vocabulary the head's lm_head starts as the target's lm_head rows of the kept tokens
-    and `d2t` is filled, so the head begins where the target's own output layer is.
+    and `d2t` is filled, so the head begins where the target's own output layer is. `architecture`
+    overrides fields of the sized config (a warm start's head has its own: eagle3.warm_start).
     """
     import modelopt.torch.speculative as mtsp
     import torch
 
     config = {
-        "eagle_architecture_config": eagle3_architecture(target_config, draft_vocab_size=draft_vocab_size),
+        "eagle_architecture_config": {**eagle3_architecture(target_config, draft_vocab_size=draft_vocab_size),
+                                      **(architecture or {})},
         # torch.compile costs ~70 s per shape on this CPU and the head is small; eager is faster overall.
         "eagle_use_torch_compile": False,
         # Keep the training rope in the exported config (ModelOpt would inject YaRN x32 otherwise),
