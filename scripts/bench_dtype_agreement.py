@@ -17,7 +17,7 @@ import json
 import statistics
 import time
 
-from bench_engine_offline import DEV_PROMPTS  # the module beside this script
+from trtspec.prompts import packaged_prompt_file
 
 
 def first_difference(a: list[int], b: list[int]) -> int | None:
@@ -37,7 +37,7 @@ def main() -> None:
     from trtspec.models import resolve_model
     from trtspec.runtime import Engine
 
-    rows = [json.loads(line) for line in DEV_PROMPTS.read_text().splitlines()[15:] if line.strip()]
+    rows = [json.loads(line) for line in packaged_prompt_file("bench").read_text().splitlines()[15:] if line.strip()]
     path = resolve_model("smollm2", quiet=True).path
     answers: dict[str, list[list[int]]] = {}
     seconds: dict[str, float] = {}

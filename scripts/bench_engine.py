@@ -33,7 +33,9 @@ from collections import defaultdict
 from pathlib import Path
 
 import bench_engine_draft  # the modules beside this script
-from bench_engine_offline import DEV_PROMPTS, replay, verify_cost
+from bench_engine_offline import replay, verify_cost
+
+from trtspec.prompts import packaged_prompt_file
 
 
 def leviathan_speedup(alpha: float, gamma: float, cost_ratio: float) -> float:
@@ -109,7 +111,7 @@ def main() -> int:
     tokenizer = base.tokenizer
     # HF's contenders run what a transformers user gets: the checkpoint as from_pretrained loads it.
     model = base.target if args.hf_on_engine_model else load_causal_lm(path)
-    rows = [json.loads(line) for line in DEV_PROMPTS.read_text().splitlines() if line.strip()]
+    rows = [json.loads(line) for line in packaged_prompt_file("bench").read_text().splitlines() if line.strip()]
     order = args.categories.split(",")
     rows = sorted((r for r in rows if r["category"] in order), key=lambda r: order.index(r["category"]))
     if args.limit:

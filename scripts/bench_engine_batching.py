@@ -30,7 +30,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from bench_engine_offline import DEV_PROMPTS  # the module beside this script
+from trtspec.bench.metrics import percentile  # the one trtspec bench reports: linear between ranks
+from trtspec.prompts import packaged_prompt_file
 
 
 def closed_loop(run_one, prompts: list[list[int]], concurrency: int) -> tuple[float, list[dict]]:
@@ -132,13 +133,6 @@ def hf_manager(path, max_tokens: int, max_concurrency: int, eos_token_id):
     return manager
 
 
-def percentile(values: list[float], q: float) -> float:
-    values = sorted(v for v in values if v is not None)
-    if not values:
-        return float("nan")
-    return values[min(len(values) - 1, int(round(q / 100 * (len(values) - 1))))]
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--concurrency", default="1,8")
@@ -162,7 +156,7 @@ def main() -> int:
     path = resolve_model("smollm2", quiet=True).path
     engine = Engine.from_checkpoints(path, mode="ngram", max_draft_len=4, ngram_min=2, ngram_max=3,
                                      max_batch_size=args.max_batch_size)
-    rows = [json.loads(line) for line in DEV_PROMPTS.read_text().splitlines() if line.strip()]
+    rows = [json.loads(line) for line in packaged_prompt_file("bench").read_text().splitlines() if line.strip()]
     if args.num_prompts:
         rows = rows[: args.num_prompts]
     prompts = [engine.encode(row["prompt"]) for row in rows]
@@ -207,9 +201,9 @@ def summarize(results, concurrencies, repeats) -> dict:
         rates = [sum(r["tokens"] for r in run["records"]) / run["seconds"] for run in runs]
         records = [r for run in runs for r in run["records"]]
         tpot = [(r["e2e_s"] - r["ttft_s"]) / (r["tokens"] - 1) for r in records if r["tokens"] > 1 and r["ttft_s"]]
+        ttft = [r["ttft_s"] for r in records if r["ttft_s"] is not None]
         table.append({"contender": name, "concurrency": concurrency, "output_tok_s": statistics.median(rates),
-                      "output_tok_s_by_repeat": rates, "ttft_p50_ms": 1000 * percentile([r["ttft_s"] for r in records], 50),
-                      "ttft_p99_ms": 1000 * percentile([r["ttft_s"] for r in records], 99),
+                      "output_tok_s_by_repeat": rates, "ttft_p50_ms": 1000 * percentile(ttft, 50), "ttft_p99_ms": 1000 * percentile(ttft, 99),
                       "tpot_median_ms": 1000 * statistics.median(tpot) if tpot else float("nan")})
     ratios = []
     by = {(row["contender"], row["concurrency"]): row for row in table}

@@ -92,9 +92,9 @@ def sweep(args) -> str:
     import time
 
     import torch
-    from bench_engine_offline import DEV_PROMPTS
 
     from trtspec.models import resolve_model
+    from trtspec.prompts import packaged_prompt_file
     from trtspec.runtime import Engine
     from trtspec.runtime.stats import GenerationStats
     from trtspec.testing.truncate import truncate_llama, truncated_cache_dir
@@ -102,7 +102,7 @@ def sweep(args) -> str:
     torch.set_num_threads(args.threads or 1)
     path = resolve_model("smollm2", quiet=True).path
     rows, seen = [], set()
-    for row in (json.loads(line) for line in DEV_PROMPTS.read_text().splitlines() if line.strip()):
+    for row in (json.loads(line) for line in packaged_prompt_file("bench").read_text().splitlines() if line.strip()):
         if row["category"] not in seen:
             seen.add(row["category"])
             rows.append(row)

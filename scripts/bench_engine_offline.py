@@ -12,9 +12,9 @@ import json
 import statistics
 import time
 from collections import defaultdict
-from pathlib import Path
 
-DEV_PROMPTS = Path(__file__).resolve().parents[2] / "shared" / "prompts" / "dev-prompts.jsonl"
+from trtspec.prompts import packaged_prompt_file
+
 
 def verify_cost(threads: int, context: int = 400, widths=(0, 1, 2, 3, 4, 6, 8, 10), rounds: int = 12) -> str:
     """Median time of one cached target pass over 1 + k tokens, relative to k = 0, for the model
@@ -75,7 +75,7 @@ def replay(data: dict, settings=REPLAY_SETTINGS, cost_fixed: float = 0.0, cost_s
     from trtspec.runtime.drafters.ngram import NgramSession
 
     tokenizer = AutoTokenizer.from_pretrained(str(resolve_model("smollm2", quiet=True).path))
-    rows = [json.loads(line) for line in DEV_PROMPTS.read_text().splitlines() if line.strip()]
+    rows = [json.loads(line) for line in packaged_prompt_file("bench").read_text().splitlines() if line.strip()]
     first_repeat = [r for r in data["results"] if r.get("repeat", 0) == 0]
     cases = []
     for record, row in zip(first_repeat, _rows_in_run_order(rows, first_repeat, data), strict=True):

@@ -27,7 +27,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from bench_engine_offline import DEV_PROMPTS  # the module beside this script
+from trtspec.prompts import packaged_prompt_file
 
 SYSTEM = ("You are the support assistant of a small bookshop. Answer the customer's question in plain "
           "language, in at most three sentences. Be friendly but brief. If the question is about an order, "
@@ -54,7 +54,7 @@ def main() -> int:
     base = load_engine(args.engine)
     engines = {"kept": base, "start": base.variant(kv_cache_reuse_mib=0),
                "off": base.variant(kv_cache_reuse=False)}
-    texts = [json.loads(line)["prompt"] for line in DEV_PROMPTS.read_text().splitlines() if line.strip()]
+    texts = [json.loads(line)["prompt"] for line in packaged_prompt_file("bench").read_text().splitlines() if line.strip()]
     tokenizer = base.tokenizer
     counter = iter(range(10**9))  # request numbers: never the same user turn twice in the system workload
     first_answers: dict[str, list[int]] = {}

@@ -26,7 +26,8 @@ import statistics
 import time
 
 from bench_engine_batching import closed_loop, trtspec_contender  # the modules beside this script
-from bench_engine_offline import DEV_PROMPTS
+
+from trtspec.prompts import packaged_prompt_file
 
 
 class StepTimer:
@@ -82,7 +83,7 @@ def heldback_engine(max_batch_size: int):
 
     engine = Engine.from_checkpoints(resolve_model("smollm2", quiet=True).path, mode="none",
                                      max_batch_size=max_batch_size, kv_cache_reuse_mib=0)
-    rows = [json.loads(line) for line in DEV_PROMPTS.read_text().splitlines()[15:] if line.strip()]
+    rows = [json.loads(line) for line in packaged_prompt_file("bench").read_text().splitlines()[15:] if line.strip()]
     return engine, [engine.encode(row["prompt"]) for row in rows]
 
 

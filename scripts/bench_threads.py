@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench_engine_offline import DEV_PROMPTS  # the module beside this script
+from trtspec.prompts import packaged_prompt_file
 
 CHILD = r"""
 import json, sys, threading, time
@@ -71,7 +71,7 @@ print(json.dumps({"tokens": tokens, "seconds": time.perf_counter() - start, "trt
 
 
 def held_out_summaries(count: int) -> list[str]:
-    rows = [json.loads(line) for line in DEV_PROMPTS.read_text().splitlines()[15:] if line.strip()]
+    rows = [json.loads(line) for line in packaged_prompt_file("bench").read_text().splitlines()[15:] if line.strip()]
     return [r["prompt"] for r in rows if r["category"] == "summarize"][:count]
 
 

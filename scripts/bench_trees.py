@@ -38,7 +38,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from bench_engine_offline import DEV_PROMPTS  # the module beside this script
+from trtspec.prompts import packaged_prompt_file
 
 CHOICES = ((0,), (1,), (2,), (3,), (0, 0), (0, 1), (1, 0), (0, 0, 0), (0, 0, 1), (0, 0, 0, 0))
 
@@ -209,7 +209,7 @@ def main() -> None:
     parser.add_argument("--num-prompts", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--prompts", default=str(DEV_PROMPTS))
+    parser.add_argument("--prompts", default=str(packaged_prompt_file("bench")))
     parser.add_argument("--hit-rates", type=int, default=0, metavar="DEPTH")
     parser.add_argument("--out")
     args = parser.parse_args()

@@ -33,7 +33,6 @@ prepare() {
   for file in "$cache"/*; do  # config and tokenizer files: the weights are made there
     case "$file" in *.safetensors|*/manifest.json) ;; *) cp "$file" .devcarry/smollm2/ ;; esac
   done
-  cp ../shared/prompts/dev-prompts.jsonl .devcarry/
   rm -rf .devcarry/previous && mkdir -p .devcarry/previous
   git archive "${PREVIOUS:-878e027}" trtspec | tar -x -C .devcarry/previous || exit 3
   local versions
@@ -48,10 +47,6 @@ run() {
   : "${OUT:?run this on the device machine, where OUT is set}"
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 3
   export PYTHONPATH=/tmp/site:$PWD TRTSPEC_CACHE=/tmp/trtspec-cache PYTHONUNBUFFERED=1
-  # the benchmarks read ../shared/prompts beside the checkout, which does not travel
-  if [ ! -f ../shared/prompts/dev-prompts.jsonl ]; then
-    mkdir -p ../shared/prompts && cp .devcarry/dev-prompts.jsonl ../shared/prompts/ || exit 4
-  fi
   lscpu > "$OUT/lscpu.txt"; grep -E "Model name|^CPU\(s\)" "$OUT/lscpu.txt"
   python3 -c "import torch; print('torch', torch.__version__, torch.get_num_threads(), 'threads')"
   python3 scripts/random_smollm2.py --like .devcarry/smollm2 2>/dev/null || exit 5

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-DEV_PROMPTS = SHARED / "prompts" / "dev-prompts.jsonl"
+# the dev prompt set, shipped in the package (the same lines as ../shared/prompts/dev-prompts.jsonl)
+DEV_PROMPTS = Path(__file__).resolve().parents[1] / "trtspec" / "data" / "bench_prompts.jsonl"
 
 
 @pytest.fixture(scope="session")
@@ -46,11 +46,9 @@ def smollm2() -> Path:
 
 @pytest.fixture(scope="session")
 def dev_prompts() -> list[dict]:
-    """The shared dev prompt set (30 prompts: chat, code, math, summarize)."""
+    """The dev prompt set (30 prompts: chat, code, math, summarize)."""
     import json
 
-    if not DEV_PROMPTS.exists():
-        pytest.skip(f"{DEV_PROMPTS} not found (../shared is beside the clone in CI)")
     return [json.loads(line) for line in DEV_PROMPTS.read_text().splitlines() if line.strip()]
 
 
