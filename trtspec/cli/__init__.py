@@ -25,6 +25,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "spec": ("trtspec.cli.spec_cmd", "spec", "Check or show the resolved spec."),
     "models": ("trtspec.cli.models_cmd", "models", "List, fetch and inspect model sources."),
     "convert": ("trtspec.cli.convert_cmd", "convert", "ModelOpt: FP8 PTQ, EAGLE-3 head training, draft pairing."),
+    "export-head": ("trtspec.cli.export_head_cmd", "export_head",
+                    "Write the EAGLE-3 head for vLLM, SGLang or TensorRT-LLM (eagle|modelopt|speculators)."),
     "build": ("trtspec.cli.build_cmd", "build", "Build engines for the cpu, trtllm or trtllm-engine backend."),
     "plan": ("trtspec.cli.build_cmd", "plan", "GPU memory plan for the spec (weights, KV cache, headroom)."),
     "deploy": ("trtspec.cli.deploy_cmd", "deploy", "Render the Triton model repository and start the server."),

@@ -27,6 +27,8 @@ Examples:
   trtspec convert --mode draft-target --draft ./small-model
   trtspec convert --mode eagle3 --eval-prompts held-out.jsonl --json
   trtspec convert --dry-run                        # list what would be written, write nothing
+  trtspec convert --mode eagle3 --head yuhuili/EAGLE3-LLaMA3.1-Instruct-8B   # an existing head, any layout
+  trtspec convert --mode eagle3 --head ./my-speculators-head                  # checked, then canonical
 
 \b
 EAGLE-3 on your data, GPUs and nodes:
@@ -49,6 +51,9 @@ LAUNCH_OPTIONS = {"nproc_per_node", "nnodes", "rdzv_endpoint", "dry_run"}
 @mode_option
 @fp8_option
 @click.option("--draft", "draft_source", default=None, help="Draft model source (overrides speculative.draft).")
+@click.option("--head", "head", default=None, metavar="DIR|HUB_ID",
+              help="Use an existing EAGLE-3 head (a directory or a Hugging Face hub id, any layout) instead of "
+                   "training one; checked against the target (overrides speculative.eagle3.head).")
 @click.option("--data", type=click.Path(), default=None,
               help="EAGLE-3 training conversations: JSONL/JSON file or directory, ShareGPT, OpenAI messages or "
                    "{\"prompt\"} records (overrides speculative.eagle3.data).")
@@ -79,14 +84,14 @@ LAUNCH_OPTIONS = {"nproc_per_node", "nnodes", "rdzv_endpoint", "dry_run"}
 @dry_run_option
 @json_option
 @click.pass_context
-def convert(ctx, config_path, mode, fp8, draft_source, data, generate_url, generate_concurrency, device, max_minutes,
+def convert(ctx, config_path, mode, fp8, draft_source, head, data, generate_url, generate_concurrency, device, max_minutes,
             max_steps, nproc_per_node, nnodes, rdzv_endpoint, eval_prompts, eval_tokens, acceptance_curve, dry_run,
             as_json) -> None:
     """ModelOpt conversion: record the target, FP8 PTQ, EAGLE-3 head training, draft pairing."""
     from trtspec.convert.eagle3.distributed import launched_by_torchrun
 
     spec = resolve_spec(config_path, speculative__mode=mode, quantization__fp8=fp8, speculative__draft=draft_source,
-                        speculative__eagle3__data=data, speculative__eagle3__generate_url=generate_url,
+                        speculative__eagle3__head=head, speculative__eagle3__data=data, speculative__eagle3__generate_url=generate_url,
                         speculative__eagle3__generate_concurrency=generate_concurrency,
                         speculative__eagle3__device=device, speculative__eagle3__max_minutes=max_minutes,
                         speculative__eagle3__max_steps=max_steps)
@@ -245,6 +250,12 @@ def _print_results(results, curve) -> None:
                 click.echo(f"{'':<18} on this machine, concurrency 1, {speed['draft']}: "
                            f"{speed['speculative_tokens_per_s']} tokens/s with the head, "
                            f"{speed['plain_tokens_per_s']} without ({speed['speedup']}x)")
+        if "head" in report:
+            head = report["head"]
+            click.echo(f"{'':<18} imported EAGLE-3 head: {head['layout']} layout, reads the outputs of target layers "
+                       f"{head['layer_ids']} ({head['layer_ids_from']}), {head['forward']} forward")
+            for line in head["notes"]:
+                click.echo(f"{'':<18} note: {line}")
         if "budget" in report:
             click.echo(f"{'':<18} {_budget(report)}")
         if report.get("warning"):

@@ -5,7 +5,8 @@
                                (trtllm and cpu backends) and, always alongside, a TensorRT-LLM
                                checkpoint for trtllm-engine (cheap, and switching backends later
                                then needs no re-calibration)
-  eagle3                       speculative.mode eagle3
+  eagle3                       speculative.mode eagle3 (trained, fine-tuned, or imported with
+                               speculative.eagle3.head and no data: eagle3/heads/)
   draft (+ draft-fp8)          speculative.mode draft-target
 ngram and none need no checkpoint beyond the target.
 """
@@ -65,7 +66,13 @@ def run_convert(spec, *, report: Reporter | None = None, dry_run: bool = False, 
             results += run_draft(spec, layout, target[0], target[1], calibration, fp8_eval,
                                  report=report, dry_run=dry_run)
     target_dir, target_sha = dist.broadcast(target)
-    if spec.speculative.mode == "eagle3":
+    settings = spec.speculative.eagle3
+    if spec.speculative.mode == "eagle3" and settings.head and not (settings.data or settings.prompts):
+        if dist.is_main:  # an existing head, imported (no data to fine-tune it on): eagle3.heads.stage
+            from trtspec.convert.eagle3.heads.stage import run_head_import
+
+            results.append(run_head_import(spec, layout, target_dir, target_sha, dry_run=dry_run))
+    elif spec.speculative.mode == "eagle3":
         from trtspec.convert.eagle3.device import placement as resolve_placement
         from trtspec.convert.eagle3.sources import DataSource
         from trtspec.convert.eagle3.stage import run_eagle3

@@ -11,6 +11,15 @@ from trtspec.spec.section import Section
 
 class Eagle3Training(Section):
     head: str | None = None
+    """An existing EAGLE-3 head to use instead of training one: a directory or a Hugging Face hub
+    id (HF_HOME / HF_HUB_OFFLINE honoured), in any layout (the EAGLE authors', SpecForge's, ModelOpt's
+    before and after 0.43, speculators'). Checked against the target, written as checkpoints/eagle3.
+    With data or prompts set too, the head is fine-tuned on them instead."""
+    head_layer_convention: Literal["auto", "output", "input"] = "auto"
+    """How the head's layer ids count: auto (from its layout), output (output of decoder layer i:
+    ModelOpt, SpecForge, TensorRT-LLM) or input (input of layer i, HF hidden_states[i]: EAGLE code,
+    speculators, vLLM). Set it for a head whose converter copied the ids across conventions."""
+    head: str | None = None
     """An EAGLE-3 head to start from: a directory or a Hugging Face hub id, in any layout trtspec
     reads. Alone it is imported (checked against the target, no training); with `data` or
     `prompts` it is fine-tuned on them, starting from its weights."""

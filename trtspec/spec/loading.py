@@ -75,7 +75,7 @@ def load_spec(path: str | Path | None = None, overrides: dict[str, Any] | None =
 # path exists beside the spec file.
 OUTPUT_PATHS = ("workdir", "build.output_dir", "serve.repository")
 INPUT_PATHS = ("speculative.eagle3.prompts", "speculative.eagle3.data", "quantization.calibration_prompts", "bench.prompts")
-SOURCE_PATHS = ("model.source", "speculative.draft")
+SOURCE_PATHS = ("model.source", "speculative.draft", "speculative.eagle3.head")  # or hub ids: org/name
 
 
 def anchor_paths(data: dict[str, Any], base: Path, keep: set[str]) -> None:

@@ -10,6 +10,8 @@ Llama layers; ModelOpt is never imported at run time. Semantics follow ModelOpt'
 - EAGLE position i takes the embedding (the target's embed_tokens) of token i + 1 and fc(aux_i);
 - the first layer's attention input is cat(input_layernorm(embeds), hidden_norm(input_layernorm(h)))
   (ModelOpt's pre-hook normalizes the already input-normalized hidden state), its residual is h;
+  heads imported from other tools say in config.json which function their tool computes
+  (HEAD_FORWARDS: EAGLE's hidden_norm(h), speculators' norm_before_residual);
 - each further draft step feeds the drafted token with the EAGLE layer's own pre-norm output
   at the previous position; logits come from lm_head(norm(h)) (+ d2t when the draft vocab is
   smaller).
@@ -38,7 +40,15 @@ from trtspec.runtime.drafters.eagle3_tree import propose_dynamic_trees, propose_
 from trtspec.runtime.drafters.head_feed import HeadFeed
 from trtspec.runtime.tree import Tree, TreeShape
 
-CONFIG_DROP = ("architectures", "eagle_config", "draft_vocab_size", "torch_dtype", "transformers_version")
+CONFIG_DROP = ("architectures", "eagle_config", "draft_vocab_size", "torch_dtype", "transformers_version",
+               "trtspec_head_forward")
+# The function of the first layer, as each tool computes it (config.json `trtspec_head_forward`,
+# written by trtspec.convert.eagle3.heads for imported heads; absent = trtspec's own, ModelOpt's):
+#   modelopt              attention reads cat(ln(embeds), hidden_norm(ln(h))), residual h
+#   eagle                 attention reads cat(ln(embeds), hidden_norm(h)), residual h (EAGLE, SpecForge,
+#                         TensorRT-LLM, SGLang, vLLM / speculators norm_before_residual false)
+#   norm_before_residual  as eagle, residual hidden_norm(h) (speculators / vLLM norm_before_residual true)
+HEAD_FORWARDS = ("modelopt", "eagle", "norm_before_residual")
 
 
 def _build_head(config_dict: dict, state: dict):
@@ -71,6 +81,10 @@ def _build_head(config_dict: dict, state: dict):
     head.load_state_dict({k: v.float() for k, v in state.items()}, strict=True)
     head.d2t = d2t.long() if d2t is not None else None
     head.rotary_emb = LlamaRotaryEmbedding(config=config)
+    head.forward_kind = config_dict.get("trtspec_head_forward") or "modelopt"
+    if head.forward_kind not in HEAD_FORWARDS:
+        raise ModelSourceError(f"EAGLE-3 head: trtspec_head_forward {head.forward_kind!r} is not one of "
+                               f"{', '.join(HEAD_FORWARDS)}", fix="re-import the head with trtspec convert --head")
     return head.eval().to(torch.float32)
 
 
@@ -193,9 +207,13 @@ class Eagle3Drafter(Drafter):
         position_embeddings = head.rotary_emb(h, positions)
         for index, layer in enumerate(head.layers):
             residual = h
-            normed = layer.input_layernorm(h)
-            if index == 0:
-                normed = torch.cat([layer.input_layernorm(embeds), layer.hidden_norm(normed)], dim=-1)
+            if index == 0:  # HEAD_FORWARDS: where the hidden norm sits, what the residual is
+                hidden = layer.hidden_norm(layer.input_layernorm(h) if head.forward_kind == "modelopt" else h)
+                if head.forward_kind == "norm_before_residual":
+                    residual = hidden
+                normed = torch.cat([layer.input_layernorm(embeds), hidden], dim=-1)
+            else:
+                normed = layer.input_layernorm(h)
             attn, _ = layer.self_attn(hidden_states=normed, position_embeddings=position_embeddings,
                                       attention_mask=_mask_placeholder(), past_key_values=None, trtspec_layout=layout)
             h = residual + attn

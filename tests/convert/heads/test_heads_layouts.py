@@ -1,0 +1,122 @@
+"""One trained head in each tool's layout: read, canonical, and drafted by the cpu engine exactly as
+that tool computes it (plain-PyTorch references of each tool's forward decide; ModelOpt itself for
+ModelOpt's layouts), greedy lossless."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.convert.heads import reference
+
+LAYOUTS = ("eagle", "specforge", "modelopt-0.42", "modelopt", "speculators")
+PROMPTS = ([5, 6, 7, 8, 5, 6, 7, 8, 5, 6], [100, 200, 300, 100, 200, 300, 100])
+
+
+def engine_for(target, head_dir):
+    from trtspec.runtime import Engine
+
+    return Engine.from_checkpoints(target, mode="eagle3", draft_dir=head_dir, max_draft_len=4)
+
+
+def record_drafts(engine, prompt, max_new_tokens=20):
+    """(result, [(tokens, draft)]) of a greedy speculative generation."""
+    recorded, original = [], engine.drafter.propose_batch
+
+    def spy(sessions, tokens, max_lens):
+        drafts = original(sessions, tokens, max_lens)
+        recorded.extend((list(seq), d.token_ids.tolist()) for seq, d in zip(tokens, drafts, strict=True))
+        return drafts
+
+    engine.drafter.propose_batch = spy
+    try:
+        return engine.generate(prompt, max_new_tokens=max_new_tokens), recorded
+    finally:
+        del engine.drafter.propose_batch
+
+
+def tool_reference(name, tool_heads, modelopt_head, target_model):
+    """draft(tokens, steps) as the tool that wrote layout `name` computes it."""
+    import json
+
+    from trtspec.convert.eagle3.heads.layouts import read_tensors
+
+    if name.startswith("modelopt"):
+        model = modelopt_head[0]
+        return lambda tokens, steps: model.pseudo_speculative_generate(torch.tensor([tokens[:-1]]),
+                                                                       steps=steps)[1][0].tolist()
+    directory = tool_heads[name]
+    config = json.loads((directory / "config.json").read_text())
+    raw = {}
+    if name == "eagle":
+        raw = torch.load(directory / "pytorch_model.bin", weights_only=True)
+    else:
+        from safetensors.torch import load_file
+
+        raw = load_file(str(directory / "model.safetensors"))
+    assert read_tensors  # the tool's own names are used below, not trtspec's canonical ones
+    if name == "speculators":
+        layer_config = {"hidden_act": "silu", "rope_theta": 10000.0, **config["transformer_layer_config"]}
+        return lambda tokens, steps: reference.draft(
+            raw, layer_config, target_model, tokens, steps, layer="layers.0",
+            layer_ids_input=config["eagle_aux_hidden_state_layer_ids"],
+            norm_before_residual=config["norm_before_residual"])
+    # EAGLE's code captures hidden_states[2, N//2, N-3]; SpecForge's ids count outputs (SGLang adds 1)
+    n = target_model.config.num_hidden_layers
+    inputs = [2, n // 2, n - 3] if name == "eagle" else [i + 1 for i in config["eagle_config"][
+        "eagle_aux_hidden_state_layer_ids"]]
+    return lambda tokens, steps: reference.draft(raw, config, target_model, tokens, steps, layer="midlayer",
+                                                 layer_ids_input=inputs)
+
+
+def test_every_layout_is_recognised_and_reads_the_same_physical_layers(imported):
+    expected_forward = {"eagle": "eagle", "specforge": "eagle", "modelopt-0.42": "modelopt", "modelopt": "modelopt",
+                        "speculators": "norm_before_residual"}
+    for name in LAYOUTS:
+        report = imported[name][1]
+        assert report["layout"] == name
+        assert report["layer_ids"] == [1, 3, 4], name          # outputs of layers 1, 3, 4
+        assert report["layer_ids_input_of_layer"] == [2, 4, 5]
+        assert report["forward"] == expected_forward[name]
+    assert "default of the EAGLE code" in imported["eagle"][1]["layer_ids_from"]
+    assert any("embed_tokens" in note for note in imported["specforge"][1]["notes"])
+
+
+def test_canonical_tensors_are_the_tools_tensors_bit_for_bit(imported, modelopt_head):
+    from trtspec.convert.eagle3.heads.canonical import read_canonical
+
+    _, original = read_canonical(modelopt_head[1])
+    for name in LAYOUTS:
+        config, tensors = read_canonical(imported[name][0])
+        assert set(tensors) == set(original), name
+        for key, tensor in original.items():
+            expected = tensor if key == "d2t" or name != "eagle" else tensor.to(torch.bfloat16)
+            assert tensors[key].dtype == expected.dtype and torch.equal(tensors[key], expected), (name, key)
+        assert config["architectures"] == ["LlamaForCausalLMEagle3"]
+        assert config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 3, 4]
+
+
+@pytest.mark.parametrize("name", LAYOUTS)
+def test_cpu_engine_drafts_exactly_as_the_heads_own_tool(name, imported, tool_heads, modelopt_head, target8,
+                                                         target_model, one_torch_thread):
+    engine = engine_for(target8, imported[name][0])
+    assert engine.drafter.aux_layer_ids == (2, 4, 5)           # hidden_states indices: outputs of 1, 3, 4
+    own_tool = tool_reference(name, tool_heads, modelopt_head, target_model)
+    for prompt in PROMPTS:
+        result, recorded = record_drafts(engine, prompt)
+        assert len(recorded) >= 4
+        for tokens, draft in recorded[:: max(1, len(recorded) // 4)]:
+            assert draft == own_tool(tokens, 4), (name, tokens)
+        plain = engine.generate(prompt, max_new_tokens=20, speculative=False)
+        assert result.token_ids == plain.token_ids           # greedy lossless
+        assert result.stats.num_drafts > 0
+
+
+def test_the_same_tensors_are_not_the_same_function(imported, target8, one_torch_thread):
+    """ModelOpt's hidden_norm(input_layernorm(h)) and EAGLE's hidden_norm(h) on the same tensors
+    draft differently: the layout decides the function, so the import must record it."""
+    drafts = {}
+    for name in ("modelopt", "eagle", "speculators"):
+        _, recorded = record_drafts(engine_for(target8, imported[name][0]), PROMPTS[0])
+        drafts[name] = [draft for _, draft in recorded]
+    assert drafts["modelopt"] != drafts["eagle"] and drafts["eagle"] != drafts["speculators"]

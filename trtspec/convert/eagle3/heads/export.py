@@ -1,0 +1,118 @@
+"""`trtspec export-head`: the canonical head written in another tool's layout, for its consumers.
+
+  eagle        EAGLE authors' / SpecForge layout: `midlayer.*`, d2t + t2d, flat Llama config with
+               architectures ["LlamaForCausalLMEagle3"] and draft_vocab_size. Layer ids twice, each
+               where its reader looks and in its convention: eagle_config's (outputs of layers: SGLang,
+               SpecForge) and the top level's (inputs of layers: vLLM). For vLLM, SGLang, TensorRT-LLM
+               (any release: it binds `midlayer.*`), the EAGLE code.
+  modelopt     ModelOpt >= 0.43 (= the canonical head): `layers.0.*`, eagle_config. For TensorRT-LLM
+               1.2+ and ModelOpt's tooling.
+  speculators  `layers.N.*`, d2t + t2d, speculators_config (verifier = the target), a full
+               transformer_layer_config, norm_before_residual, top-level ids (inputs of layers). For
+               `vllm serve DIR` and speculators' --from-pretrained.
+
+Tensors are written bit for bit (same dtype), so importing an export gives the canonical head back
+(the round-trip test). Each export carries `trtspec_head_forward`; where the head's function is not
+the one the format's consumers compute (a ModelOpt-trained head is hidden_norm(input_layernorm(h)),
+every other consumer computes hidden_norm(h)), the summary says so in a note.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from trtspec.convert.eagle3.heads import conventions as conv
+from trtspec.convert.eagle3.heads.canonical import WEIGHTS, head_forward, read_canonical
+from trtspec.convert.eagle3.heads.layouts import FORWARD_KEY, LLAMA_KEYS
+from trtspec.errors import IncompatibleArtifactError
+
+FORMATS = ("eagle", "modelopt", "speculators")
+CONSUMERS = {
+    "eagle": "vLLM (--speculative-config model=DIR), SGLang (--speculative-draft-model-path DIR), "
+             "TensorRT-LLM (speculative_model), the EAGLE code",
+    "modelopt": "TensorRT-LLM 1.2+ (speculative_model), ModelOpt",
+    "speculators": "vLLM (vllm serve DIR reads speculators_config), speculators train --from-pretrained DIR",
+}
+# the function each format's consumers compute (see layouts.FORWARDS)
+CONSUMER_FORWARD = {"eagle": ("eagle",), "modelopt": ("eagle",), "speculators": ("eagle", "norm_before_residual")}
+SPECULATORS_VERSION = "0.3.0"
+
+
+def export_head(canonical_dir: Path, out_dir: Path, fmt: str, *, target_config: dict[str, Any],
+                verifier: str, max_draft_len: int = 3) -> dict[str, Any]:
+    """Write the canonical head in `canonical_dir` as `fmt` into `out_dir` (made by the caller)."""
+    if fmt not in FORMATS:
+        raise IncompatibleArtifactError(f"unknown head format {fmt!r}", fix=f"use one of {', '.join(FORMATS)}")
+    config, tensors = read_canonical(canonical_dir)
+    forward = head_forward(config)
+    ids = list(config["eagle_config"]["eagle_aux_hidden_state_layer_ids"])
+    llama = {key: config[key] for key in LLAMA_KEYS if key in config}
+    if fmt == "modelopt":
+        out_config, out_tensors = {**config, FORWARD_KEY: forward}, dict(tensors)
+    else:
+        out_tensors = _with_t2d(tensors, int(target_config["vocab_size"]))
+        if fmt == "eagle":
+            out_config = _eagle_config(config, llama, ids)
+            out_tensors = {_midlayer(name, int(config.get("num_hidden_layers", 1))): t for name, t in out_tensors.items()}
+        else:
+            out_config = _speculators_config(config, llama, ids, forward, target_config, verifier, max_draft_len)
+    out_config[FORWARD_KEY] = forward
+    from safetensors.torch import save_file
+
+    out_dir = Path(out_dir)
+    save_file({k: v.contiguous() for k, v in sorted(out_tensors.items())}, str(out_dir / WEIGHTS),
+              metadata={"format": "pt"})
+    (out_dir / "config.json").write_text(json.dumps(out_config, indent=2) + "\n")
+    notes = []
+    if forward not in CONSUMER_FORWARD[fmt]:
+        notes.append(f"this head computes hidden_norm(input_layernorm(h)) as ModelOpt trained it; {fmt}'s consumers "
+                     "compute hidden_norm(h), so their drafts differ from trtspec's (trtspec re-imports it exactly)")
+    return {"format": fmt, "path": str(out_dir), "tensors": len(out_tensors), "consumers": CONSUMERS[fmt],
+            "layer_ids": {"output_of_layer": ids, "input_of_layer": conv.from_output(ids, conv.INPUT)},
+            "forward": forward, "notes": notes}
+
+
+def _with_t2d(tensors: dict[str, Any], vocab: int) -> dict[str, Any]:
+    """The tensors plus t2d (bool membership of each target token) where d2t reduces the vocabulary."""
+    import torch
+
+    out = dict(tensors)
+    if "d2t" in tensors:
+        t2d = torch.zeros(vocab, dtype=torch.bool)
+        t2d[torch.arange(tensors["d2t"].shape[0]) + tensors["d2t"].long()] = True
+        out["t2d"] = t2d
+    return out
+
+
+def _midlayer(name: str, num_layers: int) -> str:
+    if not name.startswith("layers."):
+        return name
+    index, rest = name.removeprefix("layers.").split(".", 1)
+    return f"midlayer.{rest}" if num_layers == 1 else f"midlayer.{index}.{rest}"
+
+
+def _eagle_config(config: dict[str, Any], llama: dict[str, Any], ids: list[int]) -> dict[str, Any]:
+    return {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", **llama,
+            "draft_vocab_size": config["draft_vocab_size"], "torch_dtype": config.get("torch_dtype", "float32"),
+            "tie_word_embeddings": False, "bias": False,
+            "eagle_config": {"eagle_aux_hidden_state_layer_ids": ids},
+            "eagle_aux_hidden_state_layer_ids": conv.from_output(ids, conv.INPUT)}
+
+
+def _speculators_config(config: dict[str, Any], llama: dict[str, Any], ids: list[int], forward: str,
+                        target_config: dict[str, Any], verifier: str, max_draft_len: int) -> dict[str, Any]:
+    return {
+        "architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3",
+        "speculators_version": SPECULATORS_VERSION,
+        "speculators_config": {
+            "algorithm": "eagle3", "default_proposal_method": "greedy",
+            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": max_draft_len}],
+            "verifier": {"name_or_path": verifier, "architectures": target_config.get("architectures") or []}},
+        "transformer_layer_config": {"model_type": "llama", "architectures": ["LlamaForCausalLM"], **llama},
+        "draft_vocab_size": config["draft_vocab_size"], "norm_before_residual": forward == "norm_before_residual",
+        "norm_before_fc": False, "target_hidden_size": int(target_config["hidden_size"]),
+        "eagle_aux_hidden_state_layer_ids": conv.from_output(ids, conv.INPUT), "embed_requires_grad": False,
+        "torch_dtype": config.get("torch_dtype", "float32"),
+    }
