@@ -200,6 +200,10 @@ def render_table(report: dict[str, Any]):
     if contended:
         parts.append("other processes computed on the engine's cores and it stepped on fewer threads in: "
                      + ", ".join(contended) + ": those figures are not the engine's alone")
+    if profile := meta.get("head_profile"):  # what convert measured for this head (speculation_profile.json)
+        from trtspec.convert.eagle3.profile import summary_lines
+
+        parts.extend(summary_lines(profile))
     if report.get("server_counters"):
         parts.append(f"server counters (after - before): {len(report['server_counters'])} keys in bench.json")
     elif (metrics_url := report.get("metadata", {}).get("metrics_url")):

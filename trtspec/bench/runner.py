@@ -50,7 +50,17 @@ def open_engine(engine_dir: str) -> tuple[Any, dict[str, Any]]:
     engine = load_engine(engine_dir)
     runtime = json.loads((Path(engine_dir) / artifacts.ENGINE_JSON).read_text()).get("runtime") or {}
     return EngineTarget(engine), {"target": f"in-process engine {engine_dir}", "mode": engine.mode,
-                                  "max_draft_len": engine.max_draft_len, "dtype": runtime.get("dtype", "float32")}
+                                  "max_draft_len": engine.max_draft_len, "dtype": runtime.get("dtype", "float32"),
+                                  **head_profile(Path(engine_dir) / "draft" if engine.mode == "eagle3" else None)}
+
+
+def head_profile(head_dir: Path | None) -> dict[str, Any]:
+    """{"head_profile": the speculation_profile.json convert wrote beside the EAGLE-3 head (the
+    engine bundle links the head's directory as draft/)}, or {} where there is none."""
+    from trtspec.convert.eagle3.profile import read_profile
+
+    found = read_profile(head_dir) if head_dir is not None else None
+    return {"head_profile": found} if found else {}
 
 
 def open_triton(spec: Any, url: str | None, metrics_url: str | None = None) -> tuple[Any, dict[str, Any]]:
@@ -66,9 +76,12 @@ def open_triton(spec: Any, url: str | None, metrics_url: str | None = None) -> t
 
         raise ServerError(f"no ready model {target.client.model!r} at {address}",
                           fix="start one with `trtspec deploy`, pass --url, or bench in-process with --engine DIR")
+    from trtspec.artifacts import Layout
+
+    eagle3 = Layout.from_spec(spec).checkpoint("eagle3") if spec.speculative.mode == "eagle3" else None
     return target, {"target": f"triton {address}", "mode": spec.speculative.mode,
                     "max_draft_len": spec.speculative.max_draft_len, "dtype": spec.model.dtype,
-                    "metrics_url": metrics_url}
+                    "metrics_url": metrics_url, **head_profile(eagle3)}
 
 
 def plan_variants(spec: Any, url: str | None, engine_dir: str | None, baseline: bool, metrics_url: str | None = None

@@ -211,3 +211,27 @@ def test_engine_acceptance_equals_a_plain_pytorch_reference_and_modelopts_own(ea
                                                strict=True))
     # ModelOpt counts to the end of the continuation instead of the request's max tokens
     assert abs(engine["mean_acceptance_length"] - modelopt["mean_acceptance_length"]) <= 0.1
+
+
+@pytest.mark.slow
+def test_bench_shows_the_profile_of_the_head_it_runs(eagle3_run, tmp_path):
+    import yaml
+    from click.testing import CliRunner
+
+    from trtspec.cli import main
+
+    _, spec_path, _ = eagle3_run
+    settings = yaml.safe_load(spec_path.read_text())
+    settings["build"] = {"output_dir": str(tmp_path / "engines")}
+    spec = tmp_path / "trtspec.yaml"
+    spec.write_text(yaml.safe_dump(settings))
+    built = CliRunner().invoke(main, ["build", "-c", str(spec)])
+    assert built.exit_code == 0, built.output
+    engine = next((tmp_path / "engines").iterdir())
+    result = CliRunner().invoke(main, ["bench", "-c", str(spec), "--engine", str(engine), "--num-prompts", "2",
+                                       "--concurrency", "1", "--max-tokens", "8", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    shown_text = " ".join(result.output.split())  # however the terminal wrapped it
+    assert "head profile (2 prompts x 8 tokens" in shown_text and "chain of 4: mean acceptance length" in shown_text
+    shown = json.loads((tmp_path / "out" / "bench.json").read_text())["metadata"]["head_profile"]
+    assert shown == json.loads((engine / "draft" / "speculation_profile.json").read_text())
