@@ -19,10 +19,6 @@ class Eagle3Training(Section):
     """How the head's layer ids count: auto (from its layout), output (output of decoder layer i:
     ModelOpt, SpecForge, TensorRT-LLM) or input (input of layer i, HF hidden_states[i]: EAGLE code,
     speculators, vLLM). Set it for a head whose converter copied the ids across conventions."""
-    head: str | None = None
-    """An EAGLE-3 head to start from: a directory or a Hugging Face hub id, in any layout trtspec
-    reads. Alone it is imported (checked against the target, no training); with `data` or
-    `prompts` it is fine-tuned on them, starting from its weights."""
     prompts: str | None = None
     """JSONL prompt file ({"prompt": ...} per line) the target answers to make training data;
     empty uses the set shipped in the package (or `data` when set)."""
