@@ -5,7 +5,7 @@ fewest rows from which every row rounds as in a 32-row call (the engine's batch-
 trtspec.runtime.gemm_rows.fewest_rows_alike; "-": none of 1, 2, 4, 8).
 
 Why: on a 16-core Xeon the engine's decode forward at 16 threads took 2x as long with its linear
-layers on oneDNN as on F.linear (docs/BENCHMARKS.md, "A 16-core Xeon"), and F.linear's rows round
+layers on oneDNN as on F.linear (docs/BENCHMARKS-log.md, "A 16-core Xeon"), and F.linear's rows round
 alike on no row count at 2 threads on the AVX2 EPYC: choosing a kernel and a thread count per
 layer needs both columns on the machine at hand. Random weights; one process, calls in this
 thread; medians of 5 batches of calls.

@@ -3,7 +3,7 @@
 plain greedy decoding in process on SmolLM2 (float32, the held-back dev prompts).
 
 Why: issue 25 asks for baseline concurrency 8 / 1 >= 5x through Triton; an AVX2 CPU read
-4.0-4.5x (docs/BENCHMARKS.md). Through Triton and in process the ratio is the same, so this
+4.0-4.5x (docs/BENCHMARKS-log.md). Through Triton and in process the ratio is the same, so this
 splits it in process into factors that multiply back to it:
 
 - ceiling: c x (a decode forward of 1 sequence) / (a decode forward of c sequences), at fixed

@@ -4,7 +4,7 @@ loop, SmolLM2, the held-back dev prompts), each cell's step time split into the 
 attention and the rest, and what concurrency c over 1 would read if attention and the rest cost
 per step what they cost at concurrency 1 (the linear layers as measured).
 
-Why: concurrency 8 over 1 through Triton stayed at 4.0-4.4x on an AVX2 CPU (docs/BENCHMARKS.md);
+Why: concurrency 8 over 1 through Triton stayed at 4.0-4.4x on an AVX2 CPU (docs/BENCHMARKS-log.md);
 this says which part of a step grows with the batch. Timers wrap PackedLinear.forward and
 Layout.attend (a perf_counter pair per call). --attention names the attention routes to run, each
 cell once per route per repeat in alternating order, with the ratios of the first route to the

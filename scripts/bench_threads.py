@@ -4,7 +4,7 @@ engine, HF transformers' `generate`, (with --previous) an older checkout's engin
 --bfloat16) this engine with model.dtype bfloat16; each figure its own process.
 
 Why its own process: a torch process keeps its OpenMP teams and thread count, so figures measured
-one after the other in one process read each other's state (docs/BENCHMARKS.md, "Threads").
+one after the other in one process read each other's state (docs/BENCHMARKS-log.md, "Threads").
 Rounds: every contender runs once per round in a fixed order, rounds repeat; the table gives each
 figure's median over rounds. Batch 8 is 8 caller threads calling `Engine.generate` at once (the
 engine batches them in flight); HF runs batch 1 only (its `generate` does not batch callers).

@@ -1,6 +1,6 @@
 """One OpenMP team per process: the thread that built the engine ends its own (runtime/threads.py).
 
-Two live teams on few cores made 2 torch threads decode slower than 1 (docs/BENCHMARKS.md
+Two live teams on few cores made 2 torch threads decode slower than 1 (docs/BENCHMARKS-log.md
 "Threads"). Counted with the process's own threads, in a fresh process with 2 torch threads: a
 parallel region in the main thread adds a pool thread; releasing ends it; building an engine leaves
 no team behind in the loading thread.
@@ -67,7 +67,7 @@ def test_the_loading_thread_ends_its_openmp_team(tiny_llama):
 def test_admission_torch_work_runs_in_the_loop_thread_not_the_callers(draft_engine, monkeypatch):
     """Zeroing an admitted request's KV blocks and opening its draft session are torch work: done
     in the caller's thread (as submit once did), they gave that thread an OpenMP team of its own, and
-    2 threads decoded no faster than 1 through Engine.generate (docs/BENCHMARKS.md "Threads")."""
+    2 threads decoded no faster than 1 through Engine.generate (docs/BENCHMARKS-log.md "Threads")."""
     import threading
 
     scheduler = draft_engine.scheduler

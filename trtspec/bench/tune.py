@@ -45,7 +45,7 @@ DEFAULT_TREES: list[list[list[int]]] = [
     [[0], [1], [2], [0, 0], [0, 1], [0, 0, 0], [0, 0, 0, 0]],
 ]
 
-# Dynamic (EAGLE-2) trees for a CPU: (topk, depth, num_draft_tokens); measured in docs/BENCHMARKS.md.
+# Dynamic (EAGLE-2) trees for a CPU: (topk, depth, num_draft_tokens); measured in docs/BENCHMARKS-log.md.
 DEFAULT_TREE_SHAPES: list[list[int]] = [[4, 3, 8], [4, 4, 16]]
 
 

@@ -7,7 +7,7 @@
 Why: the load generator runs on the machine it measures. The blocking client (TritonLLMClient.stream)
 opens a channel per request and hands every response across three threads (gRPC's, tritonclient's
 stream thread, the caller's queue); at concurrency 8 against the cpu backend on 2 cores it used
-0.08-0.09 of a core, this one 0.055-0.06 (docs/BENCHMARKS.md), cycles the server's engine gets back.
+0.08-0.09 of a core, this one 0.055-0.06 (docs/BENCHMARKS-log.md), cycles the server's engine gets back.
 The requests and the events are the same as the blocking client's (trtspec.client.requests, events).
 """
 

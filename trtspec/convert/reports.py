@@ -151,12 +151,12 @@ def runtime_acceptance(target_dir, head_dir, prompts: list[str], *, max_draft_le
 # Below this mean acceptance length (bonus included) a head does not pay on the cpu engine: the
 # demo's head at 1.32 ran 0.99x the baseline through Triton at concurrency 1, a 5-minute head at
 # 1.39 ran 1.11x, and the issue-26 default head at 1.18 was slower than no speculation
-# (docs/BENCHMARKS.md). Used where the speed was not measured (ModelOpt's own report).
+# (docs/BENCHMARKS-log.md). Used where the speed was not measured (ModelOpt's own report).
 LOW_ACCEPTANCE_LENGTH = 1.3
 # A measured speed-up below this says the head slows decoding here. Whether a head pays depends on
 # the machine as much as on the head: the default 15-minute head (AL 1.44) drafting chains of 4 ran
 # 0.85-0.90x plain decoding on a 2-core AVX2 CPU, where a verify pass of 5 rows costs 1.26x a plain
-# step and the head's drafts a quarter of one (docs/BENCHMARKS.md, "On an AVX2 CPU").
+# step and the head's drafts a quarter of one (docs/BENCHMARKS-log.md, "On an AVX2 CPU").
 SLOWER_THAN_PLAIN = 0.98
 
 

@@ -78,7 +78,7 @@ STATS_COUNTERS = {
                                      "computed on its cores",
 }
 FAILURE_REASONS = ("invalid", "busy", "internal")
-# Why (docs/BENCHMARKS.md, "Triton's round trips off the engine loop"): each metric update is a
+# Why (docs/BENCHMARKS-log.md, "Triton's round trips off the engine loop"): each metric update is a
 # round trip to the server process, ~1.4 % of the engine loop's samples at 8 streams on 2 cores
 # when sent every step (tokens/s through Triton did not change measurably: both cores stay busy).
 METRICS_INTERVAL_S = 0.1  # gauges and step counters sent at most this often while the engine runs

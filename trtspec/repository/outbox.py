@@ -7,7 +7,7 @@ Sent from the engine loop's sinks, that is ~6 ms of every 16-sequence step spent
 of computing the next step. Queued here, the loop goes on while this thread waits. On the 2-core
 machine it was measured on, that wait was not idle time (Triton's process and the client ran on
 those cores), and throughput through Triton did not change beyond run-to-run noise
-(docs/BENCHMARKS.md, "Per-step costs under load"); where cores are to spare, the loop stops waiting.
+(docs/BENCHMARKS-log.md, "Per-step costs under load"); where cores are to spare, the loop stops waiting.
 
 Order is kept: one FIFO and one thread, so a request's pieces arrive in order and its final flag
 last. A send that fails (the request already closed on the server's side) is handed to the

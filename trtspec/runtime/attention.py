@@ -175,7 +175,7 @@ class Group:
     products attend_rows would run (same shapes, same kernels, so the same numbers), but the
     steps around the products (padding, scale, bias, softmax, scatter back) run once for the
     group instead of once per sequence. At batch 8 those small steps were most of attention's
-    time, and attention about 40 % of a decode step (docs/BENCHMARKS.md, "Threads").
+    time, and attention about 40 % of a decode step (docs/BENCHMARKS-log.md, "Threads").
 
     Built once per forward, its buffers reused by every layer. The padding rows of `queries` are
     zero, as attend_rows pads them."""

@@ -1,7 +1,7 @@
 """Attention of a packed batch in one compiled call per layer (paged_attend.cpp, in the library
 trtspec.runtime.native builds): every sequence, every window, every head at once.
 
-Why (docs/BENCHMARKS.md, "Attention in one call"): torch's route (trtspec.runtime.attention's
+Why (docs/BENCHMARKS-log.md, "Attention in one call"): torch's route (trtspec.runtime.attention's
 products per sequence, Group and StridedGroup) spends most of attention's time on calls, not
 arithmetic: ~8 ms of a decode step at one sequence and ~27 ms at eight on SmolLM2 (2-core AVX2
 AMD EPYC), growing with the batch. The kernel reads each row's keys in place from the pool (a

@@ -1,7 +1,7 @@
 """Attention of a group of sequences that sit evenly spaced in the KV pool: one product per key
 head for the whole group, instead of two per sequence.
 
-Why (measured on SmolLM2, 2 threads, an AVX2 AMD EPYC; docs/BENCHMARKS.md "Attention in lanes"):
+Why (measured on SmolLM2, 2 threads, an AVX2 AMD EPYC; docs/BENCHMARKS-log.md "Attention in lanes"):
 at 8 decoding sequences attention took ~33 ms of a ~160 ms engine step against ~10 ms at one, and
 most of that was two small matrix products per sequence per layer (480 calls a step, each
 ~20 us of call overhead and scattered key reads), not the arithmetic. The scheduler's allocator

@@ -1,6 +1,6 @@
 """The engine loop's thread count while other processes compute on its cores.
 
-Why (2-core AMD EPYC, SmolLM2 float32; docs/BENCHMARKS.md, "Other processes on the engine's
+Why (2-core AMD EPYC, SmolLM2 float32; docs/BENCHMARKS-log.md, "Other processes on the engine's
 cores"): a step is thousands of OpenMP parallel regions, and at each one the team waits for its
 slowest thread. When another process computes on the same cores, one of the team's threads is
 often off its core and every region waits for it: through Triton, one busy single-threaded

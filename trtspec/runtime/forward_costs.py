@@ -10,7 +10,7 @@ Why per batch size: a line over every forward is fitted mostly on prompt chunks 
 logits, cheaper) and on smaller batches. At 16 sequences on 2 cores (SmolLM2, n-gram chains,
 held-back prompts) it priced a drafted row at 1.5 ms, while decode steps with drafts took 2.4 ms a
 drafted row more than those without (in the running engine; 1.5-1.75 ms in a controlled forward
-with every sequence in one key window). Measured effect (docs/BENCHMARKS.md, "The forward's cost
+with every sequence in one key window). Measured effect (docs/BENCHMARKS-log.md, "The forward's cost
 per batch size"): the policy drafts less at 16; its tokens/s over plain decoding stayed where it
 was, 0.99-1.00x, within this machine's noise.
 
@@ -19,7 +19,7 @@ costs far more than the next ones (16 sequences on 2 cores: +5 to +12 ms for one
 a row after), so a line through both kinds passes above the steps without drafts. Fitted on
 the running engine at 16 (n-gram, held-back prompts), it priced plain steps at 83.8 ms while they
 took 76.7, and chains of 2, which kept as many tokens per second as plain steps, were rated 7 %
-faster than them (docs/BENCHMARKS.md, "Drafting only on long n-gram matches"). So per batch size
+faster than them (docs/BENCHMARKS-log.md, "Drafting only on long n-gram matches"). So per batch size
 B the steps that fed exactly B tokens have their own mean, and the line is fitted on the others.
 
 Why a batch size's own plain mean needs THIN steps before it is used: a mean is only re-measured
@@ -27,7 +27,7 @@ by plain steps at that size, and where drafting is chosen there are none. Throug
 streams the batch often holds 14 or 15 sequences (a client's next request on its way); two or three
 plain steps there, slow by chance, left T(15) at 60.1 ms and T(14) at 54.4 against T(16) 49.3
 (50 steps' worth), so drafting at 15 was rated 1.14x plain and chosen for 226 of 228 steps, which
-measured nothing that could correct it (docs/BENCHMARKS.md, "The load policy's plain-step costs at
+measured nothing that could correct it (docs/BENCHMARKS-log.md, "The load policy's plain-step costs at
 batch sizes it rarely sees"). Until a size has THIN plain steps, its plain level is read off a line
 over the plain steps of every size (`across`), which the steps at neighbouring sizes keep current.
 """

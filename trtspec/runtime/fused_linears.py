@@ -5,7 +5,7 @@ Why: a decode step of SmolLM2 makes 211 linear-layer calls; each costs a Python 
 call and an OpenMP fork and join whatever its size, and the small ones split unevenly over the
 threads (k and v have 64 groups of rows: 40 for one thread, 24 for the other at 2 threads). In one
 call, q, k and v are 320 groups and gate and up 1024, split evenly, and a layer makes 4 calls
-instead of 7 (docs/BENCHMARKS.md, "Fewer, larger calls").
+instead of 7 (docs/BENCHMARKS-log.md, "Fewer, larger calls").
 
 Contract: `fuse_siblings(model)`, after prepack_linears, gives every module whose `q_proj`,
 `k_proj`, `v_proj` (or `gate_proj`, `up_proj`) are PackedLinear layers on the row kernel, with

@@ -1,7 +1,7 @@
 """Which matrix kernel runs a linear layer on this CPU: oneDNN on prepacked weights, the row kernel
 (trtspec.runtime.rowdot) or MKL's F.linear.
 
-Why (docs/BENCHMARKS.md, "A 16-core Xeon" and "Linear kernels chosen at load"): the faster kernel
+Why (docs/BENCHMARKS-log.md, "A 16-core Xeon" and "Linear kernels chosen at load"): the faster kernel
 depends on the CPU. On a 2-core AVX2 AMD EPYC, oneDNN's prepacked calls beat MKL at 8 rows for
 every SmolLM2 layer but the small k/v projections (MKL repacks the weight on every multi-row call)
 and MKL's rows round alike at no row count at 2 threads. On a 16-core Xeon (AVX-512, AMX), SmolLM2's decode
@@ -10,7 +10,7 @@ default thread count the engine decoded a lone request at 0.70x HF transformers'
 
 The row kernel, where it can be built (x86-64 with AVX2 and FMA, a C++ compiler), ran SmolLM2's
 linear layers in sequence on the AVX2 EPYC in 0.61-0.71 of oneDNN's time at one row and 0.59-0.64
-at 8 rows, 0.98-1.12 at 64 and 1.23-1.30 at 256 (docs/BENCHMARKS.md, "A row kernel"); on packed
+at 8 rows, 0.98-1.12 at 64 and 1.23-1.30 at 256 (docs/BENCHMARKS-log.md, "A row kernel"); on packed
 weights, on a 2-core AVX-512 EPYC, 0.61 at one row, 0.68 at 8, 0.80 at 16, 0.96 at 64 and 1.23 at
 256 ("Packed weights"): it is the default where it builds, since decode rows are most of a served step.
 
@@ -37,7 +37,7 @@ later load): one noisy timing (1.5x) moved SmolLM2's MLP layers at one thread (o
 row kernel's timings read ~1.8x their usual (gate and up: 66 and 153 us at 1 and 8 rows against
 oneDNN's 44 and 86; the next load 48 and 111 against 66 and 101; why was not found) and moved q, o,
 gate, up and down on a 2-core AVX-512 EPYC: a decode forward took 43 ms instead of 24
-(docs/BENCHMARKS.md, "A slow spell in the linear kernels' first timings").
+(docs/BENCHMARKS-log.md, "A slow spell in the linear kernels' first timings").
 Deleting the file makes the next load measure again. Where the cache cannot be written, each
 process measures for itself.
 

@@ -2,7 +2,7 @@
 // call, rotary embedding and cache write (rope_write), paged attention (paged_attend), o_proj and the
 // residual, the second norm, gate and up in one call, SiLU x up, down_proj and the residual.
 //
-// Why (docs/BENCHMARKS.md, "The decoder layers in one call"): a lone sequence's decode forward of
+// Why (docs/BENCHMARKS-log.md, "The decoder layers in one call"): a lone sequence's decode forward of
 // SmolLM2 spent ~7.9 of its ~26.8 ms in Python and torch's small operations (30 layers x ~20 of them,
 // each a few microseconds of dispatch on 576 or 1536 floats) while the second core spun in the
 // OpenMP barrier; here they are a few microseconds a layer.

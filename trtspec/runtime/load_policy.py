@@ -50,7 +50,7 @@ G is. A dynamic tree of N' < N nodes keeps exactly the N' best-scored of the sam
 path cut at the first node whose score rank is N' or more: one tree draft measures every
 smaller budget (Draft.score_rank). Under sampling these are estimates (the chain samples, the
 tree tries its top-k children), which is all a cost model needs. Before tree drafts are seen
-R(N) = 1 + 0.3 log2(N / d) (SmolLM2's 5-minute head, docs/BENCHMARKS.md: trees of 8 and 16
+R(N) = 1 + 0.3 log2(N / d) (SmolLM2's 5-minute head, docs/BENCHMARKS-log.md: trees of 8 and 16
 nodes, depth 4, accepted 1.31x and 1.72x the chain's tokens).
 
 Probes (`probe`): while the choice is not the tree, every `probe_every` steps one sequence drafts
@@ -90,7 +90,7 @@ DECAY = 0.98            # forgetting per observation: the machine's speed and th
 # per draft, a batch of 16 (4 n-gram drafts a step) remembered ~12 steps, about 50 drafts; so
 # noisy an estimate chooses drafting whenever it happens to read high, and at concurrency 16 the
 # steps that drafted a chain of 2 kept 7 % fewer tokens than the estimate that chose them
-# (in process, 2026-11-26; docs/BENCHMARKS.md, "Drafting only on long n-gram matches").
+# (in process, 2026-11-26; docs/BENCHMARKS-log.md, "Drafting only on long n-gram matches").
 PRIOR_ACCEPT = 0.5      # acceptance per draft position before measurements
 PRIOR_TREE_GAIN = 0.3   # a tree's uplift over its top-1 path per doubling of nodes over its depth, before measurements
 PRIOR_TREE_WEIGHT = 1.0  # top-1 accepted tokens the prior uplift counts as
@@ -99,13 +99,13 @@ MAX_BACKOFF = 3         # ... at most 2^3 times more rarely
 # A draft must be estimated this much faster than plain decoding to be chosen: the estimates
 # carry a few percent of error, and a wrong "draft" loses that much while a wrong "off" loses
 # nothing (speculation must never lose under load; at concurrency 16 chains estimated just
-# above off measured 0.93-0.98x of it, docs/BENCHMARKS.md)
+# above off measured 0.93-0.98x of it, docs/BENCHMARKS-log.md)
 SPEC_MARGIN = 0.05
 # While drafting is off, a model drafter's cache falls behind (the EAGLE-3 head, a draft model):
 # the first draft after plain steps feeds every position verified since, in one forward. That
 # catch-up is priced, spread over this many steps (a resumed draft usually lasts several): at
 # concurrency 8 through Triton, drafts chosen on estimates a few percent above off after long
-# off stretches, catch-up unpriced, made the run 0.94x of plain decoding (docs/BENCHMARKS.md).
+# off stretches, catch-up unpriced, made the run 0.94x of plain decoding (docs/BENCHMARKS-log.md).
 CATCH_UP_HORIZON = 4
 # Probes (one sequence drafts while the choice is off) are spaced so that they cost at most this
 # share of the engine's time, at least every probe_every() steps: at concurrency 8 through Triton,
@@ -114,7 +114,7 @@ CATCH_UP_HORIZON = 4
 PROBE_SHARE = 0.02
 # Steps' worth of "as estimated" the outcomes' mean starts from and returns to (module docstring,
 # Outcomes). Why outcomes at all: at concurrency 8 the drafts the model chose kept 0.95-0.96x the
-# tokens per second estimated (docs/BENCHMARKS.md, "The load policy's drafts against their own
+# tokens per second estimated (docs/BENCHMARKS-log.md, "The load policy's drafts against their own
 # estimates"), and a wrong "draft" loses where a wrong "off" does not.
 CALIBRATION_PRIOR = 8.0
 

@@ -5,7 +5,7 @@ on the other three), one library built once per machine and loaded with ctypes.
 
 Why compiled: all four are batch-invariant by construction (every output one fixed order of
 operations, whatever else shares the call) and faster than torch's kernels at decoding's shapes on
-an AVX2 CPU (docs/BENCHMARKS.md, "A row kernel" and "Attention in one call").
+an AVX2 CPU (docs/BENCHMARKS-log.md, "A row kernel" and "Attention in one call").
 
 Built with the system's g++ (or $CXX) into $TRTSPEC_CACHE/kernels/cpu-kernels-<hash>.so, the hash
 covering the sources, the compiler and the flags: about two seconds, on the first load on a

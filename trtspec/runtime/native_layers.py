@@ -1,7 +1,7 @@
 """A Llama forward's decoder layers in one compiled call (llama_layers.cpp, in the library
 trtspec.runtime.native builds), for trtspec.runtime.llama_forward.
 
-Why (docs/BENCHMARKS.md, "The decoder layers in one call"): on SmolLM2 a lone sequence's decode
+Why (docs/BENCHMARKS-log.md, "The decoder layers in one call"): on SmolLM2 a lone sequence's decode
 forward spent ~30 % of its time in Python and ~20 small torch operations a layer while the second
 core waited; the compiled loop calls the same row kernel, rope_write and paged_attend and does the
 norms, SiLU and residual adds itself.

@@ -1,7 +1,7 @@
 // Attention of a packed batch over the paged KV cache on AVX2 + FMA, every (row, head) output in a
 // fixed order of operations, in one call per layer.
 //
-// Why (docs/BENCHMARKS.md, "Attention in one call"): with torch's batched products a layer's
+// Why (docs/BENCHMARKS-log.md, "Attention in one call"): with torch's batched products a layer's
 // attention was two small matrix products per sequence (or per key head in lanes) plus scale, bias,
 // softmax and the copies around them: ~8 ms of a ~65 ms decode step at one sequence and ~27 ms of
 // ~120 ms at eight on SmolLM2 on a 2-core AVX2 AMD EPYC, nearly all of it call overhead, not
@@ -233,7 +233,7 @@ extern "C" void paged_attend(const float* query, int64_t rows, int64_t heads, in
     // they cycled through all key heads. Each thread takes one run of items holding an equal share
     // of the keys to read: a prompt's rows see more keys row by row, so equal numbers of items
     // were unequal work. A 1,000-token prefill's attention: 480 ms row major, 277 key head major,
-    // 237 with the shares (docs/BENCHMARKS.md). Each item's arithmetic is the same whoever runs it.
+    // 237 with the shares (docs/BENCHMARKS-log.md). Each item's arithmetic is the same whoever runs it.
     const int64_t team = omp_get_num_threads(), me = omp_get_thread_num();
     const int64_t from = total * me / team, to = total * (me + 1) / team;
     int64_t before = 0;
@@ -250,7 +250,7 @@ extern "C" void paged_attend(const float* query, int64_t rows, int64_t heads, in
       // row's keys are d runs of ~100-1,000 floats, one per head-dimension row of the transposed
       // pool, too short for the hardware prefetchers to follow before they end: 8 sequences'
       // attention over 30 layers from memory took 3.1-3.5 ms at ~100 keys, 2.1-2.2 with this
-      // (0.7 from cache; docs/BENCHMARKS.md, "The next item's keys asked for ahead").
+      // (0.7 from cache; docs/BENCHMARKS-log.md, "The next item's keys asked for ahead").
       const int64_t next_t = (item + 1) % rows, next_g = (item + 1) / rows;
       const float *keys_ahead = nullptr, *values_ahead = nullptr;
       if (item + 1 < items && base[next_t] >= 0 && (base[next_t] != base[t] || next_g != g)) {

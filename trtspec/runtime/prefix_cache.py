@@ -4,7 +4,7 @@ Why: with the chat template every request's prompt begins with the same tokens (
 default system message and the user turn's header, 24 tokens). Under load a short request's
 prefill is a large share of the server's time: on the held-back dev prompts (60 prompt tokens,
 ~49 answer tokens, plain decoding, in process) steps carrying prompt rows took 6 % of the forward
-time at concurrency 1 and 28-29 % at concurrency 8 (docs/BENCHMARKS.md, "Scaling"). Keys and
+time at concurrency 1 and 28-29 % at concurrency 8 (docs/BENCHMARKS-log.md, "Steady state"). Keys and
 values of a position depend only on the tokens up to it, so those of the shared start are
 computed once and copied into every new sequence's blocks; its prefill begins after them.
 TensorRT-LLM calls this KV cache reuse (`enable_kv_cache_reuse`, which the GPU repositories set),

@@ -213,7 +213,7 @@ def _in_turn(kernel: str, layer: Any, call: Any) -> Any:
     of `layer`'s shape each time, IN_TURN_BYTES of them (at most IN_TURN_MOST), built on first use
     and gone with the call; `call` itself where one weight of the shape is that big already (lm_head).
 
-    Why (2-core AVX-512 EPYC, docs/BENCHMARKS.md, "Kernel timings over copies in turn"): called again
+    Why (2-core AVX-512 EPYC, docs/BENCHMARKS-log.md, "Kernel timings over copies in turn"): called again
     and again on one weight in the caches, oneDNN over the row kernel read 1.17-1.82 per SmolLM2
     layer shape (gate and up 1.19-1.29: near the margin a challenger needs); in turn over 64 MB of
     copies 1.44-1.86 (gate and up 1.55-1.58), steadier, and nearer a whole forward's 2x."""

@@ -3,7 +3,7 @@ and values instead of computing them again.
 
 Why: the chat template's fixed start is prefilled once already (prefix_cache.py), but a user's own
 system prompt, a few-shot preamble or the earlier turns of a conversation are as much shared, and
-under load a prompt's prefill is compute that does not batch (docs/BENCHMARKS.md, "Steady state":
+under load a prompt's prefill is compute that does not batch (docs/BENCHMARKS-log.md, "Steady state":
 steps carrying prompt rows took a fifth to a quarter of the forward time at concurrency 8).
 TensorRT-LLM calls this KV cache block reuse (`enable_block_reuse`), vLLM automatic prefix caching.
 They share the cached blocks themselves; here the kept rows are copied into the new sequence's own

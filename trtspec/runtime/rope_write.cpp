@@ -1,7 +1,7 @@
 // A layer's new rows before attention, in one call: rotary embedding of the queries and keys
 // (Llama's rotate-half form) and the keys and values written into their paged-cache slots.
 //
-// Why (docs/BENCHMARKS.md, "Fewer, larger calls"): in torch this is ~14 small operations a layer
+// Why (docs/BENCHMARKS-log.md, "Fewer, larger calls"): in torch this is ~14 small operations a layer
 // (two rotations of six each, two index copies, the transposes between them), ~1.1 ms of a
 // one-sequence decode step of SmolLM2 and ~1.7 ms at eight sequences on a 2-core AVX-512 AMD EPYC,
 // nearly all of it per-call cost.

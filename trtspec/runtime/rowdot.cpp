@@ -1,7 +1,7 @@
 // A linear layer on AVX2 + FMA whose every output is one dot product in a fixed order:
 // y[r, n] = sum over k of x[r, k] * w[n, k], (+ bias[n]).
 //
-// Why (docs/BENCHMARKS.md, "A row kernel" and "Packed weights"): decoding's linear layers take 1 to
+// Why (docs/BENCHMARKS-log.md, "A row kernel" and "Packed weights"): decoding's linear layers take 1 to
 // 16 rows, where the time is reading the weights from memory. The weights are packed once at load
 // (rowdot_pack) so that a call reads them in one sequential stream, prefetched into L2 8 KB ahead:
 // GROUP weight rows interleaved eight floats at a time. Every input row of a call (up to ROWS at a

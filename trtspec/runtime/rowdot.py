@@ -4,7 +4,7 @@ engine's compiled library (trtspec.runtime.native).
 Why: decoding's linear layers take 1 to 16 rows, where the time is reading the weights. Packed once
 at load (`pack`: a few weight rows interleaved, read as one prefetched stream), SmolLM2's 211
 layers in sequence took on a 2-core AVX-512 AMD EPYC about the same time at 8 rows as at one,
-0.65 of the unpacked row kernel's time at 8 rows and 0.84 at one (docs/BENCHMARKS.md, "Packed weights").
+0.65 of the unpacked row kernel's time at 8 rows and 0.84 at one (docs/BENCHMARKS-log.md, "Packed weights").
 Every row of a call rounds as it would alone, at any thread count, by construction.
 trtspec.runtime.linear_choice makes it the default kernel where the library builds; oneDNN or MKL
 take a layer from it only where they measure clearly faster.
@@ -13,7 +13,7 @@ bfloat16 (`pack(weight, bfloat16=True)`, rowdot_bf16.cpp, CPUs with AVX512_BF16)
 rounded to bfloat16 at pack time and each input row at every call, products summed in float32
 in one fixed order as above (so still batch-invariant); half the bytes of weights to read and twice
 the pairs an instruction multiplies: SmolLM2's linear layers in sequence took 0.55x the float32
-kernel's time at 1 row, 0.56x at 8, 0.58x at 16 (2-core AVX-512 AMD EPYC, docs/BENCHMARKS.md).
+kernel's time at 1 row, 0.56x at 8, 0.58x at 16 (2-core AVX-512 AMD EPYC, docs/BENCHMARKS-log.md).
 
 Contract: `linear(x, pack(weight), bias)` equals `F.linear(x, weight, bias)` up to float32
 rounding for float32 CPU tensors; with a bfloat16 pack it equals F.linear of the bfloat16-rounded

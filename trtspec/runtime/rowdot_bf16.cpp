@@ -1,7 +1,7 @@
 // The row kernel (rowdot.cpp) on bfloat16 weights and inputs, for CPUs with AVX512_BF16:
 // y[r, n] = sum over k of bf16(x[r, k]) * bf16(w[n, k]) in float32, (+ bias[n]).
 //
-// Why (docs/BENCHMARKS.md, "bfloat16 linear layers on the cpu engine"): in float32 a decode step of up to
+// Why (docs/BENCHMARKS-log.md, "bfloat16 linear layers on the cpu engine"): in float32 a decode step of up to
 // 8 rows is bound by reading the weights (SmolLM2: 538 MB a step at ~31 GB/s on a 2-core AMD EPYC)
 // and every 8 rows beyond by float32 multiply-adds at the cores' peak. bfloat16 weights are half the
 // bytes, and VDPBF16PS multiplies twice as many pairs per instruction as a float32 FMA.

@@ -122,12 +122,12 @@ inline void pass_of(int left, const typename Kernel::Value* x, int64_t k_size, c
 // sums in flight, too few to hide a multiply-add's latency). SmolLM2's 211 layers at 10-14 rows (a
 // decode step of 8 sequences with a probe or a few drafts, 10-14 decoding through Triton at 16)
 // took 0.87-0.97x the time, at 9 and 15 rows 0.94-1.01x. Three or more passes keep full passes and a smaller last one:
-// an even split of 17 rows (6, 6 and 5) took 1.01-1.10x the time of 8, 8 and 1 (docs/BENCHMARKS.md).
+// an even split of 17 rows (6, 6 and 5) took 1.01-1.10x the time of 8, 8 and 1 (docs/BENCHMARKS-log.md).
 // The first pass reads the weights from memory, prefetching AHEAD_BYTES ahead; later passes find
 // them in L1. With two or three passes (decode steps of 9-24 sequences, a verify of 8 x 3 rows) the
 // stream would stop while the later passes compute, and the next group's first pass would wait on
 // memory again: there every pass prefetches its share of the stream (by its rows), further ahead.
-// Measured on SmolLM2's 211 layers in turn (2-core AVX-512 EPYC, docs/BENCHMARKS.md): 0.88-0.89x
+// Measured on SmolLM2's 211 layers in turn (2-core AVX-512 EPYC, docs/BENCHMARKS-log.md): 0.88-0.89x
 // the time at 16 rows, 0.90-0.95x at 14-15, 0.92-0.93x at 24, the same at 1-9. With more passes
 // (prompts, long verifies) the gain fell to 0.97-1.00x and some processes ran 1.1x slower (why was
 // not found), so those keep the first pass's stream.

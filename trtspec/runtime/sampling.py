@@ -55,7 +55,7 @@ def greedy_tokens(logits) -> list[int]:
 
     Through numpy: torch's CPU argmax took 44 us a 49,152-wide row on the AVX-512 EPYC
     (2026-11-28), numpy's 5 us; py-spy had it at 3.4 % of the engine loop at 8 sequences, though
-    tokens/s through Triton did not change measurably (docs/BENCHMARKS.md).
+    tokens/s through Triton did not change measurably (docs/BENCHMARKS-log.md).
     Other dtypes than numpy's float types (bfloat16) stay in torch."""
     import torch
 

@@ -188,7 +188,7 @@ class Scheduler:
 
         This is torch work, so it runs in the loop thread and never in a caller's: a caller thread
         that runs a parallel torch op gets an OpenMP team of its own, and two teams on the same
-        cores made 2 threads no faster than 1 (trtspec/runtime/threads.py, docs/BENCHMARKS.md)."""
+        cores made 2 threads no faster than 1 (trtspec/runtime/threads.py, docs/BENCHMARKS-log.md)."""
         from trtspec.runtime.paged import SeqKV
 
         engine = self.engine

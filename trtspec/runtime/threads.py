@@ -1,6 +1,6 @@
 """One OpenMP team per process doing torch work: the engine loop's, not the loading thread's too.
 
-Why (measured on 2 cores, SmolLM2 float32, plain greedy decoding; docs/BENCHMARKS.md "Threads"):
+Why (measured on 2 cores, SmolLM2 float32, plain greedy decoding; docs/BENCHMARKS-log.md "Threads"):
 the engine's steps run in its loop thread, but the model is loaded, prepacked and probed in the
 caller's thread, and GNU OpenMP keeps a thread team per thread that ever ran a parallel region.
 With two teams alive on 2 cores, libgomp sees more threads than cores and stops spinning between

@@ -46,7 +46,7 @@ class ModelSpec(Section):
     answers bit for bit transformers' float32 ones), or bfloat16 (CPUs with AVX512_BF16: weights and
     each layer's input rounded to bfloat16, sums, norms, attention and the KV cache in float32;
     SmolLM2 served 1.4-1.5x the tokens/s at up to 8 requests on a 2-core AVX-512 EPYC, and 4 of 15
-    held-back answers parted from float32's within 64 tokens; docs/BENCHMARKS.md). float16:
+    held-back answers parted from float32's within 64 tokens; docs/BENCHMARKS-log.md). float16:
     trtllm backends only."""
     trust_remote_code: bool = False
     """Allow custom modelling code from the checkpoint. Off unless you trust the source."""
@@ -56,7 +56,7 @@ class TreeSpec(Section):
     """A dynamic (EAGLE-2) draft tree, grown per sequence and step from the drafter's own scores.
 
     The defaults (topk 4, depth 3, 8 nodes) are the fastest shape measured on the cpu engine at
-    concurrency 1 with both 15-minute SmolLM2 heads (docs/BENCHMARKS.md): 1.20x and 1.27x plain
+    concurrency 1 with both 15-minute SmolLM2 heads (docs/BENCHMARKS-log.md): 1.20x and 1.27x plain
     decoding in process, where 4,4,16 gave 0.99x and 1.06x (a verified node costs ~1 ms of CPU
     compute past ~16 rows); a GPU verifies wider trees nearly free."""
 
@@ -73,7 +73,7 @@ class TreeSpec(Section):
     """Of those, verify only the nodes whose path's draft probability is at least this (the best
     node always; trees from draft_len_schedule too; cpu engine only, TensorRT-LLM has no such
     setting): each node verified on a CPU costs compute, and with 0.05 an 8,4,16 tree ran 1.19x
-    plain decoding instead of 1.06x (docs/BENCHMARKS.md). 0: all of them."""
+    plain decoding instead of 1.06x (docs/BENCHMARKS-log.md). 0: all of them."""
 
     @model_validator(mode="after")
     def _check_budget(self) -> TreeSpec:
@@ -245,7 +245,7 @@ class ServeSpec(Section):
     them (TensorRT-LLM's LLM API stream_interval); the first tokens and the last go out at once.
     1 sends every step's tokens. Fewer responses leave the cores to the engine: 4 measured 1.04x
     tokens/s at concurrency 1, 1.05x at 8 and 1.08x at 16 through Triton on a 2-core CPU
-    (docs/BENCHMARKS.md), with the text arriving in larger pieces."""
+    (docs/BENCHMARKS-log.md), with the text arriving in larger pieces."""
     startup_timeout_s: float = Field(120.0, gt=0)
     """How long a (re)started server may take to serve: /v2/health/ready, its own id on both
     ports, and a one-token inference."""
