@@ -40,7 +40,6 @@ from trtspec.bench.server_counters import prompt_share_copied, steps_by_draft, s
 SPECULATIVE = "speculative"
 BASELINE = "baseline"
 PERCENTILES = (50, 90, 99)
-LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
 
 
 @dataclass

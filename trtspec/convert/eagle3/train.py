@@ -180,17 +180,6 @@ def trainable_state(model) -> dict[str, Any]:
             if not name.startswith("rotary_emb")}
 
 
-def saved_progress(work_dir: Path) -> tuple[int, float]:
-    """(step, seconds) of the resumable state in `work_dir`, (0, 0.0) when there is none."""
-    state_path = work_dir / "state.pt"
-    if not state_path.exists():
-        return 0, 0.0
-    import torch
-
-    state = torch.load(state_path, map_location="cpu", weights_only=False)
-    return state["step"], state["elapsed"]
-
-
 def _save_atomic(obj: Any, path: Path) -> None:
     import torch
 
