@@ -21,6 +21,7 @@ from trtspec.builders.contracts import Contract
 from trtspec.convert.eagle3.export import canonical_tensor_name
 from trtspec.errors import IncompatibleArtifactError
 
+
 def release_tensor_name(name: str, contract: Contract, num_layers: int) -> str:
     """A canonical head tensor name (`layers.<i>.*`) as the release's loader binds it."""
     if not name.startswith("layers."):
