@@ -94,10 +94,30 @@ def test_source_problem_is_cheap_and_names_the_fix(tiny_llama, tmp_path):
     assert source_problem(str(tiny_llama)) is None
     assert source_problem(str(tmp_path)) == ("no config.json", "point at a Hugging Face checkpoint directory")
     assert source_problem(str(tmp_path / "x.gguf")) == ("GGUF file not found", "check the path")
-    problem, fix = source_problem("meta-llama/Llama-3.1-8B")
+    problem, fix = source_problem("no-such-model")
     assert problem.startswith("not a directory, a .gguf file or a known alias") and "directory" in fix
     with pytest.raises(ModelSourceError, match="not a directory, a .gguf file or a known alias"):
-        resolve_model("meta-llama/Llama-3.1-8B")
+        resolve_model("no-such-model")
+    assert source_problem("meta-llama/Llama-3.1-8B") is None  # a hub id: checked once fetched
+
+
+def test_a_hub_id_resolves_from_the_local_hub_cache(tiny_llama, tmp_path, monkeypatch):
+    """huggingface_hub's cache layout under HF_HOME, HF_HUB_OFFLINE=1: no network."""
+    import shutil
+
+    revision = "89abcdef" * 5
+    repo = tmp_path / "hub" / "models--acme--tiny"
+    shutil.copytree(tiny_llama, repo / "snapshots" / revision)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(revision)
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    info = resolve_model("acme/tiny")
+    assert info.path == repo / "snapshots" / revision and info.name == "tiny"
+    assert info.sha256 == resolve_model(str(tiny_llama)).sha256
+    with pytest.raises(ModelSourceError, match="not in the Hugging Face cache .* HF_HUB_OFFLINE is set"):
+        resolve_model("acme/other")
 
 
 DECODE = """

