@@ -74,7 +74,10 @@ class _Tally:
     def __init__(self) -> None:
         self.start = time.perf_counter()
         self.chunk_times: list[float] = []
-        self.tokens, self.spec, self.prompt_tokens, self.error = 0, None, None, None
+        self.tokens = 0
+        self.spec: SpecCounts | None = None
+        self.prompt_tokens: int | None = None
+        self.error: str | None = None
 
     def add(self, chunk: Chunk) -> None:
         now = time.perf_counter() - self.start
@@ -130,7 +133,7 @@ def schedule(num_prompts: int, concurrencies: Sequence[int], repeats: int, varia
              requests_per_slot: int = 2) -> list[tuple[int, int, str, list[int]]]:
     """The run order as (concurrency, repeat, variant, request numbers) blocks; request j sends
     prompt j mod num_prompts. Pure, for tests."""
-    plan = []
+    plan: list[tuple[int, int, str, list[int]]] = []
     # repeat-major: each repeat visits every concurrency, so a scaling ratio (repeat r at c over
     # repeat r at the lowest c) compares cells minutes apart, not a whole run apart
     for repeat in range(repeats):

@@ -17,7 +17,7 @@ import platform
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from trtspec import __version__
 from trtspec.bench.metrics import (
@@ -135,10 +135,12 @@ def render_table(report: dict[str, Any]):
     threads = f", OMP_NUM_THREADS={machine['omp_num_threads']}" if machine.get("omp_num_threads") else ""
     table = Table(title=title, caption=f"{machine['cpu']} x{machine['cpu_count']}{threads}, {machine['date']}; "
                                        f"latencies in ms, mean / p99")
-    for name, justify in [("conc", "right"), ("variant", "left"), ("ok", "right"), ("out tok/s", "right"),
-                          ("req/s", "right"), ("in flight", "right"), ("tok/s all in flight", "right"), ("TTFT", "right"),
-                          ("TPOT", "right"), ("ITL", "right"),
-                          ("E2EL", "right"), ("AL", "right"), ("accept %", "right"), ("verified/draft", "right")]:
+    columns: list[tuple[str, Literal["left", "right"]]] = [
+        ("conc", "right"), ("variant", "left"), ("ok", "right"), ("out tok/s", "right"),
+        ("req/s", "right"), ("in flight", "right"), ("tok/s all in flight", "right"), ("TTFT", "right"),
+        ("TPOT", "right"), ("ITL", "right"),
+        ("E2EL", "right"), ("AL", "right"), ("accept %", "right"), ("verified/draft", "right")]
+    for name, justify in columns:
         table.add_column(name, justify=justify)
     for r in report["results"]:
         table.add_row(str(r["max_concurrency"]), r["variant"], f"{r['completed']}/{r['completed'] + r['failed']}",

@@ -119,10 +119,10 @@ def run_fp8(spec, layout: Layout, source_dir: Path, source_sha: str, calibration
     quantized = copy.deepcopy(original)
     phase = Phase(report, f"FP8 calibration ({kind})", total=len(prompts), unit="prompts")
     fp8.quantize_fp8(quantized, tokenizer, prompts, fp8_kv_cache=quant.fp8_kv_cache, on_prompt=phase.advance)
-    report = reports.fp8_quality(original, quantized, tokenizer, eval_prompts)
-    report["calibration_prompts"] = len(prompts)
+    quality = reports.fp8_quality(original, quantized, tokenizer, eval_prompts)
+    quality["calibration_prompts"] = len(prompts)
     common = {"source": str(source_dir), "source_sha256": source_sha, "settings": quant.model_dump(mode="json"),
-              "report": report}
+              "report": quality}
     if target_sha:  # a quantized draft still belongs to one target
         common["target_sha256"] = target_sha
     for name, final in pending.items():
@@ -133,9 +133,9 @@ def run_fp8(spec, layout: Layout, source_dir: Path, source_sha: str, calibration
                 fp8.export_hf(quantized, tokenizer, staging)
             manifest = artifacts.write_manifest(staging, name, weights_sha256=artifacts.weights_sha256(staging),
                                                 inputs=outputs[name], **common)
-        results.append(StageResult(name, final, "written", manifest, report))
+        results.append(StageResult(name, final, "written", manifest, quality))
     layout.reports.mkdir(parents=True, exist_ok=True)
-    artifacts.write_json(layout.report_dir(f"convert-{kind}-fp8.json"), report)
+    artifacts.write_json(layout.report_dir(f"convert-{kind}-fp8.json"), quality)
     return results
 
 

@@ -84,9 +84,10 @@ class TritonForwarder:
         call = self.client.stream_infer(requests())
         finished = False
         try:
-            async for result, error in call:
-                if error is not None:
-                    raise triton_error(error.message() if isinstance(error, InferenceServerException) else str(error))
+            async for result, failure in call:
+                if failure is not None:
+                    raise triton_error(failure.message() if isinstance(failure, InferenceServerException)
+                                       else str(failure))
                 piece = _piece(result)
                 finished = piece.final
                 yield piece
