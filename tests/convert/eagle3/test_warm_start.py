@@ -99,7 +99,8 @@ def test_fine_tune_starts_at_the_heads_acceptance_and_keeps_the_best_held_out_sn
     spec = write_spec(tmp_path, tiny_llama, speculative={
         "mode": "eagle3", "eagle3": {"head": str(start), "prompts": train, "num_samples": 48, "answer_tokens": 24,
                                       "max_steps": 60, "batch_size": 4, "seq_len": 96, "checkpoint_every": 15,
-                                      "learning_rate": 3e-3}})
+                                      "learning_rate": 3e-3}},
+                      build={"max_seq_len": 1024, "max_input_len": 512})  # the tiny head's positions (the importer checks them)
     result = run_cli("-c", str(spec), "--eval-prompts", held_out, "--eval-tokens", "24", "--json")
     assert result.exit_code == 0, result.output
     head = tmp_path / "work" / "checkpoints" / "eagle3"
@@ -108,8 +109,12 @@ def test_fine_tune_starts_at_the_heads_acceptance_and_keeps_the_best_held_out_sn
 
     # 1. before the first step the module is the head: its export equals the head's tensors, and its
     #    acceptance (step 0) is the head's own, measured directly on the same held-out prompts
-    assert tuned["warm_start"]["tensors_equal"] and tuned["warm_start"]["head_sha256"] == \
-        manifest(head)["inputs"]["head_sha256"]
+    assert tuned["warm_start"]["tensors_equal"]
+    imported = tmp_path / "work" / "checkpoints" / ".eagle3-work" / "start-head"  # the importer's canonical copy
+    assert tuned["warm_start"]["head"] == str(imported)
+    source_tensors, imported_tensors = load_file(str(start / "model.safetensors")), load_file(str(imported / "model.safetensors"))
+    assert source_tensors.keys() == imported_tensors.keys()
+    assert all(torch.equal(source_tensors[name], imported_tensors[name]) for name in source_tensors)
     prompts = [row["prompt"] for row in held_out_rows]
     direct = reports.runtime_acceptance(tiny_llama, start, prompts, max_draft_len=4, new_tokens=24, timed=False)
     assert tuned["before"]["step"] == 0
@@ -132,3 +137,14 @@ def test_fine_tune_starts_at_the_heads_acceptance_and_keeps_the_best_held_out_sn
     written = profile.read_profile(head)
     assert written["head"]["made_by"] == "fine-tuned" and written["shapes"][0]["draft"] == "chain of 4"
     print(json.dumps({"before": tuned["before"], "after": tuned["after"], "candidates": tuned["candidates"]}))
+
+
+def test_a_head_computing_another_first_layer_is_not_fine_tuned():
+    from trtspec.convert.eagle3.finetune import check_forward
+    from trtspec.errors import IncompatibleArtifactError
+
+    check_forward("modelopt", "work/checkpoints/eagle3")  # trtspec's own heads and ModelOpt's exports
+    for forward in ("eagle", "norm_before_residual"):
+        with pytest.raises(IncompatibleArtifactError, match=f"computes the '{forward}' first layer") as error:
+            check_forward(forward, "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B")
+        assert "\n" not in str(error.value) and "without data or prompts" in error.value.fix

@@ -1,9 +1,14 @@
 """Fine-tuning an existing EAGLE-3 head on the user's data (`speculative.eagle3.head` with `data` or
 `prompts`): the eagle3 stage's three additions, in its order.
 
-1. `plan(settings, target_config, files, rows)`: the head to start from (a canonical head
-   directory, eagle3.warm_start), its draft vocabulary (kept as it is: the head's lm_head rows and
-   d2t; the coverage of the new answers is reported) and its architecture for ModelOpt's convert;
+1. `plan(spec, target_dir, ...)`: the head to start from, whatever its layout or source (a
+   directory or a hub id), written as a canonical head into the work directory by the importer
+   (eagle3.heads.stage.write_imported: read, checked against the target), its draft vocabulary
+   (kept as it is: the head's lm_head rows and d2t; the coverage of the new answers is reported)
+   and its architecture for ModelOpt's convert. Only heads that compute ModelOpt's function
+   (trtspec's own, ModelOpt's exports) can be fine-tuned: ModelOpt trains its EagleModule, and a
+   head whose tool computes another first layer (`trtspec_head_forward` eagle or
+   norm_before_residual) would start as another function than its own, so it is refused;
 2. `start(model, plan, work)`: the head's tensors into the converted module, the proof that the
    module is the head (its ModelOpt export equals the head bit for bit: `verify_warm_start`), and
    a step-0 snapshot, so the starting head is a candidate like every training snapshot;
@@ -27,9 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from trtspec.convert.eagle3 import warm_start
-from trtspec.errors import ModelSourceError, TrtSpecError
+from trtspec.errors import IncompatibleArtifactError, TrtSpecError
 
 STEP0 = "step-000000.pt"
+START_HEAD = "start-head"  # the imported starting head, inside the work directory
 
 
 @dataclass
@@ -45,27 +51,45 @@ def wanted(settings) -> bool:
     return bool(settings.head) and bool(settings.data or settings.prompts)
 
 
-def head_dir(settings) -> Path:
-    """The canonical head directory `speculative.eagle3.head` names (what the importer writes)."""
-    path = Path(settings.head).expanduser()
-    if not (path / "config.json").is_file():
-        raise ModelSourceError(f"speculative.eagle3.head: {settings.head} is not a head directory with config.json",
-                               fix="fine-tuning starts from a head in trtspec's canonical layout: import it first "
-                                   "(`trtspec convert --mode eagle3 --head SOURCE` without data), then point "
-                                   "speculative.eagle3.head at work/checkpoints/eagle3")
-    return path
-
-
 def inputs(settings) -> dict[str, Any]:
-    """What a fine-tune adds to the stage's inputs: the starting head's weights."""
-    return {"head_sha256": warm_start.head_sha256(head_dir(settings))}
+    """What a fine-tune adds to the stage's inputs: the starting head's files (config and weights)."""
+    from trtspec.convert.eagle3.heads.stage import _files_sha256, resolve_head
+
+    return {"head_sha256": _files_sha256(resolve_head(settings.head))}
 
 
-def plan(settings, target_config: dict[str, Any], answer_counts=None) -> FineTunePlan:
-    directory = head_dir(settings)
+def plan(spec, target_dir: Path, target_config: dict[str, Any], work: Path, *, dist, answer_counts=None
+         ) -> FineTunePlan:
+    """Import the head into `work`/start-head (rank 0; the others wait), refuse a function ModelOpt
+    does not compute, and read its vocabulary and architecture."""
+    import shutil
+
+    from trtspec.convert.eagle3.heads.canonical import head_forward
+    from trtspec.convert.eagle3.heads.stage import write_imported
+
+    settings = spec.speculative.eagle3
+    directory = Path(work) / START_HEAD
+    if dist.is_main:
+        shutil.rmtree(directory, ignore_errors=True)
+        directory.mkdir(parents=True)
+        write_imported(directory, settings.head, target_dir, max_seq_len=spec.build.max_seq_len,
+                       convention=settings.head_layer_convention)
+    dist.barrier()
+    config, _ = warm_start.read_head(directory)
+    check_forward(head_forward(config), settings.head)
     return FineTunePlan(directory, warm_start.head_sha256(directory),
                         warm_start.head_vocab(directory, target_config["vocab_size"], answer_counts),
                         warm_start.head_architecture(directory, target_config))
+
+
+def check_forward(forward: str, source: str) -> None:
+    """Refuse to fine-tune a head whose first layer is not ModelOpt's function (see the docstring)."""
+    if forward != "modelopt":
+        raise IncompatibleArtifactError(
+            f"speculative.eagle3.head: {source} computes the {forward!r} first layer, and fine-tuning trains "
+            f"ModelOpt's EagleModule, which computes 'modelopt' (it would start as another function)",
+            fix="serve the head as imported (speculative.eagle3.head without data or prompts), or train a head "
+                "from scratch on the data (no head)")
 
 
 def vocab_line(vocab, vocab_size: int) -> str:

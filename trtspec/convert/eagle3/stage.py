@@ -107,7 +107,7 @@ def run_eagle3(spec, layout, target_dir: Path, target_sha: str, source: DataSour
     if finetune.wanted(settings):
         counts = eagle3_data.count_tokens(eagle3_store.read_answers(files.rows, stats.count),
                                           target_config["vocab_size"])
-        fine_tune = finetune.plan(settings, target_config, counts)
+        fine_tune = finetune.plan(spec, target_dir, target_config, files.root, dist=dist, answer_counts=counts)
         vocab = fine_tune.vocab
         note(report, finetune.vocab_line(vocab, target_config["vocab_size"]))
     else:
