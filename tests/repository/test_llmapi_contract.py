@@ -14,6 +14,7 @@ import pytest
 from google.protobuf import json_format
 
 from trtspec.builders import contracts
+from trtspec.errors import SpecError
 from trtspec.repository import llmapi_io, render
 from trtspec.repository import trtllm as trtllm_repository
 from trtspec.repository.cpu_request import INPUT_NAMES
@@ -69,3 +70,9 @@ def test_stock_table_agrees_with_the_release_contract_and_the_gpu_repository(ver
     assert _stock(trtllm_repository.outputs()) == _stock(stock["outputs"])
     assert stock["source"].endswith(f"config.pbtxt@v{version}")
     assert json.loads(llmapi_io.CONTRACT.read_text())["read"]
+
+
+def test_a_release_without_a_stock_table_is_one_line_naming_the_ones_there():
+    """SpecError takes a list of problem lines (it was called with a `fix=` it has not, a TypeError)."""
+    with pytest.raises(SpecError, match=r"^build.trtllm_version: no stock llmapi I/O recorded for 0.0.1 \(use one of 1.1.0, "):
+        llmapi_io.stock("0.0.1")

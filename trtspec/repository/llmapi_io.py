@@ -40,8 +40,8 @@ def stock(version: str) -> dict[str, Any]:
     """{'source', 'inputs', 'outputs'} of the stock config.pbtxt of TensorRT-LLM `version`."""
     releases = json.loads(CONTRACT.read_text())["releases"]
     if version not in releases:
-        raise SpecError(f"build.trtllm_version {version}: no stock llmapi I/O recorded",
-                        fix=f"use one of {', '.join(sorted(releases))}")
+        raise SpecError([f"build.trtllm_version: no stock llmapi I/O recorded for {version} "
+                         f"(use one of {', '.join(sorted(releases))})"])
     return releases[version]
 
 
