@@ -46,6 +46,8 @@ def missing_references(resolved: Any) -> list[str]:
         found = source_problem(source) if source else None
         if found:
             problems.append(problem_line(field, found[0], got=repr(source), fix=found[1]))
+        elif source and resolved.build.backend == "cpu" and (Path(source).expanduser() / "config.json").is_file():
+            problems += _unrunnable(field, Path(source).expanduser() / "config.json", resolved.build.max_seq_len)
     for field, prompts in (("speculative.eagle3.prompts", resolved.speculative.eagle3.prompts),
                            ("quantization.calibration_prompts", resolved.quantization.calibration_prompts),
                            ("bench.prompts", resolved.bench.prompts)):
@@ -53,6 +55,23 @@ def missing_references(resolved: Any) -> list[str]:
             problems.append(problem_line(field, "no such prompt file", got=repr(prompts),
                                          fix="give a JSONL file, or leave it empty for the packaged set"))
     return problems
+
+
+def _unrunnable(field: str, config_json: Path, max_seq_len: int) -> list[str]:
+    """The problem line for a checkpoint the cpu engine cannot run (config.json alone is read)."""
+    import json
+
+    from trtspec.errors import IncompatibleArtifactError
+    from trtspec.runtime.architectures import refuse_unrunnable
+    from trtspec.spec.schema import problem_line
+
+    try:
+        refuse_unrunnable(json.loads(config_json.read_text()), max_seq_len, "build.backend cpu")
+    except IncompatibleArtifactError as error:
+        return [problem_line(field, error.problem, fix=error.fix)]
+    except ValueError:
+        return [problem_line(field, "config.json is not valid JSON", fix="restore the file")]
+    return []
 
 
 @spec.command(epilog="\b\nExamples:\n  trtspec spec show\n  trtspec spec show --json")

@@ -7,6 +7,7 @@ trusted. Nothing here knows the Engine class: engine.py calls `engine_parts`.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -71,10 +72,20 @@ def engine_parts(target_dir, *, mode: str = "ngram", draft_dir=None, max_draft_l
 
 def _linear_kernels(dtype: str, prepack: bool) -> tuple[str, ...]:
     """The kernels prepack may choose among for `dtype`; a clear error where it cannot run here."""
+    import os
+
     from trtspec.runtime.linear_choice import KERNELS, ROWDOT_BF16
 
     if dtype == "float32":
-        return KERNELS
+        # TRTSPEC_CPU_LINEAR=rowdot|onednn|mkl: that kernel only (rowdot keeps the numbers the same
+        # at any thread count, so the loop may step down beside other processes: contention.py)
+        only = os.environ.get("TRTSPEC_CPU_LINEAR", "").strip()
+        if not only:
+            return KERNELS
+        if only not in KERNELS:
+            raise IncompatibleArtifactError(f"TRTSPEC_CPU_LINEAR={only!r} is not a linear kernel",
+                                            fix=f"use one of {', '.join(KERNELS)}, or unset it")
+        return (only,)
     if dtype != "bfloat16":
         raise IncompatibleArtifactError(f"runtime dtype {dtype!r} is not supported by the cpu engine",
                                         fix="use float32 or bfloat16 (FP8 checkpoints are dequantized at load)")
@@ -105,6 +116,9 @@ def load_causal_lm(path: str | Path):
     path = Path(path)
     if not (path / "config.json").is_file():
         raise ModelSourceError(f"{path}: no config.json", fix="point at a Hugging Face checkpoint directory")
+    from trtspec.runtime.architectures import refuse_unrunnable
+
+    refuse_unrunnable(json.loads((path / "config.json").read_text()), None, str(path))
     if (path / "hf_quant_config.json").is_file():
         from trtspec.runtime.fp8 import load_fp8_causal_lm
 

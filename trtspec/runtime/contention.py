@@ -7,11 +7,12 @@ often off its core and every region waits for it: through Triton, one busy singl
 process beside the server took 2-thread decoding from 45 to 3.4 tokens/s (a 2-thread OpenMP loop
 to 2.5), while the same server on one thread lost almost nothing (30.3 -> 29.0 tokens/s).
 
-How it is seen: the process's CPU time during steps over their wall time times the team's
-threads, the share of the cores it asked for that it got. Alone at 2 threads it reads 0.97-0.99 in
-process (0.84 at worst through Triton); beside one busy process 0.69-0.77, beside a 2-thread
-OpenMP loop 0.49-0.60. (Threads spinning at a barrier count as on a core: the share falls only
-while threads wait off their cores.)
+How it is seen: the time the team's threads waited runnable for a core during steps
+(trtspec.runtime.run_queue: the kernel's run-queue delay), over the steps' wall time x threads;
+the share it got is one minus that. The process's CPU time over wall time x threads, used before,
+read high on a 2-core Intel Xeon (AVX-512, AMX) with two busy processes on its cores, since a
+spinning OpenMP thread counts as on a core; the run-queue delay is the waiting itself, on any CPU
+(figures: docs/BENCHMARKS-log.md, "Other processes on the engine's cores").
 
 What it does (ThreadGovernor.decide, after every step): when the share over at least WINDOW_S of
 step time falls below LOW_SHARE, the loop steps on floor(share x threads) threads (at least 1,
@@ -24,8 +25,10 @@ target computes the same numbers at any thread count. The row kernels and the at
 by construction (one fixed order per output; tests/runtime/test_rt_rowdot.py and
 test_rt_attention_kernel.py); `why_thread_dependent` checks the loaded target: every linear layer
 on a row kernel, and the same logits for a short prompt at the full count and at one thread.
-Elsewhere (oneDNN, MKL, torch's attention) the count stays. A drafter's numbers may change with
-the count: that changes drafts, never a greedy token, and sampling stays lossless.
+Elsewhere (oneDNN, MKL, torch's attention) the count stays: the loop still measures, and says
+once per engine load, when other processes do take its cores, why it cannot step down
+(TRTSPEC_CPU_LINEAR=rowdot keeps every linear layer on the row kernel). A drafter's numbers may
+change with the count: that changes drafts, never a greedy token, and sampling stays lossless.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ import time
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
+
+from trtspec.runtime.run_queue import RunQueueClock, team_wait
 
 # Alone the share reads 0.97-0.99 at 2 threads in process; through Triton, windows of 0.2 s read
 # down to 0.84 now and then (the bench client and the server's threads take their turns);
@@ -56,41 +61,47 @@ class ThreadGovernor:
     """The loop's thread count: `full` alone, fewer while other processes take its cores."""
 
     full: int
-    enabled: bool = True
+    enabled: bool = True          # measure (more than one thread, and a run-queue clock here)
+    act: bool = True              # change the count (thread-invariant numbers); else only count low windows
     threads: int = field(init=False)
     fallbacks: int = 0            # times contention was found at the full count (not counting failed retries)
     recoveries: int = 0           # times a retry of the full count held
-    last_share: float = 1.0       # the share that caused the last change down
+    last_share: float = 1.0       # the share of the last low window
+    low_windows: int = 0          # windows below LOW_SHARE
     backoff_s: float = FIRST_BACKOFF_S
     _retry_at: float | None = None  # time.monotonic() at which to try the full count again; None at full
     _retrying: bool = False
     _wall: float = 0.0
-    _cpu: float = 0.0
+    _got: float = 0.0
 
     def __post_init__(self) -> None:
         self.threads = self.full
         self.enabled = self.enabled and self.full > 1
 
-    def decide(self, wall: float, cpu: float, now: float) -> int | None:
-        """Account one step (`wall` seconds, `cpu` seconds of the process's CPU time, at
-        time.monotonic() `now`); the new thread count when it changes, else None."""
+    def decide(self, wall: float, got: float, now: float) -> int | None:
+        """Account one step (`wall` seconds, `got` core-seconds its team was on a core: wall x threads
+        less their run-queue waits, at time.monotonic() `now`); the new thread count when it changes,
+        else None."""
         if not self.enabled:
             return None
         self._wall += wall
-        self._cpu += cpu
+        self._got += got
         if self._retry_at is not None and now >= self._retry_at:
             self._retry_at, self._retrying = None, True
             return self._become(self.full)
         if self._wall < WINDOW_S:
             return None
-        window, share = self._wall, self._cpu / (self._wall * self.threads)
-        self._wall = self._cpu = 0.0
+        window, share = self._wall, self._got / (self._wall * self.threads)
+        self._wall = self._got = 0.0
+        if share < LOW_SHARE:
+            self.low_windows += 1
+            self.last_share = share
         if share >= LOW_SHARE:
             if self._retrying:  # the cores are free again
                 self._retrying, self.backoff_s = False, FIRST_BACKOFF_S
                 self.recoveries += 1
             return None
-        if self.threads == 1:
+        if self.threads == 1 or not self.act:
             return None
         if self._retrying:
             self.backoff_s = min(max(2 * self.backoff_s, RETRY_COST_RATIO * window), MAX_BACKOFF_S)
@@ -98,26 +109,30 @@ class ThreadGovernor:
             self.fallbacks += 1
         self._retrying = False
         self._retry_at = now + self.backoff_s
-        self.last_share = share
         return self._become(max(1, min(self.threads - 1, int(share * self.threads))))
 
     def _become(self, threads: int) -> int:
         self.threads = threads
-        self._wall = self._cpu = 0.0
+        self._wall = self._got = 0.0
         return threads
 
 
 class LoopThreads:
-    """A ThreadGovernor applied around one engine's loop threads: torch's thread count, and a line
-    on stderr when contention starts and ends. The full count is the process's at each loop
+    """A ThreadGovernor applied around one engine's loop threads: torch's thread count from the
+    team's run-queue waits, and a line on stderr when contention starts and ends (or, where the
+    count must stay, once per engine load why). The full count is the process's at each loop
     thread's start (a caller may change it between bursts); the loop leaves it as it found it."""
 
     def __init__(self, engine: Any):
         self.engine = engine
         self.allowed: bool | None = None  # adapt_threads and thread-invariant numbers; known once full > 1
+        self.held_because: str | None = None  # why the count stays beside other processes (None: it may change)
         self.governor = ThreadGovernor(1, enabled=False)
         self.fallbacks = 0               # times other processes on the cores made it step on fewer threads
         self.steps_on_fewer_threads = 0  # steps run below the process's count
+        self.contended_windows = 0       # windows whose share fell below LOW_SHARE (counted where the count stays too)
+        self._clock: RunQueueClock | None = None
+        self._said_held = False
 
     def start(self) -> None:
         """At a loop thread's start (in that thread: the check is torch work)."""
@@ -125,7 +140,11 @@ class LoopThreads:
 
         full = torch.get_num_threads()
         if full != self.governor.full:
-            self.governor = ThreadGovernor(full, enabled=full > 1 and self._allowed(full))
+            measured = full > 1 and bool(self.engine.config.adapt_threads) and RunQueueClock.available()
+            self.governor = ThreadGovernor(full, enabled=measured, act=measured and self._allowed(full))
+        if self.governor.enabled:
+            self._clock = self._clock or RunQueueClock()
+            self._clock.refresh()  # this loop thread and the OpenMP team it makes
         if self.governor.threads != full:
             _set_threads(self.governor.threads)
 
@@ -136,38 +155,48 @@ class LoopThreads:
 
     def _allowed(self, full: int) -> bool:
         if self.allowed is None:
-            self.allowed = bool(self.engine.config.adapt_threads)
-            if self.allowed and (why := why_thread_dependent(self.engine.target, full)):
-                print(f"trtspec: the engine's thread count stays {full} beside other processes: {why}",
-                      file=sys.stderr, flush=True)
-                self.allowed = False
+            self.held_because = why_thread_dependent(self.engine.target, full)
+            self.allowed = self.held_because is None
         return self.allowed
 
     def timed_step(self, step, *args: Any) -> None:
-        """Run `step(*args)` and let the governor see its wall and CPU time."""
-        if not self.governor.enabled:
+        """Run `step(*args)` and let the governor see its wall time and the team's waits."""
+        governor, clock = self.governor, self._clock
+        if not governor.enabled or clock is None:
             step(*args)
             return
-        if self.governor.threads < self.governor.full:
+        if governor.threads < governor.full:
             self.steps_on_fewer_threads += 1
-        wall, cpu = time.perf_counter(), time.process_time()
+        before, wall = clock.sample(), time.perf_counter()
         try:
             step(*args)
         finally:
-            governor = self.governor
-            fallbacks, recoveries = governor.fallbacks, governor.recoveries
-            threads = governor.decide(time.perf_counter() - wall, time.process_time() - cpu, time.monotonic())
+            wall = time.perf_counter() - wall
+            waited = min(team_wait(before, clock.sample(), wall), wall * governor.threads)
+            fallbacks, recoveries, low = governor.fallbacks, governor.recoveries, governor.low_windows
+            threads = governor.decide(wall, wall * governor.threads - waited, time.monotonic())
             if threads is not None:
                 _set_threads(threads)
-            if governor.fallbacks > fallbacks:
-                self.fallbacks += 1
-                print(f"trtspec: the engine got {governor.last_share:.0%} of its {governor.full} threads' cores over "
-                      f"its last steps (other processes compute on them): stepping on {governor.threads} until they "
-                      f"are free; give the server its own cores (taskset, OMP_NUM_THREADS) for full speed",
-                      file=sys.stderr, flush=True)
-            elif governor.recoveries > recoveries:
-                print(f"trtspec: the engine's cores are free again: stepping on {governor.full} threads",
-                      file=sys.stderr, flush=True)
+                clock.refresh()  # a smaller or larger team
+            self.contended_windows += governor.low_windows - low
+            self._say(governor, fallbacks, recoveries)
+
+    def _say(self, governor: ThreadGovernor, fallbacks: int, recoveries: int) -> None:
+        if governor.fallbacks > fallbacks:
+            self.fallbacks += 1
+            print(f"trtspec: the engine got {governor.last_share:.0%} of its {governor.full} threads' cores over "
+                  f"its last steps (other processes compute on them): stepping on {governor.threads} until they "
+                  f"are free; give the server its own cores (taskset, OMP_NUM_THREADS) for full speed",
+                  file=sys.stderr, flush=True)
+        elif governor.recoveries > recoveries:
+            print(f"trtspec: the engine's cores are free again: stepping on {governor.full} threads",
+                  file=sys.stderr, flush=True)
+        elif self.contended_windows and not governor.act and not self._said_held:
+            self._said_held = True
+            print(f"trtspec: other processes compute on the engine's cores (it got {governor.last_share:.0%} of "
+                  f"them); its thread count stays {governor.full} because {self.held_because}; give the server "
+                  f"its own cores (taskset, OMP_NUM_THREADS), or set TRTSPEC_CPU_LINEAR=rowdot",
+                  file=sys.stderr, flush=True)
 
 
 def why_thread_dependent(model: Any, full: int) -> str | None:

@@ -30,6 +30,12 @@ class ServerBusyError(TrtSpecError):
     exit_code = 3
 
 
+class EngineFailedError(TrtSpecError):
+    """The engine's loop ended on an error outside a step: every request fails with it until a restart."""
+
+    exit_code = 4
+
+
 class RequestCancelled(Exception):
     """The caller went away; the engine stopped the request and freed its cache."""
 

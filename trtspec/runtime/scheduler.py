@@ -20,13 +20,14 @@ accepts, rolls back and streams per sequence. This module owns what lies around 
 from __future__ import annotations
 
 import atexit
+import os
 import threading
 import weakref
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from trtspec.runtime.request import RequestCancelled, ServerBusyError
+from trtspec.runtime.request import EngineFailedError, RequestCancelled, ServerBusyError
 from trtspec.runtime.sequence import Request, Sequence
 
 
@@ -106,6 +107,7 @@ class Scheduler:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._dead: BaseException | None = None  # what ended the loop outside a step: every request gets it
         self._threads = None  # LoopThreads: the loop's thread count beside other processes
         self.on_step = None  # callback(SchedulerStats) after every step, for gauges
 
@@ -144,6 +146,8 @@ class Scheduler:
                             reserve=reserve)
         needed = self.allocator.blocks_for(reserve)
         with self._lock:
+            if self._dead is not None:
+                raise self._dead
             if self._closed:
                 raise ServerBusyError("the engine is shut down", fix="send the request to a running server")
             if needed > self.allocator.num_blocks:
@@ -242,6 +246,16 @@ class Scheduler:
     # -- the loop --------------------------------------------------------------------------
 
     def _loop(self) -> None:
+        """The loop thread: steps until nothing is left. Whatever ends it otherwise (an error outside
+        a step: admission, a drafter session, the thread governor, the gauges' callback) ends the
+        engine: every running, queued and later request fails at once with that error, instead of
+        waiting on a loop that is gone."""
+        try:
+            self._steps()
+        except BaseException as error:  # noqa: BLE001 - the loop is gone: say so to everyone waiting on it
+            self._die(error)
+
+    def _steps(self) -> None:
         import torch
 
         from trtspec.runtime.contention import LoopThreads
@@ -274,8 +288,32 @@ class Scheduler:
                 self.stats.engine_steps_on_fewer_threads = threads.steps_on_fewer_threads
                 self._refresh_gauges()
                 stats = SchedulerStats(**vars(self.stats))
+            _injected_failure(stats.num_steps)
             if self.on_step is not None:
                 self.on_step(stats)
+
+    def _die(self, error: BaseException) -> None:
+        import traceback
+
+        if os.environ.get("TRTSPEC_DEBUG"):
+            traceback.print_exception(error)
+        dead = EngineFailedError(f"the engine stopped: {type(error).__name__}: {error}",
+                                 fix="restart the server or engine (TRTSPEC_DEBUG=1 prints the traceback)")
+        with self._lock:
+            self._dead = dead
+            self._thread = None
+            failed = list(self.running) + list(self.waiting)
+            for sequence in self.running:
+                self.allocator.free(sequence.table.blocks)
+            self.running.clear()
+            self.waiting.clear()
+            self._unprepared.clear()
+            self.stats.num_failed += len(failed)
+            self._refresh_gauges()
+        for sequence in failed:
+            sequence.fail(dead)
+        if self._threads is not None:
+            self._threads.stop()
 
     def _next_batch(self) -> list[Sequence]:
         """Drop cancelled queued requests, admit what fits, and return the running batch (lock held)."""
@@ -286,6 +324,11 @@ class Scheduler:
         self._admit_waiting()
         self._prepare_admitted()
         return list(self.running)
+
+    @property
+    def failure(self) -> BaseException | None:
+        """The error that ended the engine's loop, or None while it can serve."""
+        return self._dead
 
     def close(self) -> None:
         """Refuse new requests, end queued and running ones with an error, wait for the loop."""
@@ -305,3 +348,12 @@ class Scheduler:
                 sequence.fail(ServerBusyError("the engine shut down", fix="send it again to a running server"))
             self.running.clear()
             self._unprepared.clear()
+
+
+def _injected_failure(steps: int) -> None:
+    """TRTSPEC_INJECT_LOOP_FAILURE=N (tests only): the loop raises after its Nth step, outside the
+    step, as a failure the step's own handling never sees would; how the tests prove that a dead
+    loop fails every request in process, in `trtspec build`'s smoke test and through Triton."""
+    after = os.environ.get("TRTSPEC_INJECT_LOOP_FAILURE")
+    if after and steps >= int(after):
+        raise RuntimeError(f"injected failure after step {steps} (TRTSPEC_INJECT_LOOP_FAILURE={after})")

@@ -105,3 +105,42 @@ def make_tiny_eagle3(target: str | Path, *, seed: int = 0):
         torch.manual_seed(seed)
         mtsp.convert(model, [("eagle", config)])
     return model.eval()
+
+
+# model_type -> (transformers config class, model class, settings beyond TINY_DEFAULTS): one tiny
+# checkpoint per architecture the tests cover (trtspec.runtime.architectures lists what runs)
+TINY_ARCHITECTURES: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", {}),
+    "mistral": ("MistralConfig", "MistralForCausalLM", {"sliding_window": None}),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {}),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {"head_dim": 16}),
+    "gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM", {"head_dim": 16, "sliding_window": 4096}),
+    "phi3": ("Phi3Config", "Phi3ForCausalLM", {"sliding_window": None, "pad_token_id": None}),
+    # multi-head latent attention and MoE: keys of 8 + 8, values of 16 (the engine refuses it)
+    "deepseek_v3": ("DeepseekV3Config", "DeepseekV3ForCausalLM", {
+        "kv_lora_rank": 16, "q_lora_rank": 32, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 16,
+        "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "first_k_dense_replace": 1,
+        "n_group": 1, "topk_group": 1, "num_key_value_heads": 4}),
+}
+
+
+def make_tiny_causal_lm(path: str | Path, model_type: str, *, seed: int = 0, **overrides: Any) -> Path:
+    """Write a seeded random checkpoint of `model_type` (a TINY_ARCHITECTURES key) with a tokenizer."""
+    import torch
+    import transformers
+
+    config_name, model_name, settings = TINY_ARCHITECTURES[model_type]
+    path = Path(path)
+    settings = {**TINY_DEFAULTS, **settings, **overrides}
+    tokenizer = make_tokenizer(settings["vocab_size"])
+    ids = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id,
+           "pad_token_id": tokenizer.pad_token_id}
+    config = getattr(transformers, config_name)(**{**ids, **settings})
+    config.architectures = [model_name]
+    torch.manual_seed(seed)
+    model = getattr(transformers, model_name)(config).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(8.0)  # decisive greedy paths, as make_tiny_llama's
+    model.save_pretrained(path, safe_serialization=True)
+    tokenizer.save_pretrained(path)
+    return path
