@@ -238,13 +238,19 @@ def _print_results(results, curve) -> None:
             click.echo(f"{'':<18} FP8 vs original: greedy agreement {report['greedy_token_agreement']:.1%}, "
                        f"perplexity {report['perplexity_fp8']} vs {report['perplexity_original']}")
         if "acceptance" in report:
-            acc, training = report["acceptance"], report["training"]
-            click.echo(f"{'':<18} mean acceptance length {acc['mean_acceptance_length']} at max_draft_len "
-                       f"{acc['max_draft_len']} (bonus included), per position {acc['acceptance_per_position']}, "
-                       f"{training['steps']} steps in {training['seconds']} s ({training.get('dtype', 'float32')} "
+            acc, training = report["acceptance"], report.get("training")
+            trained = (f"{training['steps']} steps in {training['seconds']} s ({training.get('dtype', 'float32')} "
                        f"on {training.get('device', 'cpu')}{_machine(training.get('machine'))}, "
                        f"{training.get('processes', 1)} process(es), "
-                       f"{training.get('tokens_per_s') or '-'} tokens/s); method: {acc['method']}")
+                       f"{training.get('tokens_per_s') or '-'} tokens/s); " if training else "")
+            click.echo(f"{'':<18} mean acceptance length {acc['mean_acceptance_length']} at max_draft_len "
+                       f"{acc['max_draft_len']} (bonus included), per position {acc['acceptance_per_position']}, "
+                       f"{trained}method: {acc['method']}")
+            if tuned := report.get("fine_tune"):
+                click.echo(f"{'':<18} fine-tuned from {tuned['warm_start']['head']} (loaded bit for bit): held-out "
+                           f"mean acceptance length {tuned['before']['mean_acceptance_length']} before, "
+                           f"{tuned['after']['mean_acceptance_length']} kept (step {tuned['kept_step']}, the best of "
+                           f"{len(tuned['candidates'])} snapshots by acceptance)")
             if acc.get("speed"):
                 speed = acc["speed"]
                 click.echo(f"{'':<18} on this machine, concurrency 1, {speed['draft']}: "

@@ -71,7 +71,9 @@ def run_convert(spec, *, report: Reporter | None = None, dry_run: bool = False, 
         if dist.is_main:  # an existing head, imported (no data to fine-tune it on): eagle3.heads.stage
             from trtspec.convert.eagle3.heads.stage import run_head_import
 
-            results.append(run_head_import(spec, layout, target_dir, target_sha, dry_run=dry_run))
+            results.append(run_head_import(spec, layout, target_dir, target_sha, dry_run=dry_run,
+                                           eval_prompts=held_out_prompts(spec, eval_prompts_path),
+                                           eval_tokens=eval_tokens))
     elif spec.speculative.mode == "eagle3":
         from trtspec.convert.eagle3.device import placement as resolve_placement
         from trtspec.convert.eagle3.sources import DataSource

@@ -235,3 +235,26 @@ def test_bench_shows_the_profile_of_the_head_it_runs(eagle3_run, tmp_path):
     assert "head profile (2 prompts x 8 tokens" in shown_text and "chain of 4: mean acceptance length" in shown_text
     shown = json.loads((tmp_path / "out" / "bench.json").read_text())["metadata"]["head_profile"]
     assert shown == json.loads((engine / "draft" / "speculation_profile.json").read_text())
+
+
+@pytest.mark.slow
+def test_an_imported_head_gets_its_profile_too_and_it_equals_the_source_heads(eagle3_run, tiny_llama,
+                                                                                eval_prompts_file, tmp_path):
+    import shutil
+
+    from tests.convert.conftest import run_cli, write_spec
+    from trtspec.convert.eagle3.profile import read_profile
+
+    source = tmp_path / "source-head"
+    shutil.copytree(eagle3_run[0] / "work" / "checkpoints" / "eagle3", source)
+    spec = write_spec(tmp_path, tiny_llama, speculative={"mode": "eagle3", "eagle3": {"head": str(source)}},
+                      build={"max_seq_len": 1024, "max_input_len": 512})
+    result = run_cli("-c", str(spec), "--eval-prompts", str(eval_prompts_file), "--eval-tokens", "8")
+    assert result.exit_code == 0, result.output
+    imported = read_profile(tmp_path / "work" / "checkpoints" / "eagle3")
+    assert imported["head"]["made_by"] == "imported"
+    # the same tensors and function on the same prompts: the same acceptance, draft by draft
+    ours, theirs = imported["shapes"][0], read_profile(source)["shapes"][0]
+    for field in ("drafts", "accepted_per_position", "Acceptance_Length_Histogram", "Request_AL"):
+        assert ours[field] == theirs[field], field
+    assert manifest(tmp_path / "work" / "checkpoints" / "eagle3")["report"]["acceptance"]["steps"] == ours["drafts"]

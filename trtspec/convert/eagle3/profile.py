@@ -151,6 +151,20 @@ def measure_profile(target_dir: Path, head_dir: Path, prompts: list[str], *, max
             "max_draft_len": max_draft_len, "shapes": results}
 
 
+def profile_beside(spec, target_dir: Path, target_sha: str, head_dir: Path, prompts: list[str], *, new_tokens: int,
+                   made_by: str, on_prompt: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Measure every draft shape the spec's build makes and write the profile beside `head_dir`
+    (what convert does for each head it trains, fine-tunes or imports); return the profile."""
+    from trtspec import artifacts
+
+    measured = measure_profile(target_dir, head_dir, prompts, max_draft_len=spec.speculative.max_draft_len,
+                               new_tokens=new_tokens, shapes=draft_shapes(spec.speculative), on_prompt=on_prompt)
+    about = {"head": {"made_by": made_by, "weights_sha256": artifacts.weights_sha256(head_dir)},
+             "target_sha256": target_sha}
+    write_profile(head_dir, measured, **about)
+    return {**measured, **about}
+
+
 def _engine_options(options: dict[str, Any]) -> dict[str, Any]:
     """Engine.variant's fields for a shape (EngineConfig wants tuples)."""
     changes = dict(options)

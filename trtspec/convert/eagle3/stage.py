@@ -91,7 +91,8 @@ def run_eagle3(spec, layout, target_dir: Path, target_sha: str, source: DataSour
     data_key = {"target_sha256": target_sha, "data_sha256": source.sha256, "answer_tokens": settings.answer_tokens,
                 "seq_len": settings.seq_len}
     stats, plan = prepare.make_rows(settings, model, tokenizer, source, files, data_key, dist=dist, report=report,
-                                    budget_s=budget_s, started=started, held_out_tokens=len(eval_prompts) * eval_tokens)
+                                    budget_s=budget_s, started=started,
+                                    held_out_tokens=int(len(eval_prompts) * eval_tokens * _finish_factor(spec)))
     timings = {"data_s": round(time.monotonic() - started, 1)}
     batch_size = min(settings.batch_size, stats.count)
     if batch_size < dist.world_size:
@@ -198,6 +199,16 @@ def run_eagle3(spec, layout, target_dir: Path, target_sha: str, source: DataSour
     return StageResult("eagle3", final, "written", manifest, report_data)
 
 
+def _finish_factor(spec) -> float:
+    """Held-out decodings after training, in timed reports: one per draft shape the profile measures,
+    plus, for a fine-tune, an untimed one (about half) per snapshot it chooses among (at most 11)."""
+    settings = spec.speculative.eagle3
+    factor = float(len(head_profile.draft_shapes(spec.speculative)))
+    if finetune.wanted(settings):
+        factor += 0.5 * (min(settings.max_steps // settings.checkpoint_every, 10) + 1)
+    return factor
+
+
 def _tokens_per_second(result: eagle3_train.TrainResult) -> float | None:
     """Training throughput of this session (the steps after the resume point), all processes together."""
     session = [record for record in result.history if record["step"] > result.resumed_from]
@@ -232,14 +243,11 @@ def profile_head(spec, model, tokenizer, target_dir: Path, target_sha: str, head
     shapes = head_profile.draft_shapes(spec.speculative)
     phase = Phase(report, "acceptance", total=len(prompts) * len(shapes), unit="prompts")
     try:
-        measured = head_profile.measure_profile(target_dir, head_dir, prompts, max_draft_len=spec.speculative.max_draft_len,
-                                                new_tokens=new_tokens, shapes=shapes, on_prompt=phase.advance)
+        measured = head_profile.profile_beside(spec, target_dir, target_sha, head_dir, prompts, new_tokens=new_tokens,
+                                               made_by=made_by, on_prompt=phase.advance)
     except ImportError:  # trtspec.runtime not installed: ModelOpt's own measurement, no profile
         references = _references(model, tokenizer, prompts, new_tokens)
         return reports.eagle3_acceptance(model, references, max_draft_len=spec.speculative.max_draft_len)
-    head_profile.write_profile(head_dir, measured, head={"made_by": made_by,
-                                                        "weights_sha256": artifacts.weights_sha256(head_dir)},
-                               target_sha256=target_sha)
     return head_profile.as_acceptance(measured)
 
 

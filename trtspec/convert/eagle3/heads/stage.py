@@ -45,8 +45,10 @@ def import_head(source: str, target_dir: Path, *, max_seq_len: int, convention: 
     return head, checked, path
 
 
-def run_head_import(spec, layout, target_dir: Path, target_sha: str, *, dry_run: bool = False) -> StageResult:
-    """Import speculative.eagle3.head for the target in `target_dir` into checkpoints/eagle3."""
+def run_head_import(spec, layout, target_dir: Path, target_sha: str, *, dry_run: bool = False,
+                    eval_prompts: list[str] | None = None, eval_tokens: int = 48) -> StageResult:
+    """Import speculative.eagle3.head for the target in `target_dir` into checkpoints/eagle3; with
+    `eval_prompts`, its acceptance profile is measured and written beside it (eagle3.profile)."""
     settings = spec.speculative.eagle3
     final = layout.checkpoint("eagle3")
     path = resolve_head(settings.head)
@@ -61,10 +63,28 @@ def run_head_import(spec, layout, target_dir: Path, target_sha: str, *, dry_run:
     with artifacts.atomic_dir(final) as staging:
         report = write_imported(staging, settings.head, target_dir, max_seq_len=spec.build.max_seq_len,
                                 convention=settings.head_layer_convention)
+        measured = _profile(spec, target_dir, target_sha, staging, eval_prompts, eval_tokens)
         manifest = artifacts.write_manifest(
             staging, "eagle3", source=settings.head, resolved_path=report.pop("resolved_path"),
-            target_sha256=target_sha, weights_sha256=artifacts.weights_sha256(staging), inputs=inputs, head=report)
-    return StageResult("eagle3", final, "written", manifest, {"head": report})
+            target_sha256=target_sha, weights_sha256=artifacts.weights_sha256(staging), inputs=inputs, head=report,
+            **({"report": measured} if measured else {}))
+    return StageResult("eagle3", final, "written", manifest, {"head": report, **measured})
+
+
+def _profile(spec, target_dir: Path, target_sha: str, head_dir: Path, prompts: list[str] | None,
+             new_tokens: int) -> dict[str, Any]:
+    """{"acceptance": the chain's figures} after writing speculation_profile.json beside the
+    imported head, as convert does for the heads it trains; {} without prompts or the runtime."""
+    if not prompts:
+        return {}
+    from trtspec.convert.eagle3.profile import as_acceptance, profile_beside
+
+    try:
+        profile = profile_beside(spec, target_dir, target_sha, head_dir, prompts, new_tokens=new_tokens,
+                                 made_by="imported")
+    except ImportError:  # trtspec.runtime not installed
+        return {}
+    return {"acceptance": as_acceptance(profile)}
 
 
 def write_imported(directory: Path, source: str, target_dir: Path, *, max_seq_len: int,
