@@ -20,7 +20,10 @@ head's own architecture and copies the head's tensors into the module by hand:
 The canonical layout is what `trtspec convert` writes in work/checkpoints/eagle3
 (eagle3.export: config.json `LlamaForCausalLMEagle3` with `eagle_config`, model.safetensors with
 `fc`, `layers.0.*`, `norm`, `lm_head`, `d2t`); heads in other layouts reach it through the importer.
-This module reads heads and writes nothing but the scratch export.
+This module reads heads and writes nothing but the scratch export. The module's names are the
+export's names in ModelOpt 0.47 (what the bit-for-bit check proves); ModelOpt 0.37, inside the
+TensorRT-LLM 1.1/1.2 containers, names its EagleModule's parts otherwise (eagle3.modelopt_compat)
+and no map is written for it: there `warm_start` refuses in one line instead of loading.
 """
 
 from __future__ import annotations
