@@ -56,7 +56,9 @@ def tool_reference(name, tool_heads, modelopt_head, target_model):
         raw = load_file(str(directory / "model.safetensors"))
     assert read_tensors  # the tool's own names are used below, not trtspec's canonical ones
     if name == "speculators":
-        layer_config = {"hidden_act": "silu", "rope_theta": 10000.0, **config["transformer_layer_config"]}
+        from tests.convert.heads.tool_layouts import LLAMA_CONFIG_DEFAULTS
+
+        layer_config = {**LLAMA_CONFIG_DEFAULTS, **config["transformer_layer_config"]}
         return lambda tokens, steps: reference.draft(
             raw, layer_config, target_model, tokens, steps, layer="layers.0",
             layer_ids_input=config["eagle_aux_hidden_state_layer_ids"],
@@ -120,3 +122,47 @@ def test_the_same_tensors_are_not_the_same_function(imported, target8, one_torch
         _, recorded = record_drafts(engine_for(target8, imported[name][0]), PROMPTS[0])
         drafts[name] = [draft for _, draft in recorded]
     assert drafts["modelopt"] != drafts["eagle"] and drafts["eagle"] != drafts["speculators"]
+
+
+@pytest.fixture(scope="session")
+def smollm2_heads(smollm2, tmp_path_factory):
+    """A SmolLM2-sized ModelOpt head (perturbed, draft vocabulary 2048) written as each tool writes it."""
+    import json
+
+    from tests.convert.heads import tool_layouts
+    from trtspec.convert.eagle3.train import eagle3_architecture
+
+    config = json.loads((smollm2 / "config.json").read_text())
+    architecture = {**eagle3_architecture(config, draft_vocab_size=2048), "hidden_size": config["hidden_size"],
+                    "max_position_embeddings": config["max_position_embeddings"]}
+    root = tmp_path_factory.mktemp("smollm2-heads")
+    model, source = tool_layouts.trained_modelopt_head(smollm2, root / "modelopt", draft_vocab=2048,
+                                                       architecture=architecture)
+    ids = json.loads((source / "config.json").read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+    assert ids == [1, 14, 26]
+    return model, {"modelopt": source, "eagle": tool_layouts.write_eagle_authors(source, root / "eagle"),
+                   "speculators": tool_layouts.write_speculators(source, root / "speculators", norm_before_residual=True,
+                                                                 layer_ids=[i + 1 for i in ids])}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["eagle", "speculators", "modelopt"])
+def test_a_smollm2_head_in_each_layout_drafts_as_its_tool(name, smollm2, smollm2_heads, tmp_path, one_torch_thread):
+    from tests.convert.heads.conftest import import_into
+
+    model, heads = smollm2_heads
+    report = import_into(tmp_path / "canonical", heads[name], smollm2)
+    assert report["layer_ids"] == [1, 14, 26]
+    engine = engine_for(smollm2, tmp_path / "canonical")
+    own_tool = tool_reference(name, heads, (model, heads["modelopt"]), model if name == "modelopt" else _target(smollm2))
+    prompt = engine.tokenizer("The capital of France is")["input_ids"]
+    result, recorded = record_drafts(engine, prompt, max_new_tokens=12)
+    for tokens, draft in recorded[:3]:
+        assert draft == own_tool(tokens, 4), (name, tokens)
+    assert result.token_ids == engine.generate(prompt, max_new_tokens=12, speculative=False).token_ids
+
+
+def _target(path):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()

@@ -22,10 +22,15 @@ import json
 from pathlib import Path
 
 DRAFT_VOCAB = 128
+# LlamaConfig's defaults for the fields written here: HF's to_diff_dict leaves these values out
+LLAMA_CONFIG_DEFAULTS = {"hidden_act": "silu", "rope_theta": 10000.0, "rms_norm_eps": 1e-6,
+                         "max_position_embeddings": 2048}
 
 
-def trained_modelopt_head(target: Path, export_dir: Path):
-    """(ModelOpt model with the head, its export dir): ModelOpt's own >= 0.43 layout."""
+def trained_modelopt_head(target: Path, export_dir: Path, *, draft_vocab: int = DRAFT_VOCAB,
+                          architecture: dict | None = None):
+    """(ModelOpt model with the head, its export dir): ModelOpt's own >= 0.43 layout. `architecture`
+    replaces the tiny head's shape (a SmolLM2-sized head: train.eagle3_architecture)."""
     import modelopt.torch.speculative as mtsp
     import torch
     from modelopt.torch.export import export_speculative_decoding
@@ -37,17 +42,18 @@ def trained_modelopt_head(target: Path, export_dir: Path):
     config["eagle_architecture_config"].update({
         "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
         "head_dim": 16, "torch_dtype": "float32", "max_position_embeddings": 4096, "rope_theta": 10000.0,
-        "draft_vocab_size": DRAFT_VOCAB, "eagle_aux_hidden_state_layer_ids": [1, 3, 4]})
+        "draft_vocab_size": draft_vocab, "eagle_aux_hidden_state_layer_ids": [1, 3, 4]})
+    config["eagle_architecture_config"].update(architecture or {})
     config["eagle_export_rope_scaling"] = {}
     config["eagle_use_torch_compile"] = False
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(3)
         mtsp.convert(model, [("eagle", config)])
         generator = torch.Generator().manual_seed(4)
-        kept = torch.sort(torch.randperm(model.config.vocab_size, generator=generator)[:DRAFT_VOCAB]).values
+        kept = torch.sort(torch.randperm(model.config.vocab_size, generator=generator)[:draft_vocab]).values
         with torch.no_grad():
             module = model.eagle_module
-            module.d2t.copy_(kept - torch.arange(DRAFT_VOCAB))
+            module.d2t.copy_(kept - torch.arange(draft_vocab))
             module.lm_head.weight.copy_(model.lm_head.weight[kept] / 4)
             for name, parameter in module.named_parameters():
                 if name != "lm_head.weight":  # norms start at 1, projections tiny: every weight should matter
@@ -126,7 +132,7 @@ def write_speculators(modelopt_dir: Path, out: Path, *, norm_before_residual: bo
     state, config = _state_and_config(modelopt_dir)
     out.mkdir(parents=True)
     save_file({**state, "t2d": _t2d(state["d2t"], config["vocab_size"])}, str(out / "model.safetensors"))
-    layer = {k: v for k, v in _llama(config).items() if k not in ("hidden_act", "rope_theta")}  # defaults: absent
+    layer = {k: v for k, v in _llama(config).items() if LLAMA_CONFIG_DEFAULTS.get(k, object()) != v}  # diff dict
     (out / "config.json").write_text(json.dumps({
         "architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3", "speculators_version": "0.3.0",
         "speculators_config": {"algorithm": "eagle3", "default_proposal_method": "greedy",
