@@ -41,11 +41,17 @@ PLACEMENT_FIELDS = ("device", "micro_batch_size", "generate_url", "generate_conc
 BUDGET_FIELDS = ("max_steps", "max_minutes", "checkpoint_every")
 
 
+def _unset_head_fields(spec) -> tuple[str, ...]:
+    """Without a starting head its fields are no inputs: heads trained before they existed stay up to date."""
+    return () if spec.speculative.eagle3.head else ("head", "head_layer_convention")
+
+
 def eagle3_inputs(spec, target_sha: str, source: DataSource) -> dict[str, Any]:
     """What the head depends on: the target, the data, every training setting, and the rule that
     sizes the draft vocabulary when the spec leaves it empty."""
     inputs = {"target_sha256": target_sha, "data_sha256": source.sha256,
-              "eagle3": spec.speculative.eagle3.model_dump(mode="json", exclude={"prompts", "data", *PLACEMENT_FIELDS})}
+              "eagle3": spec.speculative.eagle3.model_dump(
+                  mode="json", exclude={"prompts", "data", *PLACEMENT_FIELDS, *_unset_head_fields(spec)})}
     if finetune.wanted(spec.speculative.eagle3):  # the starting head's weights, not only its path
         inputs.update(finetune.inputs(spec.speculative.eagle3))
     elif spec.speculative.eagle3.draft_vocab_size is None:
