@@ -4,19 +4,21 @@
 #   docker build --target gpu -t trtspec:gpu .    # H100/H200: TensorRT-LLM + Triton
 #   docker build --target cpu -t trtspec:cpu .    # anywhere: the embedded cpu backend
 #
-# GPU: nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3 carries TensorRT-LLM 1.1.0, ModelOpt
-# 0.37.0, transformers 4.56.0, Python 3.12.3 and torch 2.9.0a0 (the version table,
-# trtspec/builders/contract_data/containers.json, with its sources; a test checks this FROM tag is
-# the table's default). trtspec writes its GPU artifacts for that release by default
-# (build.trtllm_version: 1.1.0): the LLM API (PyTorch backend) with the Eagle (EAGLE-3),
-# DraftTarget and NGram speculative configs served by /app/all_models/llmapi, and the legacy
-# trtllm-build + inflight_batcher_llm path. For TensorRT-LLM 1.2.1 build FROM a 26.04-26.07 tag
-#   docker build --target gpu --build-arg TRITON_TRTLLM_IMAGE=nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3 .
-# and set build.trtllm_version: 1.2.1. The container's own torch, TensorRT-LLM, ModelOpt and
+# GPU: nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3 (the newest trtllm-python-py3 container)
+# carries TensorRT-LLM 1.2.1, ModelOpt 0.37.0, transformers 4.57.3, Python 3.12.3 and torch 2.10.0a0
+# (the version table, trtspec/builders/contract_data/containers.json, with its sources; a test checks
+# this FROM tag is the table's default). trtspec writes its GPU artifacts for that release by default
+# (build.trtllm_version: 1.2.1): the LLM API (PyTorch backend) with the Eagle (EAGLE-3), DraftTarget
+# and NGram speculative configs served by /app/all_models/llmapi, and the legacy trtllm-build +
+# inflight_batcher_llm path. Before the server starts, the container runs trtspec's probe
+# (python3 -m trtspec.serve.probe): a release that does not know a key trtspec wrote stops it in one
+# line. For TensorRT-LLM 1.1.0 build FROM a 25.12-26.02 tag
+#   docker build --target gpu --build-arg TRITON_TRTLLM_IMAGE=nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3 .
+# and set build.trtllm_version: 1.1.0. The container's own torch, TensorRT-LLM, ModelOpt and
 # transformers are kept (trtspec is installed without dependencies, plus the few light ones it
 # adds): `trtspec convert` runs on the container's ModelOpt 0.37 (tested in a virtualenv with
 # ModelOpt 0.37.0 and transformers 4.56.0: tests/builders/test_container_modelopt.py).
-ARG TRITON_TRTLLM_IMAGE=nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3
+ARG TRITON_TRTLLM_IMAGE=nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3
 
 FROM ${TRITON_TRTLLM_IMAGE} AS gpu
 WORKDIR /opt/trtspec

@@ -5,7 +5,8 @@
 # container carries (docs/BUILD.md) but runs nowhere without a GPU. This script is the one step
 # that turns "verified by contract" into "verified". For each backend and mode it converts,
 # builds (trtllm: --verify, TensorRT-LLM loads the package and generates; trtllm-engine: real
-# trtllm-build engines), deploys tritonserver (trtllm-engine: upstream's inflight_batcher_llm
+# trtllm-build engines), probes the installed TensorRT-LLM against the keys written (trtllm:
+# trtspec.serve.probe, run by deploy), deploys tritonserver (trtllm-engine: upstream's inflight_batcher_llm
 # tree, filled by the rendered fill_template.sh), sends one prompt (trtllm-engine: one through
 # the ensemble and one through the BLS), runs a short benchmark, then prints what passed.
 #
@@ -99,7 +100,10 @@ for MODE in $MODES; do
   else
     step "build ($RUN)" trtspec build -c "$SPEC" "${VERSION_FLAG[@]}" || continue
   fi
-  # 5. serve, ask, measure, stop. trtllm-engine: the server starts from upstream's own
+  # 5. serve, ask, measure, stop. trtllm: deploy runs the container's probe first (python3 -m
+  #    trtspec.serve.probe: the installed TensorRT-LLM must know every LLM-API key the build wrote,
+  #    else one line names the first it does not and nothing starts).
+  #    trtllm-engine: the server starts from upstream's own
   #    /app/all_models/inflight_batcher_llm, filled by the rendered fill_template.sh; one request
   #    goes through the ensemble and one through the BLS (with draft tokens for draft-target)
   step "deploy ($RUN)" trtspec deploy -c "$SPEC" || continue

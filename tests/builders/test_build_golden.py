@@ -15,15 +15,15 @@ from click.testing import CliRunner
 from tests.builders.conftest import assert_golden, normalize, write_workspace
 from trtspec.cli import main
 
-# (backend, mode, fp8, fp8_kv_cache, trtllm_version or None for the default, 1.1.0)
+# (backend, mode, fp8, fp8_kv_cache, trtllm_version or None for the default, 1.2.1)
 MATRIX = [
     ("cpu", "eagle3", False, False, None), ("cpu", "draft-target", False, False, None),
     ("cpu", "ngram", False, False, None), ("cpu", "none", False, False, None), ("cpu", "ngram", True, False, None),
     ("trtllm", "eagle3", True, True, None), ("trtllm", "draft-target", False, False, None),
     ("trtllm", "ngram", True, False, None), ("trtllm", "none", False, False, None),
     ("trtllm-engine", "draft-target", True, True, None), ("trtllm-engine", "none", False, False, None),
-    ("trtllm", "eagle3", True, True, "1.2.1"), ("trtllm", "draft-target", False, False, "1.2.1"),
-    ("trtllm", "ngram", False, False, "1.2.1"), ("trtllm-engine", "draft-target", True, False, "1.2.1"),
+    ("trtllm", "eagle3", True, True, "1.1.0"), ("trtllm", "draft-target", False, False, "1.1.0"),
+    ("trtllm", "ngram", False, False, "1.1.0"), ("trtllm-engine", "draft-target", True, False, "1.1.0"),
 ]
 
 

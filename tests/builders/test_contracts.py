@@ -42,7 +42,7 @@ def test_dockerfile_builds_from_the_tables_default_container():
 def test_spec_and_cli_offer_exactly_the_contracts():
     field = BuildSpec.model_fields["trtllm_version"]
     assert get_args(field.annotation) == VERSIONS == ("1.1.0", "1.2.1")
-    assert field.default == contracts.default_version() == "1.1.0"
+    assert field.default == contracts.default_version() == "1.2.1"
     from trtspec.cli.build_cmd import build
 
     option = next(p for p in build.params if p.name == "trtllm_version")
@@ -77,8 +77,8 @@ def test_container_table_rows_are_complete():
     for tag, row in table["containers"].items():
         assert set(row) >= {"triton", "tensorrt_llm", "python", "torch", "tensorrt", "cuda", "modelopt",
                             "transformers"}, tag
-    assert table["containers"][table["default"]]["tensorrt_llm"] == "1.1.0"
-    assert table["containers"]["26.07"]["tensorrt_llm"] == "1.2.1"
+    assert table["default"] == "26.07" and table["containers"]["26.07"]["tensorrt_llm"] == "1.2.1"
+    assert table["containers"]["25.12"]["tensorrt_llm"] == "1.1.0"
 
 
 # -- mutations: a renamed field, a wrong decoding type, a wrong head name fail -----------------------
@@ -186,9 +186,9 @@ def test_shallow_target_builds_with_layers_to_capture_for_both_releases(in_tmp, 
 
 def test_tokens_per_block_other_than_32_needs_1_2_1(in_tmp, gpu_target):
     config = _trtllm_workspace(in_tmp, gpu_target, build={"tokens_per_block": 64})
-    result = CliRunner().invoke(main, ["build", "-c", str(config), "--dry-run"])
+    result = CliRunner().invoke(main, ["build", "-c", str(config), "--dry-run", "--trtllm-version", "1.1.0"])
     assert result.exit_code == 1 and "has no tokens_per_block" in result.output
-    result = CliRunner().invoke(main, ["build", "-c", str(config), "--dry-run", "--trtllm-version", "1.2.1"])
+    result = CliRunner().invoke(main, ["build", "-c", str(config), "--dry-run"])  # 1.2.1, the default
     assert result.exit_code == 0, result.output
 
 
@@ -270,7 +270,7 @@ def test_client_reads_perf_metrics_sent_as_strings():
 
 
 def test_build_refuses_a_contract_for_another_installed_release(in_tmp, gpu_target, monkeypatch):
-    monkeypatch.setattr(upstream, "tensorrt_llm_version", lambda: "1.2.1")
+    monkeypatch.setattr(upstream, "tensorrt_llm_version", lambda: "1.1.0")
     config = _trtllm_workspace(in_tmp, gpu_target)
     result = CliRunner().invoke(main, ["build", "-c", str(config), "--dry-run"])
-    assert result.exit_code == 1 and "has tensorrt_llm 1.2.1; build.trtllm_version is 1.1.0" in result.output
+    assert result.exit_code == 1 and "has tensorrt_llm 1.1.0; build.trtllm_version is 1.2.1" in result.output

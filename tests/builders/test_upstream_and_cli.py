@@ -21,14 +21,14 @@ DEFAULT = contracts.load(contracts.default_version())
 def test_llm_api_fields_come_from_the_contract_without_tensorrt_llm():
     fields = upstream.llm_api_fields(DEFAULT)
     if upstream.tensorrt_llm_version() is None:
-        assert fields["source"].startswith("contract 1.1.0: NVIDIA/TensorRT-LLM/tensorrt_llm/llmapi/llm_args.py@v1.1.0")
+        assert fields["source"].startswith("contract 1.2.1: NVIDIA/TensorRT-LLM/tensorrt_llm/llmapi/llm_args.py@v1.2.1")
     assert set(fields["decoding"]) == {"Eagle", "DraftTarget", "NGram"}
 
 
 @pytest.mark.parametrize("options, message", [
     ({"max_batch_size": 8, "max_draft_tokens": 4}, "max_draft_tokens not a field"),
     ({"kv_cache_config": {"free_gpu_mem_fraction": 0.9}}, "kv_cache_config: free_gpu_mem_fraction"),
-    ({"kv_cache_config": {"tokens_per_block": 32}}, "kv_cache_config: tokens_per_block"),  # not verified in 1.1.0
+    ({"kv_cache_config": {"tokens_per_block": 32}, "release": "1.1.0"}, "kv_cache_config: tokens_per_block"),
     ({"speculative_config": {"decoding_type": "Eagle", "num_draft_tokens": 4}}, "speculative_config: num_draft"),
     ({"speculative_config": {"decoding_type": "Eagle", "speculative_model": "d"}}, "speculative_config: speculative_model "),
     ({"speculative_config": {"decoding_type": "Eagle3", "max_draft_len": 4}}, "decoding_type 'Eagle3'"),
@@ -36,8 +36,10 @@ def test_llm_api_fields_come_from_the_contract_without_tensorrt_llm():
     ({"speculative_config": {"decoding_type": "Medusa", "max_draft_len": 4}}, "decoding_type 'Medusa'"),
 ])
 def test_unknown_llm_api_fields_are_refused(options, message):
+    options = dict(options)
+    contract = contracts.load(options.pop("release")) if "release" in options else DEFAULT
     with pytest.raises(IncompatibleArtifactError, match=message):
-        upstream.check_llm_api_options(options, DEFAULT)
+        upstream.check_llm_api_options(options, contract)
 
 
 @pytest.mark.parametrize("command, message", [

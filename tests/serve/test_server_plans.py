@@ -46,7 +46,9 @@ def test_docker_command_has_gpus_shm_ports_and_mounts(gpu_spec, tmp_path):
     assert f"{(tmp_path / 'repo').resolve()}:/models" in command
     assert f"{engine.resolve()}:/engines/tiny-ngram-trtllm:ro" in command
     shell = command[-1]
-    assert shell.startswith("cp -n /app/all_models/llmapi/tensorrt_llm/1/*.py /models/tensorrt_llm/1/")
+    # the probe first: the container's TensorRT-LLM must know every key the options carry (serve/probe.py)
+    assert shell.startswith("python3 -m trtspec.serve.probe /engines/tiny-ngram-trtllm && "
+                            "cp -n /app/all_models/llmapi/tensorrt_llm/1/*.py /models/tensorrt_llm/1/")
     # tp 2: leader mode, one tritonserver per rank (launch.gpu_launch)
     assert "exec mpirun --allow-run-as-root -n 1 /opt/tritonserver/bin/tritonserver --model-repository=/models" in shell
     assert "--grpc-address=0.0.0.0" in shell  # inside the container; the host side stays on 127.0.0.1

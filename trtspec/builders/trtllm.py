@@ -66,10 +66,39 @@ def llm_api_options(spec: Any, contract: Contract, *, target: str, draft: str | 
             # the release's PyTorch flow grows dynamic trees: its names (llm_args.py EagleDecodingConfig)
             speculative.update(max_draft_len=s.tree.depth, use_dynamic_tree=True,
                                dynamic_tree_max_topK=s.tree.topk, max_total_draft_tokens=s.tree.num_draft_tokens)
+        speculative.update(schedule_and_gate(spec, contract))
         options["speculative_config"] = speculative
         # "Two-model based speculation implementations do not support overlap scheduler" (TRT-LLM docs).
         options["disable_overlap_scheduler"] = True
     return options
+
+
+def schedule_and_gate(spec: Any, contract: Contract) -> dict[str, Any]:
+    """The release's draft_len_schedule and acceptance gate for the spec (contract llm_api.schedule
+    and .gate: which modes they serve); {} where the release or the mode has neither.
+
+    speculative.draft_len_schedule rows [batch_size, draft_len] become {batch_size: draft_len},
+    with {1: max_draft_len} and no length above max_draft_len, as the release's validator wants.
+    """
+    s, api = spec.speculative, contract.llm_api
+    out: dict[str, Any] = {}
+    schedule, gate = api.get("schedule"), api.get("gate")
+    if schedule and s.mode in schedule["modes"] and s.draft_len_schedule:
+        if any(len(row) != 2 for row in s.draft_len_schedule):
+            raise TrtSpecError("speculative.draft_len_schedule: tree rows are a cpu-engine setting; TensorRT-LLM's "
+                               "draft_len_schedule takes [batch_size, draft_len] rows",
+                               fix="re-run `trtspec tune --url ...` against the GPU server (chains only)")
+        table = {1: s.max_draft_len} | {int(b): int(k) for b, k in s.draft_len_schedule}
+        if table[1] != s.max_draft_len or max(table.values()) > s.max_draft_len:
+            raise TrtSpecError(
+                f"speculative.draft_len_schedule {s.draft_len_schedule}: TensorRT-LLM {contract.version} requires "
+                f"the length at batch size 1 to equal max_draft_len ({s.max_draft_len}) and none above it "
+                f"({schedule['source']})", fix="set speculative.max_draft_len to the schedule's length at batch size 1")
+        out[schedule["field"]] = dict(sorted(table.items()))
+    if gate and s.mode in gate["modes"] and s.acceptance_window and s.acceptance_length_threshold:
+        out[gate["window"]] = s.acceptance_window
+        out[gate["threshold"]] = s.acceptance_length_threshold
+    return out
 
 
 def tree_note(spec: Any, contract: Contract) -> str | None:

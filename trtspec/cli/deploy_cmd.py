@@ -83,6 +83,12 @@ def deploy(ctx: click.Context, config_path: str | None, target: str, engine: str
     report: dict[str, Any] = {"target": target, "engine": str(engine_dir), "repository": str(layout.repository),
                               "files": [str(f) for f in files]}
     if target == "local":
+        if spec.build.backend == "trtllm":  # the container's probe: the installed release knows every key written
+            from trtspec.serve.probe import check_before_start
+
+            line = check_before_start(engine_dir)
+            if not as_json:
+                click.echo(line)
         if not as_json:
             click.echo(f"repository: {layout.repository} ({len(files)} files); starting tritonserver ...")
         record = server.start_local(spec, layout.repository, layout)

@@ -76,6 +76,8 @@ def llm_options(engine: dict[str, Any], engine_path: str) -> dict[str, Any]:
         for key in ("speculative_model", "speculative_model_dir", "pytorch_weights_path"):
             if isinstance(speculative.get(key), str) and not speculative[key].startswith("/"):
                 speculative[key] = str(root / speculative[key])
+        if isinstance(speculative.get("draft_len_schedule"), dict):  # JSON keys are strings; the LLM API's are ints
+            speculative["draft_len_schedule"] = {int(b): int(k) for b, k in speculative["draft_len_schedule"].items()}
         options["speculative_config"] = speculative
     return options
 

@@ -140,12 +140,12 @@ def container_server(serve: Any, backend: str, spec: Any = None, engine_name: st
         beside = openai_in_container(spec, engine_name) if openai else ""
         return CPU_CONTAINER_PRELUDE + beside + "exec " + CPU_CONTAINER_SERVER + " " + subproc.format_command(args)
     if openai and backend == "trtllm-engine":
-        return container_prelude(backend) + openai_in_container(spec, engine_name)
+        return container_prelude(backend, engine_name) + openai_in_container(spec, engine_name)
     args = tritonserver_args(serve, container_repository(backend), bind_all=True)
     env, command = gpu_launch(spec, CONTAINER_TRITONSERVER, args) if spec is not None else ({}, [CONTAINER_TRITONSERVER, *args])
     exports = "".join(f"export {key}={value} && " for key, value in env.items())
     beside = openai_in_container(spec, engine_name) if openai else ""
-    return container_prelude(backend) + beside + exports + "exec " + subproc.format_command(command)
+    return container_prelude(backend, engine_name) + beside + exports + "exec " + subproc.format_command(command)
 
 
 # Triton's OpenAI frontend in the Triton containers (triton-inference-server/server
@@ -199,16 +199,19 @@ def container_repository(backend: str) -> str:
     return trtllm_engine.FILLED_AT if backend == "trtllm-engine" else CONTAINER_REPOSITORY
 
 
-def container_prelude(backend: str) -> str:
+def container_prelude(backend: str, engine_name: str | None = None) -> str:
     """Shell run in a GPU container before tritonserver.
 
-    trtllm: copy the stock llmapi model.py in. trtllm-engine: build the repository from the
+    trtllm: the probe first (trtspec.serve.probe: the installed TensorRT-LLM must know every
+    LLM-API key the engine's options carry, else the container stops with one line naming the
+    first it does not), then copy the stock llmapi model.py in. trtllm-engine: build the repository from the
     container's own inflight_batcher_llm tree, whole model directories (the BLS's 1/lib/ too),
     filled with /app/tools/fill_template.py by the rendered fill_template.sh (trtspec.repository.
     trtllm_engine); the mounted repository is only read, and a placeholder left stops the start.
     """
     if backend == "trtllm":
-        return (f"cp -n /app/all_models/llmapi/tensorrt_llm/1/*.py {CONTAINER_REPOSITORY}/tensorrt_llm/1/ && ")
+        probe = f"python3 -m trtspec.serve.probe {CONTAINER_ENGINES}/{engine_name} && " if engine_name else ""
+        return probe + f"cp -n /app/all_models/llmapi/tensorrt_llm/1/*.py {CONTAINER_REPOSITORY}/tensorrt_llm/1/ && "
     if backend == "trtllm-engine":
         return f"bash {CONTAINER_REPOSITORY}/fill_template.sh {trtllm_engine.FILLED_AT} && "
     return ""

@@ -14,26 +14,22 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from trtspec import modes
 from trtspec.errors import SpecError
 from trtspec.spec.checks import format_problem, host_problem, is_loopback, problem_line
 from trtspec.spec.eagle3_training import Eagle3Training
+from trtspec.spec.methods import LayerSkipSpec, LookaheadSpec
 from trtspec.spec.section import Section
 
 DEFAULT_CONFIG = "trtspec.yaml"
 
-Mode = Literal["eagle3", "draft-target", "ngram", "none"]
+Mode = Literal[modes.NAMES]  # type: ignore[valid-type]  # the rows of trtspec.modes
 Backend = Literal["cpu", "trtllm", "trtllm-engine"]
 
-# Modes each backend can serve (DESIGN.md, mode x backend table).
-BACKEND_MODES: dict[str, tuple[str, ...]] = {
-    "cpu": ("eagle3", "draft-target", "ngram", "none"),
-    "trtllm": ("eagle3", "draft-target", "ngram", "none"),
-    "trtllm-engine": ("draft-target", "none"),
-}
-BACKEND_REFUSALS: dict[tuple[str, str], str] = {
-    ("trtllm-engine", "eagle3"): "EAGLE-3 needs the LLM-API backend; use build.backend: trtllm",
-    ("trtllm-engine", "ngram"): "n-gram lookup is served by the LLM-API backend; use build.backend: trtllm",
-}
+# Modes each backend can serve, and why it refuses the others ("reason; fix"): trtspec.modes' table.
+BACKEND_MODES: dict[str, tuple[str, ...]] = {backend: modes.backend_modes(backend) for backend in modes.BACKENDS}
+BACKEND_REFUSALS: dict[tuple[str, str], str] = {(b, m): modes.refusal(b, m) or "" for b in modes.BACKENDS
+                                                for m in modes.NAMES if modes.refusal(b, m)}
 
 
 class ModelSpec(Section):
@@ -86,7 +82,7 @@ class TreeSpec(Section):
         return self
 
 
-TREE_MODES = ("eagle3", "draft-target")  # the drafters that grow dynamic trees (cpu engine)
+TREE_MODES = modes.tree_modes()  # the drafters that grow dynamic trees (cpu engine)
 
 
 def _tree_rows_problems(schedule: list[list[int]], mode: str, eagle_choices: Any) -> list[str]:
@@ -108,7 +104,8 @@ def _tree_rows_problems(schedule: list[list[int]], mode: str, eagle_choices: Any
 
 class SpeculativeSpec(Section):
     mode: Mode = "ngram"
-    """eagle3 | draft-target | ngram | none (baseline, no speculation)."""
+    """eagle3 | draft-target | ngram | lookahead | layerskip | none (baseline, no speculation);
+    what each backend does with each: README.md, the mode x backend table (trtspec.modes)."""
     max_draft_len: int = Field(4, ge=1, le=64)
     """Most draft tokens proposed per step; engines are built for this many."""
     draft: str | None = None
@@ -135,9 +132,23 @@ class SpeculativeSpec(Section):
     draft_len_schedule: list[list[int]] | None = None
     """cpu backend: draft length by load, as [[batch_size, draft_len], ...]: from that many running
     sequences on, draft that many tokens per sequence (0 turns speculation off). `trtspec tune
-    --concurrency 1,2,4,8` measures and writes it; empty: a cost-model default."""
+    --concurrency 1,2,4,8` measures and writes it; empty: a cost-model default. trtllm backend on
+    TensorRT-LLM 1.2.1 (draft-target, ngram): written as the LLM API's draft_len_schedule
+    ({batch_size: draft_len}); `trtspec tune --url` measures it through the server."""
+    acceptance_window: int = Field(0, ge=0, le=100_000)
+    """trtllm backend, TensorRT-LLM 1.2.1 (draft-target, ngram): finished requests averaged by the
+    release's acceptance gate (LLM API acceptance_window); 0 writes no gate. `trtspec tune --url`
+    sets it with acceptance_length_threshold."""
+    acceptance_length_threshold: float = Field(0.0, ge=0.0, le=65.0)
+    """trtllm backend, TensorRT-LLM 1.2.1: the release switches speculation off for good once the
+    rolling acceptance length (tokens per step) of the last acceptance_window requests falls below
+    this (LLM API acceptance_length_threshold). `trtspec tune --url` writes the measured break-even."""
     eagle3: Eagle3Training = Field(default_factory=Eagle3Training)
     """EAGLE-3 head training settings (convert --mode eagle3)."""
+    layerskip: LayerSkipSpec = Field(default_factory=LayerSkipSpec)
+    """Self-speculation from the target's early layers (mode layerskip)."""
+    lookahead: LookaheadSpec = Field(default_factory=LookaheadSpec)
+    """Lookahead decoding: Jacobi guesses and an n-gram pool (mode lookahead)."""
 
 
 class QuantizationSpec(Section):
@@ -193,10 +204,10 @@ class BuildSpec(Section):
     off their cores decoded 13x slower beside one busy process, one thread 4 % slower. Only where
     the target computes the same numbers at any thread count (the row and attention kernels), so
     it never changes a token. GPU backends ignore it."""
-    trtllm_version: Literal["1.1.0", "1.2.1"] = "1.1.0"
+    trtllm_version: Literal["1.1.0", "1.2.1"] = "1.2.1"
     """GPU backends: the TensorRT-LLM release the artifacts are written for (its contract:
-    trtspec/builders/contract_data/). 1.1.0 is what the Dockerfile's container (25.12) carries;
-    1.2.1 is in the 26.04-26.07 containers."""
+    trtspec/builders/contract_data/). 1.2.1 is what the Dockerfile's container (26.07, the newest
+    trtllm-python-py3) carries, as 26.04-26.06 do; 1.1.0 is in 25.12-26.02."""
     prepack: bool = True
     """cpu backend: run the linear layers on the row kernel (AVX2 dot products in a fixed order,
     built with g++ on first use) or, where it cannot be built, on oneDNN-prepacked weights
