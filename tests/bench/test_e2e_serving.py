@@ -37,7 +37,8 @@ def test_32_streams_with_queue_16_refuse_the_excess_at_once_and_serve_the_rest(b
 
     client, engine_dir = busy_server
     engine = load_engine(engine_dir)
-    alone = {p: engine.generate(p, max_new_tokens=MAX_TOKENS, speculative=False).text for p in PROMPTS}
+    alone = {p: engine.generate(p, max_new_tokens=MAX_TOKENS, speculative=False, chat=False).text
+             for p in PROMPTS}  # text_input is read as sent (no chat template), as the stock model does
     from trtspec.runtime.prefix_cache import shared_start
 
     start = len(shared_start(engine.tokenizer))

@@ -131,7 +131,9 @@ def test_stock_inputs_at_their_default_pass():
     parsed = parse_request(_req(sampling_param_frequency_penalty=np.float32(0.0), sampling_param_best_of=np.int32(1),
                                 sampling_param_exclude_input_from_output=True, return_finish_reason=True,
                                 sampling_param_top_k=np.int32(4)), max_seq_len=512)
-    assert parsed.top_k == 4 and parsed.chat_template
+    # text_input as the stock model reads it: no chat template unless the request asks for one
+    assert parsed.top_k == 4 and not parsed.chat_template
+    assert parse_request(_req(chat_template=np.array([True])), max_seq_len=512).chat_template
 
 
 def test_messages_addition_replaces_text_input():

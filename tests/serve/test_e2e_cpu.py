@@ -31,15 +31,18 @@ MAX_TOKENS = 24
 
 @pytest.fixture(scope="module")
 def expected(served):
-    """Greedy outputs of the same engine in-process: speculative and not (they must agree)."""
+    """Greedy outputs of the same engine in-process: speculative and not (they must agree). The
+    prompt read as plain text (chat=False): the server reads text_input as the stock model does."""
     from trtspec.runtime import load_engine
 
     _, _, engine_dir = served
     engine = load_engine(engine_dir)
     outputs = {}
     for prompt in PROMPTS:
-        spec_text = engine.generate(prompt, max_new_tokens=MAX_TOKENS, temperature=0.0, speculative=True).text
-        plain_text = engine.generate(prompt, max_new_tokens=MAX_TOKENS, temperature=0.0, speculative=False).text
+        spec_text = engine.generate(prompt, max_new_tokens=MAX_TOKENS, temperature=0.0, speculative=True,
+                                    chat=False).text
+        plain_text = engine.generate(prompt, max_new_tokens=MAX_TOKENS, temperature=0.0, speculative=False,
+                                     chat=False).text
         assert spec_text == plain_text, f"in-process speculative != plain for {prompt!r}"
         outputs[prompt] = spec_text
     return outputs
@@ -229,11 +232,17 @@ def test_a_bfloat16_model_serves_its_engine_s_answers(tmp_path, tiny_llama):
 
     if rowdot.bfloat16_unavailable():
         pytest.skip(rowdot.bfloat16_unavailable())
+    from transformers import AutoTokenizer
+
+    from trtspec.client.prompting import Renderer
+
     prompts, tokens = [PROMPTS[1], PROMPTS[5]], 64
+    turn = Renderer(AutoTokenizer.from_pretrained(tiny_llama), "tiny")  # as trtspec's clients send a prompt
     with serving_tiny(tmp_path, tiny_llama, model_fields={"dtype": "bfloat16"}) as (_, client, engine_dir):
-        served = [[client.generate(p, max_tokens=tokens, speculative=s)["text"] for p in prompts] for s in (True, False)]
+        served = [[client.generate(turn(p), max_tokens=tokens, speculative=s)["text"] for p in prompts]
+                  for s in (True, False)]
     assert json.loads((engine_dir / "engine.json").read_text())["runtime"]["dtype"] == "bfloat16"
-    with load_engine(engine_dir) as engine:
+    with load_engine(engine_dir) as engine:  # in process the engine templates the prompt itself
         assert served == [[engine.generate(p, max_new_tokens=tokens).text for p in prompts]] * 2
     with Engine.from_checkpoints(tiny_llama, mode="none") as exact:
         assert served[0] != [exact.generate(p, max_new_tokens=tokens).text for p in prompts]

@@ -25,12 +25,16 @@ def test_smollm2_answer_through_triton_equals_in_process(smollm2, tmp_path, spec
     try:
         client = TritonLLMClient(f"127.0.0.1:{spec.serve.grpc_port}",
                                  metrics_url=f"http://127.0.0.1:{spec.serve.metrics_port}/metrics")
-        served = client.generate(PROMPT, max_tokens=16)
-        baseline = client.generate(PROMPT, max_tokens=16, speculative=False)
+        # trtspec's clients apply the chat template client-side (text_input is read as sent)
+        from trtspec.client.prompting import renderer
+
+        turn = renderer(spec)(PROMPT)
+        served = client.generate(turn, max_tokens=16)
+        baseline = client.generate(turn, max_tokens=16, speculative=False)
         client.close()
     finally:
         server.stop_local(layout)
-    expected = load_engine(engine_dir).generate(PROMPT, max_new_tokens=16, temperature=0.0).text
+    expected = load_engine(engine_dir).generate(PROMPT, max_new_tokens=16, temperature=0.0).text  # templated
     assert "Paris" in served["text"]
     assert served["text"] == baseline["text"] == expected
     assert served["num_drafts"] > 0

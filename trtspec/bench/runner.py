@@ -50,6 +50,8 @@ def open_engine(engine_dir: str) -> tuple[Any, dict[str, Any]]:
     engine = load_engine(engine_dir)
     runtime = json.loads((Path(engine_dir) / artifacts.ENGINE_JSON).read_text()).get("runtime") or {}
     return EngineTarget(engine), {"target": f"in-process engine {engine_dir}", "mode": engine.mode,
+                                  "prompts_sent": "chat template of the engine's tokenizer, applied in process "
+                                                  "(where it has one)",
                                   "max_draft_len": engine.max_draft_len, "dtype": runtime.get("dtype", "float32"),
                                   **head_profile(Path(engine_dir) / "draft" if engine.mode == "eagle3" else None)}
 
@@ -63,14 +65,18 @@ def head_profile(head_dir: Path | None) -> dict[str, Any]:
     return {"head_profile": found} if found else {}
 
 
-def open_triton(spec: Any, url: str | None, metrics_url: str | None = None) -> tuple[Any, dict[str, Any]]:
+def open_triton(spec: Any, url: str | None, metrics_url: str | None = None, raw: bool = False
+                ) -> tuple[Any, dict[str, Any]]:
     """The server at `url` (default: the spec's), its counters read from `metrics_url` (default: the
-    same host at the spec's serve.metrics_port)."""
+    same host at the spec's serve.metrics_port). Prompts go through the target's chat template,
+    applied client-side (trtspec.client.prompting), unless `raw`."""
     from trtspec.bench.targets import TritonTarget
+    from trtspec.client.prompting import renderer
 
     address = url or default_url(spec)
     metrics_url = metrics_address(spec, url, metrics_url)
-    target = TritonTarget(address, metrics_url=metrics_url)
+    render = renderer(spec, raw)
+    target = TritonTarget(address, metrics_url=metrics_url, render=render)
     if not target.client.is_ready():
         from trtspec.errors import ServerError
 
@@ -81,11 +87,11 @@ def open_triton(spec: Any, url: str | None, metrics_url: str | None = None) -> t
     eagle3 = Layout.from_spec(spec).checkpoint("eagle3") if spec.speculative.mode == "eagle3" else None
     return target, {"target": f"triton {address}", "mode": spec.speculative.mode,
                     "max_draft_len": spec.speculative.max_draft_len, "dtype": spec.model.dtype,
-                    "metrics_url": metrics_url, **head_profile(eagle3)}
+                    "metrics_url": metrics_url, "prompts_sent": render.describe(), **head_profile(eagle3)}
 
 
-def plan_variants(spec: Any, url: str | None, engine_dir: str | None, baseline: bool, metrics_url: str | None = None
-                  ) -> tuple[dict[str, tuple[Any, bool]], tuple[str, str], dict[str, Any]]:
+def plan_variants(spec: Any, url: str | None, engine_dir: str | None, baseline: bool, metrics_url: str | None = None,
+                  raw: bool = False) -> tuple[dict[str, tuple[Any, bool]], tuple[str, str], dict[str, Any]]:
     """(variants, ratio, description) for the three ways bench runs:
 
     - `--engine` or `--url` (default: the spec's server): speculative, plus baseline if asked;
@@ -99,13 +105,13 @@ def plan_variants(spec: Any, url: str | None, engine_dir: str | None, baseline: 
         if baseline:
             raise TrtSpecError("--baseline cannot be combined with --url and --engine together",
                                fix="measure the overhead (both) and the speedup (one of them) in two runs")
-        triton, described = open_triton(spec, url, metrics_url)
+        triton, described = open_triton(spec, url, metrics_url, raw)
         engine, engine_described = open_engine(engine_dir)
         description = {**described, "target": f"{described['target']} vs {engine_described['target']}",
                        "mode": engine_described["mode"], "max_draft_len": engine_described["max_draft_len"],
                        "dtype": engine_described["dtype"]}
         return {"triton": (triton, True), "in-process": (engine, True)}, ("triton", "in-process"), description
-    target, description = open_engine(engine_dir) if engine_dir else open_triton(spec, url, metrics_url)
+    target, description = open_engine(engine_dir) if engine_dir else open_triton(spec, url, metrics_url, raw)
     variants = {SPECULATIVE: (target, True)}
     if baseline:
         variants[BASELINE] = (target, False)
@@ -138,6 +144,14 @@ def run(variants: dict[str, tuple[Any, bool]], ratio: tuple[str, str], descripti
                 "machine": machine_metadata()}
     report = assemble_report(result.records, result.durations, metadata, result.counters_delta,
                              result.cell_counters, ratio=ratio)
+    # where acceptance comes from on this backend and release; zeros it cannot trust left out
+    from trtspec.bench import acceptance
+
+    report["metadata"]["acceptance_source"] = acceptance.source(spec) if "in-process" not in description[
+        "target"] else "in-process engine statistics"
+    untrusted = acceptance.mark(report["results"], spec, {label for label, (_, on) in variants.items() if on})
+    if untrusted:
+        report["metadata"]["acceptance_untrusted"] = untrusted
     paths = write_reports(out_dir, report, [r.to_dict() for r in result.records])
     if plots:
         title = (f"{spec.model_name} {description.get('mode')} via {description['target']}, "

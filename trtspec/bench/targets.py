@@ -8,7 +8,7 @@ monotonic counters that the load generator diffs before/after a run.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 from trtspec.bench.load import Chunk
@@ -68,7 +68,10 @@ def _chunk(event: Any, speculative: bool) -> Chunk:
 class TritonTarget:
     """A Triton server through trtspec.client.triton (gRPC streaming)."""
 
-    def __init__(self, url: str, model: str = "tensorrt_llm", metrics_url: str | None = None):
+    def __init__(self, url: str, model: str = "tensorrt_llm", metrics_url: str | None = None,
+                 render: Callable[[str], str] | None = None):
+        # render: prompt -> text_input (trtspec.client.prompting: the chat template, client-side)
+        self.render = render or (lambda prompt: prompt)
         try:
             from trtspec.client.triton import TritonLLMClient
         except ImportError as error:
@@ -81,8 +84,8 @@ class TritonTarget:
 
     def stream(self, prompt: str, *, max_tokens: int, speculative: bool, temperature: float,
                seed: int | None) -> Iterator[Chunk]:
-        for event in self.client.stream(prompt, max_tokens=max_tokens, temperature=temperature, seed=seed,
-                                        speculative=speculative, perf_metrics=True):
+        for event in self.client.stream(self.render(prompt), max_tokens=max_tokens, temperature=temperature,
+                                        seed=seed, speculative=speculative, perf_metrics=True):
             yield _chunk(event, speculative)
 
     def async_streams(self) -> Any:
@@ -95,8 +98,8 @@ class TritonTarget:
     async def astream(self, streams: Any, prompt: str, *, max_tokens: int, speculative: bool, temperature: float,
                       seed: int | None) -> AsyncIterator[Chunk]:
         """`stream` on an open `async_streams()`."""
-        async for event in streams.stream(prompt, max_tokens=max_tokens, temperature=temperature, seed=seed,
-                                          speculative=speculative, perf_metrics=True):
+        async for event in streams.stream(self.render(prompt), max_tokens=max_tokens, temperature=temperature,
+                                          seed=seed, speculative=speculative, perf_metrics=True):
             yield _chunk(event, speculative)
 
     def metrics_problem(self) -> str | None:

@@ -145,13 +145,15 @@ def set_draft_len_text(text: str, draft_len: int) -> str:
 
 def write_choice(spec_path: str | Path, draft_len: int, eagle_choices: Sequence[Sequence[int]] | None = None,
                  set_choices: bool = False, schedule: Sequence[Sequence[int]] | None = None,
-                 tree: Sequence[int] | None = None, set_tree: bool | None = None) -> Path:
+                 tree: Sequence[int] | None = None, set_tree: bool | None = None,
+                 extra: dict[str, str] | None = None) -> Path:
     """Record the choice in the spec file, keeping the old file as <name>.bak. Returns the backup.
 
     With `set_choices`, speculative.eagle_choices is written too (null for a chain), and so is
     speculative.tree with `set_tree` (default: as `set_choices`; a draft model grows dynamic trees
     but has no static ones); with
-    `schedule`, speculative.draft_len_schedule. The new text is validated (it must load as a
+    `schedule`, speculative.draft_len_schedule; `extra` sets more speculative.<key>: <YAML value>
+    (the served tune's acceptance gate). The new text is validated (it must load as a
     valid Spec with the new values) before anything is written; the write is a rename, so an
     interrupted tune never leaves half a spec.
     """
@@ -172,11 +174,14 @@ def write_choice(spec_path: str | Path, draft_len: int, eagle_choices: Sequence[
     table = [[int(v) for v in row] for row in schedule] if schedule is not None else None
     if table is not None:
         new_text = set_field_text(new_text, "draft_len_schedule", json.dumps(table))
+    for key, value in (extra or {}).items():
+        new_text = set_field_text(new_text, key, value)
     resolved = validate_spec(yaml.safe_load(new_text) or {})
     took = resolved.speculative.max_draft_len == draft_len and (
         not set_choices or (resolved.speculative.eagle_choices or None) == choices) and (
         not set_tree or _tree_of(resolved.speculative.tree) == (list(tree) if tree else None)) and (
-        table is None or resolved.speculative.draft_len_schedule == table)
+        table is None or resolved.speculative.draft_len_schedule == table) and all(
+        getattr(resolved.speculative, key) == yaml.safe_load(value) for key, value in (extra or {}).items())
     if not took:
         raise SpecError([f"speculative.max_draft_len: rewriting {path} did not take effect; edit it by hand "
                          f"(got {resolved.speculative.max_draft_len})"])
@@ -218,6 +223,7 @@ def tune_rows(report_results: Sequence[dict[str, Any]], shapes: Sequence[Candida
                          "mean_tpot_ms": result["mean_tpot_ms"],
                          "spec_decode_acceptance_length": result.get("spec_decode_acceptance_length", math.nan),
                          "spec_decode_acceptance_rate": result.get("spec_decode_acceptance_rate", math.nan),
+                         "tokens_per_target_pass": result.get("tokens_per_target_pass", math.nan),
                          "speedup": result["output_throughput"] / base if base and not math.isnan(base) else math.nan})
     return rows, baselines
 

@@ -31,8 +31,12 @@ Examples:
   trtspec tune --mode eagle3 --trees '[[[0],[1],[0,0]], [[0],[0,0],[0,0,0]]]'   # EAGLE-3 tree shapes
   trtspec tune --concurrency 1,2,4,8 --draft-lens 1,2,4   # draft length by load: draft_len_schedule
   trtspec tune --mode eagle3 --concurrency 1,4,8 --tree-shapes '4,3,8;8,4,16'   # dynamic trees by load
+  trtspec tune --served --concurrency 1,4,16 --draft-lens 2,4   # deploy each length; GPU backends always
 \b
-Runs in-process on the cpu engine (a served engine's draft length is fixed at build time).
+Runs in-process on the cpu engine. --served (always on the GPU backends, whose draft length is
+fixed when the engine loads) builds and deploys each draft length and off here, measures through
+the server and writes the release's draft_len_schedule and acceptance gate (TensorRT-LLM 1.2.1
+draft-target and ngram) or the fixed best length, then rebuilds.
 For EAGLE-3, static draft trees are measured beside the chains (three small ones unless
 --trees says otherwise). The choice goes into speculative.max_draft_len (and eagle_choices for
 EAGLE-3) of the spec, the old file kept as <spec>.bak; with several concurrencies the fastest
@@ -116,11 +120,14 @@ def _progress(console, total: int, description: str):
               help="Each interleaved block sends N x concurrency requests (prompts cycled when there are fewer). "
                    "Blocks drain at their end; a larger N keeps the server nearer full (see 'in flight').")
 @click.option("--temperature", type=click.FloatRange(0.0), default=0.0, show_default=True)
+@click.option("--raw", is_flag=True,
+              help="Through a server: send each prompt as text_input unchanged (default: the target's chat template, "
+                   "applied by the client).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="Report directory.")
 @dry_run_option
 @json_option
 def bench(config_path, url, metrics_url, engine_dir, prompts, concurrency, max_tokens, num_prompts, baseline, repeats,
-          requests_per_slot, temperature, out_dir, dry_run, as_json) -> None:
+          requests_per_slot, temperature, raw, out_dir, dry_run, as_json) -> None:
     """Measure TTFT, TPOT, ITL, end-to-end latency, tokens/s and acceptance per concurrency.
 
     Streams every prompt at each concurrency over tritonclient gRPC (or in-process with
@@ -156,7 +163,7 @@ def bench(config_path, url, metrics_url, engine_dir, prompts, concurrency, max_t
     _writable_dir(out)
     console = Console(stderr=True)
     with console.status(f"Connecting to {where} ..."):
-        variant_targets, ratio, description = runner.plan_variants(spec, url, engine_dir, baseline, metrics_url)
+        variant_targets, ratio, description = runner.plan_variants(spec, url, engine_dir, baseline, metrics_url, raw)
     for problem in {t.metrics_problem() for t, _ in variant_targets.values()} - {None}:
         console.print(f"[yellow]warning:[/] {problem}: the report will lack the load policy's steps, acceptance "
                       "per position and the engine's thread fallbacks; pass --metrics-url (or -c the server's spec)")
@@ -201,11 +208,14 @@ def bench(config_path, url, metrics_url, engine_dir, prompts, concurrency, max_t
 @click.option("--concurrency", callback=_int_list, default="1", show_default=True,
               help="Comma-separated; with several, a draft length per concurrency (draft_len_schedule).")
 @click.option("--repeats", type=click.IntRange(1, 100), default=1, show_default=True)
+@click.option("--served", is_flag=True,
+              help="Deploy each draft length (and off) and measure through the server (always on GPU backends).")
+@click.option("--raw", is_flag=True, help="--served: send the prompts without the target's chat template.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="Report directory.")
 @dry_run_option
 @json_option
 def tune(config_path, engine_dir, prompts, draft_lens, trees, tree_shapes, mode, max_tokens, num_prompts, concurrency,
-         repeats, out_dir, dry_run, as_json) -> None:
+         repeats, served, raw, out_dir, dry_run, as_json) -> None:
     """Measure tokens/s for each max_draft_len and record the fastest in the spec.
 
     Chooses by tokens/s, not by acceptance length: longer drafts accept more tokens per step
@@ -240,10 +250,18 @@ def tune(config_path, engine_dir, prompts, draft_lens, trees, tree_shapes, mode,
     if tree_shapes and tree_shapes.strip().lower() != "none" and not grows_trees:
         raise click.BadParameter("dynamic trees grow from an EAGLE-3 head or a draft model; set --mode eagle3 "
                                  "or draft-target", param_hint="--tree-shapes")
-    shapes = tuning.candidates(draft_lens, tree_list, shape_list)
     prompt_set = load_prompts(spec.bench.prompts, "bench", spec.bench.num_prompts)
-    engine_path = Path(engine_dir) if engine_dir else runner.default_engine_dir(spec)
     spec_path = Path(config_path or DEFAULT_CONFIG)
+    if served or spec.build.backend != "cpu":
+        if engine_dir or (trees and trees.strip().lower() != "none") or (
+                tree_shapes and tree_shapes.strip().lower() != "none"):
+            raise click.UsageError("tune --served deploys chains of each --draft-lens (no --engine, --trees, "
+                                   "--tree-shapes)")
+        out = Path(out_dir) if out_dir else runner.default_out_dir(spec, "tune")
+        _tune_served(spec, spec_path, draft_lens, concurrency, prompt_set, repeats, raw, out, dry_run, as_json)
+        return
+    shapes = tuning.candidates(draft_lens, tree_list, shape_list)
+    engine_path = Path(engine_dir) if engine_dir else runner.default_engine_dir(spec)
     out = Path(out_dir) if out_dir else runner.default_out_dir(spec, "tune")
     total = len(prompt_set) * repeats * (len(shapes) + 1) * len(concurrency)
     if dry_run:
@@ -304,6 +322,54 @@ def tune(config_path, engine_dir, prompts, draft_lens, trees, tree_shapes, mode,
     what += f", draft_len_schedule {json.dumps(schedule)}" if schedule else ""
     click.echo(f"Chose max_draft_len {draft_len}{what} (by tokens/s); wrote {spec_path} "
                f"(old file: {backup}); report {out / 'tune.json'}. Rebuild with `trtspec build` to serve it.")
+
+
+def _tune_served(spec, spec_path: Path, draft_lens, concurrency, prompt_set, repeats: int, raw: bool, out: Path,
+                 dry_run: bool, as_json: bool) -> None:
+    """tune --served (trtspec.bench.tune_served): one deployment per draft length and off."""
+    from rich.console import Console
+
+    from trtspec.artifacts import write_json
+    from trtspec.bench import tune_served
+    from trtspec.bench.report import clean_json, machine_metadata
+
+    total = len(prompt_set) * repeats * (len(draft_lens) + 1) * len(concurrency)
+    plan = {"served": True, "backend": spec.build.backend, "deployments": [0, *draft_lens], "concurrency": concurrency,
+            "num_prompts": len(prompt_set), "max_tokens": spec.bench.max_tokens, "repeats": repeats,
+            "requests": total, "spec": str(spec_path), "out": str(out)}
+    if dry_run:
+        _print_dry_run(plan, as_json)
+        return
+    _writable_dir(out)
+    console = Console(stderr=True)
+    with _progress(console, total, "tune") as progress:
+        task = progress.add_task("tune (served)", total=total)
+        result = tune_served.measure(spec, draft_lens, prompt_set, concurrency=concurrency,
+                                     max_tokens=spec.bench.max_tokens, repeats=repeats, raw=raw,
+                                     on_request=lambda r: progress.advance(task),
+                                     on_phase=lambda text: progress.update(task, description=f"tune {text}"))
+    decision = tune_served.decide(spec, result["rows"], result["baselines"])
+    backup, built = tune_served.write(spec, spec_path, decision)
+    summary = clean_json({**plan, "choice": decision.max_draft_len, "draft_len_schedule": decision.schedule,
+                          "acceptance_gate": dict(zip(("acceptance_window", "acceptance_length_threshold"),
+                                                      decision.gate, strict=True)) if decision.gate else None,
+                          "notes": decision.notes, "rows": result["rows"], "backup": str(backup),
+                          "engine": str(built.engine_dir), "machine": machine_metadata()})
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "tune.json", summary)
+    if as_json:
+        emit_json(summary)
+        return
+    for row in result["rows"]:
+        click.echo(f"conc {row['concurrency']:>3}  max_draft_len {row['max_draft_len']:>2}  "
+                   f"{row['output_throughput']:8.1f} tok/s  {row['speedup']:.2f}x  AL "
+                   f"{row['spec_decode_acceptance_length']:.2f}")
+    gate = f", acceptance gate {decision.gate[0]} requests below AL {decision.gate[1]}" if decision.gate else ""
+    schedule = f", draft_len_schedule {decision.schedule}" if decision.schedule else ""
+    for note in decision.notes:
+        click.echo(f"note: {note}")
+    click.echo(f"Chose max_draft_len {decision.max_draft_len}{schedule}{gate}; wrote {spec_path} (old file: {backup}) "
+               f"and rebuilt {built.engine_dir}; report {out / 'tune.json'}. Redeploy to serve it.")
 
 
 def _print_dry_run(plan: dict, as_json: bool) -> None:

@@ -13,6 +13,7 @@ Examples:
   trtspec infer --no-stream --json "Summarize: ..."
   trtspec infer --no-spec "..."            # the same request without speculation (cpu backend)
   trtspec infer --url 10.0.0.5:8001 --model ensemble "..."
+  trtspec infer --raw "The capital of France is"   # text_input as typed, no chat template
 """
 @click.command(epilog=EXAMPLES)
 @click.argument("prompt")
@@ -22,18 +23,24 @@ Examples:
 @request_options(max_tokens=64, temperature=None)
 @click.option("--no-stream", is_flag=True, help="Ask for the whole answer in one response.")
 @click.option("--no-spec", is_flag=True, help="Turn speculation off for this request (cpu backend; baselines).")
+@click.option("--raw", is_flag=True, help="Send PROMPT as text_input unchanged, without the target's chat template.")
 @json_option
 def infer(prompt: str, config_path: str | None, url: str | None, model: str | None, max_tokens: int,
           temperature: float | None, top_p: float | None, top_k: int | None, seed: int | None,
-          no_stream: bool, no_spec: bool, as_json: bool) -> None:
+          no_stream: bool, no_spec: bool, raw: bool, as_json: bool) -> None:
     """Send PROMPT to the Triton server and print the answer as it streams in.
 
+    PROMPT goes as one user turn through the target's chat template, applied here (the server
+    reads text_input as it is, as Triton's stock llmapi model does); --raw sends it unchanged.
     --json prints the text, token counts, time to first token, total time and the acceptance
     statistics instead.
     """
+    from trtspec.client.prompting import renderer
     from trtspec.client.triton import TritonLLMClient, pick_model
 
     spec = resolve_spec(config_path)
+    render = renderer(spec, raw)
+    text_input = render(prompt)
     host = "127.0.0.1" if spec.serve.host in ("0.0.0.0", "") else spec.serve.host
     url = url or f"{host}:{spec.serve.grpc_port}"
     client = TritonLLMClient(url, model or pick_model(url),
@@ -41,10 +48,11 @@ def infer(prompt: str, config_path: str | None, url: str | None, model: str | No
     options = dict(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
                    speculative=not no_spec, stream=not no_stream)
     if as_json:
-        emit_json({"model": client.model, "url": url, **client.generate(prompt, **options)})
+        emit_json({"model": client.model, "url": url, "prompt_sent": render.describe(),
+                   **client.generate(text_input, **options)})
         return
     stats, total, count = {}, 0.0, 0
-    for event in client.stream(prompt, **options):
+    for event in client.stream(text_input, **options):
         click.echo(event.text, nl=False)
         stats.update(event.stats)
         total = event.time_s

@@ -5,7 +5,11 @@ here, so the serving code is versioned, linted and tested with the rest of trtsp
 
 - I/O is the stock llmapi model's of `build.trtllm_version` (trtspec.repository.llmapi_io) plus
   trtspec's optional additions `speculative` (false turns speculation off for that request),
-  `chat_template`, `messages` and `stream_delta` (streamed responses carry only the new text; by
+  `chat_template`, `messages` and `stream_delta`. A request means what it means to the stock
+  model: `text_input` is the prompt text as sent, tokenized as TensorRT-LLM tokenizes a prompt
+  (the tokenizer's own special tokens, no chat template: the stock model.py `_convert_request`
+  passes text_input[0] to generate_async); only `messages`, or `chat_template: true`, asks for the
+  chat template here. trtspec's clients template client-side (trtspec.client.prompting) (streamed responses carry only the new text; by
   default each carries the text so far, as the stock model does). Outputs `text_output`, `finish_reason` and, with perf metrics,
   `acceptance_rate`, `total_accepted_draft_tokens`, `total_draft_tokens` and the additions
   `num_drafts`, `num_output_tokens`, `num_input_tokens`. `stop: true` cancels the requests sent
@@ -234,8 +238,9 @@ class TritonPythonModel:
             self.refuse(sink, f"internal error: {type(error).__name__}: {error}", "internal", "INTERNAL")
 
     def _token_ids(self, parsed: Request) -> list[int]:
-        """The prompt's token ids: a conversation or one user turn through the chat template
-        (trtspec.chat, the one rule), or plain text when chat_template is false."""
+        """The prompt's token ids: a conversation through the chat template (trtspec.chat, the one
+        rule); text_input as plain text, as the stock model sends it to TensorRT-LLM, unless the
+        request sets chat_template (then one user turn through the template)."""
         from trtspec.chat import conversation_ids
 
         if parsed.messages is not None:

@@ -71,7 +71,7 @@ class Request:
     stop: list[str] | None
     perf_metrics: bool
     speculative: bool
-    chat_template: bool = True
+    chat_template: bool = False  # text_input is the prompt as sent, as the stock llmapi model reads it
     messages: list[dict[str, str]] | None = None
     stream_delta: bool = False
 
@@ -214,7 +214,7 @@ def parse_request(values: dict[str, Any], *, max_seq_len: int, max_prompt_bytes:
                    temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, stop=stop,
                    perf_metrics=_scalar(values, "sampling_param_return_perf_metrics", bool, False),
                    speculative=_scalar(values, "speculative", bool, True),
-                   chat_template=_scalar(values, "chat_template", bool, True), messages=messages,
+                   chat_template=_scalar(values, "chat_template", bool, False), messages=messages,
                    stream_delta=_scalar(values, "stream_delta", bool, False))
 
 

@@ -10,7 +10,6 @@ import pytest
 
 from tests.convert.conftest import manifest, run_cli, write_spec
 from trtspec.chat import prompt_ids
-from trtspec.errors import TrtSpecError
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
@@ -81,18 +80,21 @@ def test_cli_trains_on_answers_generated_by_the_server(server, tiny_llama, promp
     assert report["training"]["steps"] == 2
 
 
-def test_the_cpu_server_refuses_multi_turn_data_in_one_line(server, tiny_llama, tmp_path):
+def test_the_cpu_server_answers_a_system_prompted_conversation_sent_rendered(server, tiny_llama, tmp_path):
+    # text_input means the same on both paths (the stock llmapi model's reading): the client renders
+    # the conversation through the chat template, so the cpu server takes multi-turn data too
     from transformers import AutoTokenizer
 
+    from trtspec.chat import conversation_ids
     from trtspec.convert.eagle3.data import iter_samples
     from trtspec.convert.eagle3.remote import generate_rows_remote
     from trtspec.convert.eagle3.sources import DataSource
 
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
     path = tmp_path / "chat.jsonl"
-    path.write_text(json.dumps({"messages": [{"role": "system", "content": "Be brief."},
-                                             {"role": "user", "content": "Hi"}]}) + "\n")
+    path.write_text(json.dumps({"messages": messages}) + "\n")
+    tokenizer = AutoTokenizer.from_pretrained(tiny_llama)
     samples = iter_samples(DataSource.from_settings(str(path), None).scan(), 1)
-    with pytest.raises(TrtSpecError, match="chat.jsonl:1: the cpu server .* cannot take a multi-turn") as error:
-        list(generate_rows_remote(server, AutoTokenizer.from_pretrained(tiny_llama), samples, answer_tokens=4,
-                                  max_context=100))
-    assert "\n" not in str(error.value)
+    ((_, row),) = list(generate_rows_remote(server, tokenizer, samples, answer_tokens=4, max_context=100))
+    context = conversation_ids(tokenizer, messages, add_generation_prompt=True)
+    assert row.ids[:len(context)] == context and row.answer_start == len(context) < len(row.ids)

@@ -24,7 +24,7 @@ from trtspec.chat import Message, conversation_ids, conversation_text
 from trtspec.convert.eagle3.data import SAMPLED_TEMPERATURE, Row, Sample
 from trtspec.convert.eagle3.in_flight import dialogue_row, rows_in_sample_order
 from trtspec.convert.progress import Phase
-from trtspec.errors import ServerError, TrtSpecError
+from trtspec.errors import ServerError
 
 
 def generate_rows_remote(url: str, tokenizer, samples: Iterable[Sample], *, answer_tokens: int, max_context: int,
@@ -34,17 +34,11 @@ def generate_rows_remote(url: str, tokenizer, samples: Iterable[Sample], *, answ
     from trtspec.client.triton import TritonLLMClient
 
     client = TritonLLMClient(url, model)
-    one_turn_only = "speculative" in client.input_types  # trtspec's cpu model templates text_input itself
 
     def ask(sample: Sample, messages: list[Message], turn: int) -> tuple[list[int], list[int], str]:
-        if one_turn_only and (len(messages) != 1 or messages[0]["role"] != "user"):
-            raise TrtSpecError(f"{sample.conversation.where or f'record {sample.conversation.index}'}: "
-                               f"the cpu server at {url} templates text_input as one user turn and cannot "
-                               "take a multi-turn or system-prompted conversation",
-                               fix="generate in process (drop --generate-url) or serve the target with the "
-                                   "trtllm backend, whose text_input is the rendered conversation")
-        prompt = messages[0]["content"] if one_turn_only else conversation_text(
-            tokenizer, messages, add_generation_prompt=True)
+        # text_input is read as sent on both paths (the stock llmapi model and trtspec's cpu
+        # model): the conversation goes rendered through the chat template, as training reads it
+        prompt = conversation_text(tokenizer, messages, add_generation_prompt=True)
         result = _request(client, prompt, sample, answer_tokens)
         ids = list(tokenizer(result["text"], add_special_tokens=False)["input_ids"])
         if result.get("finish_reason") == "stop" and tokenizer.eos_token_id is not None:

@@ -1,0 +1,200 @@
+"""`trtspec tune --served`: draft length by load, measured through the server, for every backend.
+
+A served engine's draft length is fixed when it is built (the GPU releases read max_draft_len from
+the LLM-API options at load), so each candidate is its own deployment:
+
+1. for each candidate draft length, and for off (speculative.mode none), build the engine with
+   that length fixed at every batch size, render the repository and start the server here (inside
+   the GPU container for trtllm: the same local path `trtspec deploy` takes, probe included);
+2. send the bench prompts through Triton at each concurrency (trtspec.bench.load, what `trtspec
+   bench` runs), prompts templated client-side as bench sends them; stop the server;
+3. per concurrency take the fastest length, 0 where off was faster (trtspec.bench.tune's
+   choose_schedule, as the in-process tune decides);
+4. write what the target release takes (`decide`): the cpu engine and TensorRT-LLM 1.2.1's
+   draft-target and n-gram drafters a schedule (speculative.draft_len_schedule, built into the
+   LLM API's draft_len_schedule), with 1.2.1's acceptance gate (acceptance_window,
+   acceptance_length_threshold: the break-even acceptance length measured at the lowest
+   concurrency); a release or drafter without a schedule (1.1.0, one-model EAGLE-3) the fixed
+   best length at the lowest concurrency. Then the final engine is built, so its options carry it.
+
+The cells come from separate deployments, one after another, not interleaved blocks as the
+in-process tune runs them: machine drift between deployments lands in the comparison. Library
+code: progress goes through `on_request` and `on_phase`; nothing is drawn here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trtspec.bench import tune as tuning
+from trtspec.errors import TrtSpecError
+
+GATE_WINDOW = 32  # finished requests the 1.2.1 gate averages over (a few batches' worth at tuned loads)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What tune writes into the spec, and why (one line per note)."""
+
+    max_draft_len: int
+    schedule: list[list[int]] | None = None
+    gate: tuple[int, float] | None = None        # (acceptance_window, acceptance_length_threshold)
+    notes: list[str] = field(default_factory=list)
+
+    def fields(self) -> dict[str, str]:
+        """speculative.<key>: YAML value, for tune.write_choice's `extra`."""
+        window, threshold = self.gate or (0, 0.0)
+        return {"acceptance_window": str(window), "acceptance_length_threshold": repr(float(threshold))}
+
+
+def candidate_spec(spec: Any, draft_len: int) -> Any:
+    """The spec of one deployment: draft_len fixed at every batch size; 0 is speculation off."""
+    from trtspec.spec.schema import validate_spec
+
+    data = spec.model_dump(mode="json")
+    speculative = data["speculative"]
+    speculative.update(draft_len_schedule=None, dynamic_draft=False, acceptance_window=0,
+                       acceptance_length_threshold=0.0, eagle_choices=None, tree=None)
+    if draft_len == 0:
+        speculative["mode"] = "none"
+    else:
+        speculative["max_draft_len"] = draft_len
+        if spec.build.backend == "cpu":  # the cpu load policy picks lengths by load unless told one
+            speculative["draft_len_schedule"] = [[1, draft_len]]
+    return validate_spec(data)
+
+
+def label(draft_len: int) -> str:
+    return tuning.BASELINE_LABEL if draft_len == 0 else tuning.Candidate(draft_len).label
+
+
+def decide(spec: Any, rows: Sequence[dict[str, Any]], baselines: dict[int, dict[str, Any]]) -> Decision:
+    """The choice from tune rows (trtspec.bench.tune.tune_rows) for the spec's backend and release."""
+    first, schedule = tuning.choose_schedule(rows, baselines)
+    concurrencies = sorted({r["concurrency"] for r in rows})
+    if spec.build.backend == "cpu":
+        lengths = [row[1] for row in schedule if row[1]]
+        return Decision(max(lengths or [first["max_draft_len"]]), schedule if len(concurrencies) > 1 else None)
+    from trtspec.builders import contracts
+
+    contract = contracts.for_spec(spec)
+    api, mode, notes = contract.llm_api, spec.speculative.mode, []
+    plan = api.get("schedule") or {}
+    if schedule[0][1] == 0:
+        raise TrtSpecError(f"tune: plain decoding beat every draft length at concurrency {concurrencies[0]}",
+                           fix="serve with speculative.mode: none, or tune with other --draft-lens")
+    if len(concurrencies) > 1 and mode in plan.get("modes", ()):
+        # the release wants {1: max_draft_len} and no length above it (contract llm_api.schedule)
+        best = schedule[0][1] if concurrencies[0] == 1 else max(row[1] for row in schedule)
+        table = [[b, min(k, best)] for b, k in ([] if concurrencies[0] == 1 else [[1, best]]) + schedule]
+    else:
+        best, table = first["max_draft_len"], None
+        why = (plan.get("not_for") or {}).get(mode) or f"TensorRT-LLM {contract.version} has no draft_len_schedule"
+        off = [row[0] for row in schedule if row[1] == 0]
+        notes.append(f"fixed max_draft_len {best}: {why}"
+                     + (f"; plain decoding was faster from concurrency {off[0]} on" if off else ""))
+    gate_plan = api.get("gate") or {}
+    gate = None
+    if mode in gate_plan.get("modes", ()):
+        gate = break_even_gate(first)
+        if gate is None:
+            notes.append("no acceptance gate: the server reported no acceptance length to set it from")
+    elif gate_plan:
+        notes.append(f"no acceptance gate: {(gate_plan.get('not_for') or {}).get(mode, 'not for this mode')}")
+    return Decision(best, table, gate, notes)
+
+
+def break_even_gate(row: dict[str, Any]) -> tuple[int, float] | None:
+    """(window, threshold): the acceptance length below which this draft length stops paying.
+
+    A step that commits AL tokens on average ran `speedup` times plain decoding's tokens/s, so one
+    step costs AL / speedup plain steps; speculation pays while AL stays above that cost. AL is
+    tokens per target pass where measured (steps without a draft counted, as the release's gate
+    averages decoded tokens per iteration), else 1 + accepted / drafts."""
+    length = row.get("tokens_per_target_pass", math.nan)
+    if not length or math.isnan(length):
+        length = row.get("spec_decode_acceptance_length", math.nan)
+    speedup = row.get("speedup", math.nan)
+    if not (length and speedup) or math.isnan(length) or math.isnan(speedup) or speedup <= 0:
+        return None
+    return GATE_WINDOW, round(length / speedup, 2)
+
+
+def measure(spec: Any, draft_lens: Sequence[int], prompts: Sequence[Any], *, concurrency: Sequence[int],
+            max_tokens: int, repeats: int, raw: bool = False, on_request: Callable | None = None,
+            on_phase: Callable[[str], Any] | None = None) -> dict[str, Any]:
+    """Deploy, measure and stop each candidate (and off); tune rows and baselines by concurrency."""
+    from trtspec.bench.metrics import group_cells, summarize_cell
+
+    results: list[dict[str, Any]] = []
+    for draft_len in [0, *draft_lens]:
+        candidate = candidate_spec(spec, draft_len)
+        if on_phase:
+            on_phase(f"{label(draft_len)}: build and deploy")
+        with deployed(candidate, raw) as target:
+            from trtspec.bench.load import run_variants
+
+            run = run_variants({label(draft_len): (target, draft_len > 0)}, prompts, list(concurrency),
+                               max_tokens=max_tokens, repeats=repeats, on_request=on_request)
+        results += [summarize_cell(cell) for cell in group_cells(run.records, run.durations)]
+    rows, baselines = tuning.tune_rows(results, tuning.candidates(draft_lens))
+    return {"rows": rows, "baselines": baselines}
+
+
+class deployed:
+    """Build the candidate, render its repository, serve it here; the Triton target while it runs."""
+
+    def __init__(self, spec: Any, raw: bool = False):
+        self.spec, self.raw = spec, raw
+
+    def __enter__(self) -> Any:
+        from trtspec import repository
+        from trtspec.artifacts import Layout
+        from trtspec.bench.runner import open_triton
+        from trtspec.builders import build
+        from trtspec.serve import server
+
+        spec = self.spec
+        self.layout = Layout.from_spec(spec)
+        if server.status(self.layout, probe=False)["running"]:
+            raise TrtSpecError("tune --served: a trtspec tritonserver is already running for this workdir",
+                               fix="`trtspec deploy stop` first (tune deploys each candidate itself)")
+        engine_dir = build(spec).engine_dir
+        repository.render(engine_dir, spec, self.layout.repository)
+        if spec.build.backend == "trtllm":
+            from trtspec.serve.probe import check_before_start
+
+            check_before_start(engine_dir)
+        server.start_local(spec, self.layout.repository, self.layout)
+        try:
+            target, _ = open_triton(spec, None, raw=self.raw)
+        except BaseException:
+            server.stop_local(self.layout)
+            raise
+        self.target = target
+        return target
+
+    def __exit__(self, *exc: Any) -> None:
+        from trtspec.serve import server
+
+        try:
+            self.target.client.close()
+        finally:
+            server.stop_local(self.layout)
+
+
+def write(spec: Any, spec_path: Path, decision: Decision) -> tuple[Path, Any]:
+    """Record the decision in the spec file (old one kept as .bak) and build the final engine;
+    (the backup, the build result)."""
+    from trtspec.builders import build
+    from trtspec.spec.loading import load_spec
+
+    extra = decision.fields() if spec.build.backend != "cpu" else {}
+    if decision.schedule is None and spec.speculative.draft_len_schedule:
+        extra["draft_len_schedule"] = "null"  # a length fixed at every load replaces an older table
+    backup = tuning.write_choice(spec_path, decision.max_draft_len, schedule=decision.schedule, extra=extra)
+    return backup, build(load_spec(spec_path))

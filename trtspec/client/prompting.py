@@ -1,0 +1,61 @@
+"""What trtspec's own clients put in `text_input`: the target's chat template, applied here.
+
+Triton's stock llmapi model passes `text_input` to TensorRT-LLM as it is (model.py
+`_convert_request`: text_input[0], no chat template), and trtspec's cpu model reads it the same
+way; so a request means one prompt on both paths, and the client decides whether it is a chat
+turn. `trtspec infer`, `trtspec bench` (through a server) and `trtspec tune` render each prompt as
+one user turn through the target's chat template (trtspec.chat, the rule training uses) unless
+`--raw`; a tokenizer without a template leaves the text as it is. The template comes from the
+spec's model source (the checkpoint the server was built from), read with transformers.
+
+`Renderer.describe()` is what reports record as the prompts sent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+RAW = "raw (text_input as given, no chat template)"
+
+
+@dataclass(frozen=True)
+class Renderer:
+    """prompt text -> text_input. tokenizer None: raw."""
+
+    tokenizer: Any = None
+    source: str = ""
+
+    def __call__(self, prompt: str) -> str:
+        if self.tokenizer is None:
+            return prompt
+        from trtspec.chat import conversation_text
+
+        return conversation_text(self.tokenizer, [{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                 chat=True)
+
+    def describe(self) -> str:
+        if self.tokenizer is None:
+            return RAW
+        return f"chat template of {self.source}, applied by the client (one user turn)"
+
+
+def renderer(spec: Any, raw: bool = False) -> Renderer:
+    """The spec's target's chat template as a Renderer; raw when asked or the tokenizer has none."""
+    if raw:
+        return Renderer()
+    from trtspec.chat import has_chat_template
+    from trtspec.errors import TrtSpecError
+    from trtspec.models import resolve_model
+
+    try:
+        from transformers import AutoTokenizer
+
+        path = resolve_model(spec.model.source, trust_remote_code=spec.model.trust_remote_code, quiet=True).path
+        tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=spec.model.trust_remote_code)
+    except TrtSpecError as error:
+        raise TrtSpecError(f"the chat template of {spec.model.source}: {error.problem}",
+                           fix="pass --raw to send the prompt unchanged, or point model.source at the target") from None
+    if not has_chat_template(tokenizer):
+        return Renderer()
+    return Renderer(tokenizer, spec.model.source)
