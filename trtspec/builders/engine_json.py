@@ -21,7 +21,8 @@ from trtspec.errors import IncompatibleArtifactError, ModelSourceError
 FORMAT = "trtspec-engine/1"
 # TensorRT-LLM's names for the speculative modes (build_config.speculative_decoding_mode).
 SPECULATIVE_DECODING_MODES = {"eagle3": "eagle3", "draft-target": "draft_tokens_external",
-                              "ngram": "ngram", "none": "none"}
+                              "ngram": "ngram", "lookahead": "lookahead_decoding", "none": "none",
+                              "layerskip": "layerskip"}  # cpu only: TensorRT-LLM has no early exit
 
 
 @dataclass(frozen=True)
@@ -159,6 +160,9 @@ def engine_json(spec: Any, name: str, inputs: BuildInputs, *, target_path: str =
         "runtime": {"dtype": spec.model.dtype, "ngram_min": s.ngram_min, "ngram_max": s.ngram_max,
                     "dynamic_draft": s.dynamic_draft, "confidence_threshold": s.confidence_threshold,
                     "acceptance_floor": s.acceptance_floor, "eagle_choices": s.eagle_choices,
+                    **({"exit_layer": s.layerskip.exit_layer} if s.mode == "layerskip" else {}),
+                    **({"lookahead": [s.lookahead.window, s.lookahead.ngram, s.lookahead.verification_set]}
+                       if s.mode == "lookahead" else {}),
                     **({"tree": [s.tree.topk, s.tree.depth, s.tree.num_draft_tokens],
                         "tree_min_path_prob": s.tree.min_path_prob} if s.tree else {})},
         **backend_keys,

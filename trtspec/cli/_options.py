@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from trtspec.modes import NAMES as MODE_NAMES
 from trtspec.spec.loading import load_spec
 from trtspec.spec.schema import Spec
 
@@ -16,7 +17,7 @@ config_option = click.option(
     help="Spec file (default ./trtspec.yaml; built-in defaults when absent).")
 dry_run_option = click.option("--dry-run", is_flag=True, help="Print what would be done; write nothing.")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON on stdout.")
-mode_option = click.option("--mode", type=click.Choice(["eagle3", "draft-target", "ngram", "none"]),
+mode_option = click.option("--mode", type=click.Choice(list(MODE_NAMES)),
                            default=None, help="Override speculative.mode.")
 backend_option = click.option("--backend", type=click.Choice(["cpu", "trtllm", "trtllm-engine"]),
                               default=None, help="Override build.backend.")

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from trtspec.errors import IncompatibleArtifactError, ModelSourceError
+from trtspec.modes import tree_modes
 from trtspec.runtime.config import EngineConfig
 from trtspec.runtime.threads import release_idle_openmp_team
 
@@ -29,41 +30,32 @@ def engine_parts(target_dir, *, mode: str = "ngram", draft_dir=None, max_draft_l
     """
     from transformers import AutoTokenizer
 
+    from trtspec.runtime.drafters.registry import DRAFTER_OPTIONS, DrafterParts, make_drafter
+
     kernels = _linear_kernels(dtype, prepack)
-    target = load_causal_lm(target_dir)
-    if prepack:
-        from trtspec.runtime.prepack import prepack_linears
 
-        prepack_linears(target, kernels)
-    tokenizer = AutoTokenizer.from_pretrained(str(target_dir))
-    drafter = None
-    if mode == "ngram":
-        from trtspec.runtime.drafters.ngram import NgramDrafter
-
-        drafter = NgramDrafter(ngram_min, ngram_max)
-    elif mode == "draft-target":
-        from trtspec.runtime.drafters.draft_model import DraftModelDrafter
-
-        draft_model = load_causal_lm(_need(draft_dir, mode))
+    def prepack_like_target(module) -> None:
         if prepack:
             from trtspec.runtime.prepack import prepack_linears
 
-            prepack_linears(draft_model, kernels)
-        drafter = DraftModelDrafter(draft_model)
-    elif mode == "eagle3":
-        from trtspec.runtime.drafters.eagle3 import Eagle3Drafter
+            prepack_linears(module, kernels)
 
-        drafter = Eagle3Drafter.from_dir(_need(draft_dir, mode), target)
-        if prepack:  # its forwards take 2-20 rows (catch-up, tree frontiers): SGEMM would repack per call
-            from trtspec.runtime.prepack import prepack_linears
+    def load(path):
+        model = load_causal_lm(path)
+        prepack_like_target(model)
+        return model
 
-            prepack_linears(drafter.head, kernels)
-    elif mode != "none":
-        raise IncompatibleArtifactError(f"unknown speculative mode {mode!r}",
-                                        fix="use one of eagle3, draft-target, ngram, none")
+    target = load(target_dir)
+    tokenizer = AutoTokenizer.from_pretrained(str(target_dir))
+    # The drafter the mode's row names (trtspec.modes), with the mode's own options.
+    own = {"ngram_min": ngram_min, "ngram_max": ngram_max}
+    own.update({key: options.pop(key) for key in DRAFTER_OPTIONS.get(mode, ()) if key in options})
+    for key in {k for keys in DRAFTER_OPTIONS.values() for k in keys} - {"ngram_min", "ngram_max"}:
+        options.pop(key, None)  # another mode's settings (engine.json carries them all)
+    drafter = make_drafter(DrafterParts(mode, target, draft_dir, load, prepack_like_target, own))
     config = EngineConfig.from_options(mode=mode, max_draft_len=max_draft_len,
                                        eagle_choices=eagle_choices if mode == "eagle3" else None,
-                                       tree=tree if mode in ("eagle3", "draft-target") else None, **options)
+                                       tree=tree if mode in tree_modes() else None, **options)
     # Loading and prepacking ran parallel regions in this thread; the steps run in the engine's loop
     # thread. Two OpenMP teams on the cores make both slow (threads.py), so this one ends here.
     release_idle_openmp_team()
@@ -96,13 +88,6 @@ def _linear_kernels(dtype: str, prepack: bool) -> tuple[str, ...]:
         raise IncompatibleArtifactError(f"runtime dtype bfloat16 runs the linear layers on the bfloat16 row kernel, "
                                         f"which cannot run here: {why}", fix="use model.dtype float32 on this machine")
     return (ROWDOT_BF16,)
-
-
-def _need(draft_dir, mode: str) -> Path:
-    if draft_dir is None or not Path(draft_dir).is_dir():
-        raise ModelSourceError(f"mode {mode} needs a draft checkpoint directory (got {draft_dir})",
-                               fix="run `trtspec convert` to make one")
-    return Path(draft_dir)
 
 
 def load_causal_lm(path: str | Path):

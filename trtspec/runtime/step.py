@@ -10,7 +10,8 @@
 3. Verify: ONE target forward over all feeds (ragged: per-sequence positions and masks).
 4. Accept per sequence (greedy prefix or tree path, or lossless rejection sampling of a chain or
    a tree), roll back
-   the rejected tokens' KV, hand the drafter the hidden states of what was kept.
+   the rejected tokens' KV, hand the drafter the hidden states of what was kept (and a lookahead
+   drafter the target's argmax at every verified row: its Jacobi guesses).
 5. Commit: stream each sequence's tokens, update statistics and its policy; finished sequences
    leave and free their blocks.
 
@@ -24,6 +25,7 @@ import dataclasses
 import time
 from typing import Any
 
+from trtspec.modes import tree_modes
 from trtspec.runtime import sampling
 from trtspec.runtime.batch import Feed, forward
 from trtspec.runtime.draft_shape import plan_step
@@ -139,7 +141,7 @@ def _draft(engine: Any, decoding: list[Any], lengths: list[int], shape: TreeShap
     drafts: list[Any] = [None] * len(decoding)
     if not wanted:
         return drafts
-    if engine.config.mode in ("eagle3", "draft-target") and not isinstance(engine.tree, Tree):
+    if engine.config.mode in tree_modes() and not isinstance(engine.tree, Tree):
         if shape is not None and engine.config.tree_min_path_prob:
             shape = dataclasses.replace(shape, min_path_prob=engine.config.tree_min_path_prob)
         for i in wanted:
@@ -189,6 +191,8 @@ def _accept(scheduler: Any, sequence: Any, draft: Any, logits: Any, aux: Any) ->
         scheduler.pool.move(sequence.table, sources, destinations)
     sequence.kv.length = past + 1 + len(path)
     sequence.stats.num_target_passes += 1
+    if k and tree is None and scheduler.engine.drafter.wants_target_tokens:  # Jacobi guesses (lookahead)
+        sequence.session.on_target_tokens(draft_ids, sampling.greedy_tokens(logits), len(path))
     if sequence.session is not None and aux is not None:
         sequence.session.on_verified(aux[[0] + [1 + i for i in path]])
     if k:

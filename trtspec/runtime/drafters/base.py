@@ -11,13 +11,15 @@ cache), so requests never share mutable state. Per engine step the scheduler cal
 2. the engine verifies every draft in one target pass;
 3. `session.on_verified(kept_hidden)` with the target's auxiliary hidden states for the
    positions the target kept in its KV cache (prompt chunks included; only drafters with
-   `aux_layer_ids` get them).
+   `aux_layer_ids` get them); and, for drafters with `wants_target_tokens` (lookahead), after a
+   chain's verification `session.on_target_tokens(draft_ids, target_ids, num_accepted)`: the
+   target's argmax token at every row of its verify pass (its Jacobi guesses).
 
 A drafter with its own model says so with `kv_config` (the transformers config its cache is
 shaped by); the engine then makes a pool for it and opens each session with `kv`, that
 sequence's view of it (same block table as the target's).
 
-A drafter never sees the target's logits, never touches the target's KV cache, and never decides
+A drafter never sees the target's logits (at most their argmax tokens, above), never touches the target's KV cache, and never decides
 acceptance: that is the engine's job.
 """
 
@@ -86,6 +88,9 @@ class DraftSession:
     def propose(self, tokens: list[int], max_len: int) -> Draft | None:
         raise NotImplementedError
 
+    def on_target_tokens(self, draft_ids: list[int], target_ids: list[int], num_accepted: int) -> None:
+        """The target's argmax after [pending] + draft[:i], i = 0..k (drafters that ask for them)."""
+
     def on_verified(self, kept_hidden: Any) -> None:
         """Receive the target's aux hidden states for the positions it kept (EAGLE-3 only)."""
 
@@ -102,6 +107,7 @@ class Drafter:
     kind: str = "?"
     aux_layer_ids: tuple[int, ...] = ()
     kv_config: Any = None  # config of the model whose KV cache sessions keep (None: no cache)
+    wants_target_tokens: bool = False  # sessions get on_target_tokens after each chain's verification
 
     def session(self, prompt_ids: list[int], params: Any, generator: Any, *,
                 confidence_threshold: float = 0.0, tree: Any = None, kv: Any = None) -> DraftSession:

@@ -1,0 +1,125 @@
+"""The speculative modes as one table: a row per mode, what each backend does with it.
+
+A row names the mode's cpu-engine drafter (a `module:function` taking
+trtspec.runtime.drafters.registry.DrafterParts, resolved only when an engine loads, so this
+module imports nothing heavy), its spec section under `speculative` (None: only the shared
+fields), and per backend one `Backing`: it runs (and how, in one line), or it is refused (why;
+fix). The spec schema (mode names, backend checks, `--mode` choices), the cpu engine's drafter
+choice (runtime/checkpoints.engine_parts) and the README's mode x backend table read it.
+
+Adding a mode: a drafter module in runtime/drafters/ with a `make(parts)` function and one row
+here. What the GPU builders write per mode stays in builders/ (their flags and fields are checked
+against the release's contract there); the row only says whether they write anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+BACKENDS = ("cpu", "trtllm", "trtllm-engine")
+
+
+@dataclass(frozen=True)
+class Backing:
+    """What one backend does with a mode: runs it (`how`), or refuses it (`how`: why; fix)."""
+
+    runs: bool
+    how: str
+
+    @property
+    def reason(self) -> str:
+        return self.how.partition("; ")[0]
+
+    @property
+    def fix(self) -> str:
+        return self.how.partition("; ")[2]
+
+
+def _yes(how: str) -> Backing:
+    return Backing(True, how)
+
+
+def _no(how: str) -> Backing:
+    return Backing(False, how)
+
+
+@dataclass(frozen=True)
+class ModeRow:
+    name: str
+    summary: str
+    drafter: str | None              # "module:function" -> a Drafter (cpu engine); None: no speculation
+    section: str | None              # speculative.<section> holding the mode's own settings
+    backends: dict[str, Backing] = field(default_factory=dict)
+    trees: bool = False              # the cpu drafter grows dynamic (EAGLE-2) trees
+    draft_checkpoint: bool = False   # the cpu drafter needs a draft checkpoint directory
+
+
+_D = "trtspec.runtime.drafters"
+MODES: dict[str, ModeRow] = {row.name: row for row in (
+    ModeRow("eagle3", "EAGLE-3 head (trained by convert, or imported)", f"{_D}.registry:eagle3", "eagle3", {
+        "cpu": _yes("EAGLE-3 head drafter (chains, eagle_choices or dynamic trees)"),
+        "trtllm": _yes("speculative_config decoding_type Eagle with the head"),
+        "trtllm-engine": _no("EAGLE-3 needs the LLM-API backend; use build.backend: trtllm"),
+    }, trees=True, draft_checkpoint=True),
+    ModeRow("draft-target", "a smaller model with the target's tokenizer", f"{_D}.registry:draft_target", None, {
+        "cpu": _yes("draft model on its own paged cache"),
+        "trtllm": _yes("speculative_config decoding_type DraftTarget"),
+        "trtllm-engine": _yes("--speculative_decoding_mode draft_tokens_external; BLS drafts"),
+    }, trees=True, draft_checkpoint=True),
+    ModeRow("ngram", "prompt lookup: the continuation of an earlier n-gram", f"{_D}.registry:ngram", None, {
+        "cpu": _yes("n-gram lookup"),
+        "trtllm": _yes("speculative_config decoding_type NGram"),
+        "trtllm-engine": _no("n-gram lookup is served by the LLM-API backend; use build.backend: trtllm"),
+    }),
+    ModeRow("lookahead", "Jacobi guesses and an n-gram pool (window W, n-gram N, verification set G)",
+            f"{_D}.lookahead:make", "lookahead", {
+                "cpu": _yes("n-gram pool from the sequence and the target's Jacobi guesses, chain drafts"),
+                "trtllm": _no("TensorRT-LLM's LookaheadDecodingConfig runs on its TensorRT backend only "
+                              "(supports_backend refuses pytorch), which the LLM-API package targets; "
+                              "use build.backend: trtllm-engine"),
+                "trtllm-engine": _yes("--speculative_decoding_mode lookahead_decoding, "
+                                      "--max_draft_len (N-2 if N>1 else 0) + (W-1+G)(N-1); "
+                                      "decoding_mode lookahead and lookahead_* parameters"),
+            }),
+    ModeRow("layerskip", "self-speculation: the target's first E layers, its norm and head",
+            f"{_D}.layerskip:make", "layerskip", {
+                "cpu": _yes("the target's first exit_layer layers draft on their own cache, no second model"),
+                "trtllm": _no("TensorRT-LLM has no early-exit drafting; use mode draft-target with a draft "
+                              "model (a first-layers copy of the target is one)"),
+                "trtllm-engine": _no("TensorRT-LLM has no early-exit drafting; use mode draft-target with a "
+                                     "draft model (a first-layers copy of the target is one)"),
+            }),
+    ModeRow("none", "baseline: plain decoding", None, None, {
+        "cpu": _yes("plain decoding"), "trtllm": _yes("no speculative_config"), "trtllm-engine": _yes("no draft"),
+    }),
+)}
+
+NAMES: tuple[str, ...] = tuple(MODES)
+
+
+def row(mode: str) -> ModeRow:
+    return MODES[mode]
+
+
+def backend_modes(backend: str) -> tuple[str, ...]:
+    """The modes `backend` runs, in table order."""
+    return tuple(name for name, r in MODES.items() if r.backends[backend].runs)
+
+
+def refusal(backend: str, mode: str) -> str | None:
+    """Why `backend` refuses `mode` ("reason; fix"), or None where it runs it."""
+    backing = MODES[mode].backends[backend]
+    return None if backing.runs else backing.how
+
+
+def tree_modes() -> tuple[str, ...]:
+    return tuple(name for name, r in MODES.items() if r.trees)
+
+
+def markdown_table() -> str:
+    """The mode x backend table (README.md carries it; tests/test_modes.py keeps them equal)."""
+    lines = ["| mode | " + " | ".join(BACKENDS) + " |", "|---|" + "---|" * len(BACKENDS)]
+    for name, r in MODES.items():
+        cells = [("yes: " if b.runs else "refused: ") + b.reason for b in (r.backends[k] for k in BACKENDS)]
+        lines.append(f"| `{name}` ({r.summary}) | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

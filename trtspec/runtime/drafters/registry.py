@@ -1,0 +1,72 @@
+"""A mode's drafter, built from the table in trtspec.modes (the row's `drafter` names a
+`module:function` taking DrafterParts); the factories of the first three modes live here.
+
+Contract: `make_drafter` returns the Drafter the mode's row names, or None for a mode without
+one (`none`); an unknown mode is one IncompatibleArtifactError line. A factory reads only what
+DrafterParts hands it: the loaded (and prepacked) target, the draft directory, the mode's own
+options (popped from the engine options by checkpoints.engine_parts), and `load`, which loads and
+prepacks another checkpoint as the target was.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trtspec import modes
+from trtspec.errors import IncompatibleArtifactError, ModelSourceError
+
+# engine options that configure a drafter, not the Engine (EngineConfig): by mode
+DRAFTER_OPTIONS = {"ngram": ("ngram_min", "ngram_max"), "lookahead": ("lookahead",), "layerskip": ("exit_layer",)}
+
+
+@dataclass
+class DrafterParts:
+    mode: str
+    target: Any
+    draft_dir: Path | str | None
+    load: Callable[[Any], Any]           # checkpoint directory -> prepacked causal LM
+    prepack: Callable[[Any], None]       # prepack another module's linear layers as the target's
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def need_draft_dir(self) -> Path:
+        if self.draft_dir is None or not Path(self.draft_dir).is_dir():
+            raise ModelSourceError(f"mode {self.mode} needs a draft checkpoint directory (got {self.draft_dir})",
+                                   fix="run `trtspec convert` to make one")
+        return Path(self.draft_dir)
+
+
+def make_drafter(parts: DrafterParts):
+    """The drafter of `parts.mode` (see the module docstring)."""
+    if parts.mode not in modes.MODES:
+        raise IncompatibleArtifactError(f"unknown speculative mode {parts.mode!r}",
+                                        fix=f"use one of {', '.join(modes.NAMES)}")
+    where = modes.MODES[parts.mode].drafter
+    if where is None:
+        return None
+    module, _, function = where.partition(":")
+    return getattr(importlib.import_module(module), function)(parts)
+
+
+def ngram(parts: DrafterParts):
+    from trtspec.runtime.drafters.ngram import NgramDrafter
+
+    return NgramDrafter(parts.options.get("ngram_min", 1), parts.options.get("ngram_max", 3))
+
+
+def draft_target(parts: DrafterParts):
+    from trtspec.runtime.drafters.draft_model import DraftModelDrafter
+
+    return DraftModelDrafter(parts.load(parts.need_draft_dir()))
+
+
+def eagle3(parts: DrafterParts):
+    from trtspec.runtime.drafters.eagle3 import Eagle3Drafter
+
+    drafter = Eagle3Drafter.from_dir(parts.need_draft_dir(), parts.target)
+    # its forwards take 2-20 rows (catch-up, tree frontiers): SGEMM would repack per call
+    parts.prepack(drafter.head)
+    return drafter
