@@ -118,6 +118,12 @@ for MODE in $MODES; do
   step "bench ($RUN)" trtspec bench -c "$SPEC" --concurrency 1,4 --num-prompts 8 --max-tokens 64 \
     --out "$WORKDIR/$RUN/report"
   step "deploy stop ($RUN)" trtspec deploy stop -c "$SPEC"
+  # 6. trtllm ngram: the draft length by load, one deployment per length and off; on 1.2.1 it
+  #    writes draft_len_schedule and the acceptance gate into the options and rebuilds
+  if [ "$BACKEND" = trtllm ] && [ "$MODE" = ngram ]; then
+    step "tune --served ($RUN)" trtspec tune -c "$SPEC" --served --draft-lens 2,4 --concurrency 1,4 \
+      --num-prompts 8 --max-tokens 64 --out "$WORKDIR/$RUN/tune"
+  fi
 done
 done
 
