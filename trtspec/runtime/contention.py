@@ -7,12 +7,16 @@ often off its core and every region waits for it: through Triton, one busy singl
 process beside the server took 2-thread decoding from 45 to 3.4 tokens/s (a 2-thread OpenMP loop
 to 2.5), while the same server on one thread lost almost nothing (30.3 -> 29.0 tokens/s).
 
-How it is seen: the time the team's threads waited runnable for a core during steps
-(trtspec.runtime.run_queue: the kernel's run-queue delay), over the steps' wall time x threads;
-the share it got is one minus that. The process's CPU time over wall time x threads, used before,
-read high on a 2-core Intel Xeon (AVX-512, AMX) with two busy processes on its cores, since a
-spinning OpenMP thread counts as on a core; the run-queue delay is the waiting itself, on any CPU
-(figures: docs/BENCHMARKS-log.md, "Other processes on the engine's cores").
+How it is seen: of the time the team's threads wanted a core during steps, the share they had
+one (trtspec.runtime.run_queue: run time over run plus run-queue delay, the kernel's own count).
+The process's CPU time over wall time x threads, used before, counts a thread spinning at a
+barrier as on a core and mixes in every other thread of the process; the run-queue delay is the
+waiting itself. On a 2-core Intel Xeon (AVX-512, AVX512_BF16) under load average ~10, SmolLM2 on
+the row kernel, both read alike (medians over 0.5 s windows: CPU share 0.19 / 0.16 / 0.09,
+run-queue share 0.20 / 0.17 / 0.09, with the machine's other work alone, beside one and beside
+two more busy processes; docs/BENCHMARKS-log.md, "Contention from the run queue"). What failed on
+the Intel Xeon before was not the signal: its tiny test model's small layers went to MKL by
+timing, which keeps the count (below), so the loop never stepped down.
 
 What it does (ThreadGovernor.decide, after every step): when the share over at least WINDOW_S of
 step time falls below LOW_SHARE, the loop steps on floor(share x threads) threads (at least 1,
@@ -39,11 +43,11 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
-from trtspec.runtime.run_queue import RunQueueClock, team_wait
+from trtspec.runtime.run_queue import RunQueueClock, team_share
 
-# Alone the share reads 0.97-0.99 at 2 threads in process; through Triton, windows of 0.2 s read
-# down to 0.84 now and then (the bench client and the server's threads take their turns);
-# beside one busy process 0.69-0.77, beside a 2-thread OpenMP loop 0.49-0.60.
+# With the CPU-time share on the 2-core AMD EPYC: 0.97-0.99 alone at 2 threads in process, down
+# to 0.84 through Triton, 0.69-0.77 beside one busy process, 0.49-0.60 beside a 2-thread OpenMP
+# loop; the run-queue share reads alike wherever both were measured (module docstring)
 LOW_SHARE = 0.8
 WINDOW_S = 0.5          # of step time per share reading (~20 decode steps of SmolLM2 on 2 cores)
 FIRST_BACKOFF_S = 2.0   # before trying the full count again after the first fall
@@ -172,9 +176,9 @@ class LoopThreads:
             step(*args)
         finally:
             wall = time.perf_counter() - wall
-            waited = min(team_wait(before, clock.sample(), wall), wall * governor.threads)
+            share = team_share(before, clock.sample(), wall)
             fallbacks, recoveries, low = governor.fallbacks, governor.recoveries, governor.low_windows
-            threads = governor.decide(wall, wall * governor.threads - waited, time.monotonic())
+            threads = governor.decide(wall, share * wall * governor.threads, time.monotonic())
             if threads is not None:
                 _set_threads(threads)
                 clock.refresh()  # a smaller or larger team

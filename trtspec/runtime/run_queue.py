@@ -10,15 +10,18 @@ Linux 2.6 wherever CONFIG_SCHED_INFO is set, as in every distribution kernel) is
 itself: a spinning thread is on a core and adds nothing; a thread that a busy process pushed off
 its core adds every nanosecond it waits.
 
-Whose waits count: the team's, the threads that computed during the step (on a core at least
-TEAM_RUN_SHARE of its wall time). A server's other threads (gRPC, the Python stub's senders) wake
-for microseconds and may wait for the team itself; counting them would read the engine's own
-serving as contention.
+Whose waits count: the team's, the threads that wanted a core (ran or waited to run) for at
+least TEAM_BUSY_SHARE of the step's wall time. A server's other threads (gRPC, the Python stub's
+senders) wake for microseconds and may wait for the team itself; counting them would read the
+engine's own serving as contention. The share is the team's run time over its run plus wait time,
+so it reads the same whether one thread of the team or all of them were found (a first version
+counted threads that ran 10 % of the step: with 12 runnable threads on 2 cores none did, and the
+share read 1.0 beside two busy processes).
 
 Contract: `RunQueueClock.available()` says whether this kernel keeps the counts; `sample()`
 returns {tid: (run_ns, wait_ns)} for this process's threads at the last `refresh()` (threads
-that have ended keep their last reading); `team_wait(before, after, wall)` is the seconds the
-team waited between two samples. Reading a thread costs one pread (~2 us); nothing else here.
+that have ended keep their last reading); `team_share(before, after, wall)` is the share of the
+time the team wanted a core between two samples that it had one. Reading a thread costs one pread (~2 us); nothing else here.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from __future__ import annotations
 import os
 
 TASKS = "/proc/self/task"
-TEAM_RUN_SHARE = 0.1  # of a step's wall time on a core: a thread of the team (a stub thread's wake-ups take ~1 %)
+TEAM_BUSY_SHARE = 0.1  # of a step's wall time running or runnable: a thread of the team (a stub thread's wake-ups take ~1 %)
 
 
 class RunQueueClock:
@@ -75,10 +78,15 @@ class RunQueueClock:
         self._last.clear()
 
 
-def team_wait(before: dict[int, tuple[int, int]], after: dict[int, tuple[int, int]], wall: float) -> float:
-    """Seconds the threads that computed between `before` and `after` (`wall` seconds) waited for a core."""
-    waited = 0
+def team_share(before: dict[int, tuple[int, int]], after: dict[int, tuple[int, int]], wall: float) -> float:
+    """Of the time the team's threads wanted a core between `before` and `after` (`wall` seconds),
+    the share they were on one: their run time over their run plus run-queue time (1.0: no team)."""
+    ran = wanted = 0
     for tid, (run, wait) in after.items():
-        if tid in before and run - before[tid][0] >= TEAM_RUN_SHARE * wall * 1e9:
-            waited += wait - before[tid][1]
-    return waited / 1e9
+        if tid not in before:
+            continue
+        busy = (run - before[tid][0]) + (wait - before[tid][1])
+        if busy >= TEAM_BUSY_SHARE * wall * 1e9:
+            ran += run - before[tid][0]
+            wanted += busy
+    return ran / wanted if wanted else 1.0
