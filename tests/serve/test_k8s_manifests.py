@@ -48,6 +48,8 @@ def test_manifests_are_valid_kubernetes_objects(spec):
     assert {m.name for m in container.volume_mounts} <= {v.name for v in pod.spec.volumes}
     assert {"/models", "/engines/tiny-engine", "/dev/shm"} <= {m.mount_path for m in container.volume_mounts}
     assert pod.metadata.annotations["prometheus.io/port"] == str(spec.serve.metrics_port)
+    assert pod.metadata.annotations.get("trtspec.dev/base-image") == (
+        None if spec.build.backend == "cpu" else "nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3")
 
 
 def test_probes_see_a_dead_stub_and_give_loading_time(spec):

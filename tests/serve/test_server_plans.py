@@ -41,6 +41,8 @@ def test_docker_command_has_gpus_shm_ports_and_mounts(gpu_spec, tmp_path):
     engine = tmp_path / "engines" / "tiny-ngram-trtllm"
     command = launch.docker_command(gpu_spec, tmp_path / "repo", engine)
     assert command[:2] == ["docker", "run"] and "--gpus" in command and "--shm-size=2g" in command
+    # the image's base for the release the engine was written for (1.2.1 by default: 26.07)
+    assert "trtspec.base-image=nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3" in command
     for port in (gpu_spec.serve.http_port, gpu_spec.serve.grpc_port, gpu_spec.serve.metrics_port):
         assert f"127.0.0.1:{port}:{port}" in command
     assert f"{(tmp_path / 'repo').resolve()}:/models" in command

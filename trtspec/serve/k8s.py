@@ -16,6 +16,16 @@ def liveness_command(serve: Any) -> list[str]:
     return ["trtspec", "deploy", "status", "--url", f"127.0.0.1:{serve.grpc_port}", "--timeout", "30"]
 
 
+def base_image_annotation(spec: Any) -> dict[str, str]:
+    """GPU backends: the Triton container the image must be built FROM for the release the engine
+    was written for (contract data: 26.07 for TensorRT-LLM 1.2.1), so a pod names its release."""
+    if spec.build.backend == "cpu":
+        return {}
+    from trtspec.builders import contracts
+
+    return {"trtspec.dev/base-image": contracts.for_spec(spec).image}
+
+
 def k8s_manifests(spec: Any, engine_name: str, image: str | None = None) -> list[dict[str, Any]]:
     """Deployment + Service: GPU limits, startup and readiness on /v2/health/ready, liveness by a
     one-token inference, Prometheus annotations.
@@ -54,7 +64,7 @@ def k8s_manifests(spec: Any, engine_name: str, image: str | None = None) -> list
                          {"name": "dshm", "mountPath": "/dev/shm"}],
     }
     annotations = {"prometheus.io/scrape": "true", "prometheus.io/port": str(serve.metrics_port),
-                   "prometheus.io/path": "/metrics"}
+                   "prometheus.io/path": "/metrics", **base_image_annotation(spec)}
     deployment = {
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "labels": labels},
         "spec": {"replicas": 1, "selector": {"matchLabels": labels},

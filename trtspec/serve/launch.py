@@ -224,7 +224,10 @@ def docker_command(spec: Any, repository: Path, engine_dir: Path, image: str | N
     command = ["docker", "run", "--rm", "-d", "--name", f"trtspec-{engine_dir.name}", f"--shm-size={SHM_SIZE}",
                "--ulimit", "memlock=-1", "--ulimit", "stack=67108864"]
     if backend != "cpu":
-        command += ["--gpus", "all"]
+        from trtspec.builders import contracts
+
+        # the release the engine was written for names its container (26.07 for TensorRT-LLM 1.2.1)
+        command += ["--gpus", "all", "--label", f"trtspec.base-image={contracts.for_spec(spec).image}"]
     for port in (serve.http_port, serve.grpc_port, serve.metrics_port) + ((serve.openai_port,) if serve.openai_port else ()):
         command += ["-p", f"{serve.host}:{port}:{port}"]
     command += ["-v", f"{repository.resolve()}:{CONTAINER_REPOSITORY}",
