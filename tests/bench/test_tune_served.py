@@ -146,3 +146,21 @@ def test_served_tune_on_the_cpu_backend_deploys_each_length_and_writes_the_sched
     assert engine["runtime"]["draft_len_schedule"] == report["draft_len_schedule"]
     assert not (tmp_path / "work" / "server" / "server.json").exists() or \
         json.loads((tmp_path / "work" / "server" / "server.json").read_text()).get("state") != "ready"
+
+
+def test_tune_on_a_gpu_backend_plans_one_deployment_per_length_and_off(tmp_path):
+    from click.testing import CliRunner
+
+    from trtspec.cli import main
+
+    path = tmp_path / "trtspec.yaml"
+    path.write_text(f"model:\n  source: smollm2\nbuild:\n  backend: trtllm\nspeculative:\n  mode: ngram\n"
+                    f"workdir: {tmp_path / 'work'}\n")
+    result = CliRunner().invoke(main, ["tune", "-c", str(path), "--draft-lens", "2,4", "--concurrency", "1,8",
+                                       "--dry-run", "--json"])
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.output)
+    assert plan["served"] and plan["deployments"] == [0, 2, 4] and plan["concurrency"] == [1, 8]
+    refused = CliRunner().invoke(main, ["tune", "-c", str(path), "--served", "--trees", "[[[0],[1]]]",
+                                        "--mode", "eagle3", "--dry-run"])
+    assert refused.exit_code != 0 and "chains of each --draft-lens" in refused.output
