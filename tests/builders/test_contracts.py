@@ -136,7 +136,10 @@ def test_the_head_is_written_under_the_names_the_release_binds(version, in_tmp, 
     contract = contracts.load(version)
     assert set(contract.head["tensors"]) <= names <= set(contract.head["tensors"]) | set(contract.head["optional_tensors"])
     assert "midlayer.self_attn.q_proj.weight" in names and not any(n.startswith("layers.") for n in names)
-    assert engine["trtllm"]["eagle3_head"] == {"layer_prefix": "midlayer.", "layers_to_capture": None}
+    head = json.loads((in_tmp / "work" / "checkpoints" / "eagle3" / "config.json").read_text())
+    trained = head["eagle_config"]["eagle_aux_hidden_state_layer_ids"]  # the defaults, and still written
+    assert engine["trtllm"]["eagle3_head"] == {"layer_prefix": "midlayer.", "layers_to_capture": trained}
+    assert engine["trtllm"]["llm_api_options"]["speculative_config"]["eagle3_layers_to_capture"] == trained
     # convert's own export is untouched (vLLM and trtspec's engine read layers.0.*)
     with safe_open(str(in_tmp / "work" / "checkpoints" / "eagle3" / "model.safetensors"), "pt") as handle:
         assert "layers.0.self_attn.q_proj.weight" in set(handle.keys())
@@ -151,10 +154,12 @@ def test_a_wrong_head_name_is_refused():
         upstream.check_head_tensors(renamed, contract)
 
 
-def test_layers_to_capture_written_only_when_the_head_differs_from_the_default(in_tmp, tiny_llama):
+def test_layers_to_capture_is_always_written_where_the_release_has_the_field(in_tmp, tiny_llama):
     """A 4-layer target: TensorRT-LLM has no default capture below 6 layers; convert trains on (0, 2, 3).
     Both releases have EagleDecodingConfig.eagle3_layers_to_capture (1.1.0: the 1.1-line llm_args.py,
-    contract `eagle3` fields); a release without the field refuses such a head."""
+    contract `eagle3` fields), and the head's layers are written even where they are the default; a
+    release without the field refuses a head that differs from its default and writes nothing for one
+    that does not."""
     import dataclasses
 
     head = {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [0, 2, 3]}}
@@ -169,7 +174,8 @@ def test_layers_to_capture_written_only_when_the_head_differs_from_the_default(i
     deep = {"num_hidden_layers": 32}
     default_head = {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 15, 28]}}
     for version in VERSIONS:
-        assert eagle3_head.layers_to_capture(default_head, deep, contracts.load(version)) is None
+        assert eagle3_head.layers_to_capture(default_head, deep, contracts.load(version)) == [1, 15, 28]
+    assert eagle3_head.layers_to_capture(default_head, deep, dataclasses.replace(without, data=data)) is None
 
 
 def test_shallow_target_builds_with_layers_to_capture_for_both_releases(in_tmp, tiny_llama):

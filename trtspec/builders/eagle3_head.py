@@ -4,9 +4,9 @@
 the target layers it was trained on). TensorRT-LLM 1.1 and 1.2 bind the decoder layer by the name
 `midlayer.*` (contract `eagle3_head.layer_prefix`) and capture target layers (1, n/2 - 1, n - 4)
 unless told otherwise. `write_head()` writes the head into the engine directory under the names
-the release binds, checked against the contract, and `layers_to_capture()` says when the
-speculative config must name the head's layers (`eagle3_layers_to_capture`), refusing with the
-reason where the release has no such field.
+the release binds, checked against the contract, and `layers_to_capture()` gives the head's layers
+for the speculative config (`eagle3_layers_to_capture`, always written where the release has the
+field), refusing with the reason where a release without it would capture other layers.
 """
 
 from __future__ import annotations
@@ -32,23 +32,27 @@ def release_tensor_name(name: str, contract: Contract, num_layers: int) -> str:
 
 
 def layers_to_capture(head_config: dict[str, Any], target_config: dict[str, Any], contract: Contract) -> list[int] | None:
-    """The `eagle3_layers_to_capture` value to write, or None when the release's default is the same.
+    """The `eagle3_layers_to_capture` value to write: the head's layers (outputs of target layers,
+    as the canonical head stores them), always, where the release has the field; a head's layers
+    are not always the defaults (nvidia/gpt-oss-120b-Eagle3-v3 reads [24, 30, 36]), and a value
+    written is one the release cannot guess wrong. None only where the release has no such field
+    and its default is the head's.
 
     Raises IncompatibleArtifactError when the head needs other layers than the default and the
     release has no field to say so (both supported releases have it: contract_data, `eagle3` fields).
     """
-    trained = sorted((head_config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids") or [])
     default = contract.default_capture(target_config["num_hidden_layers"])
+    trained = sorted((head_config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids") or default or [])
+    field = contract.head["layers_to_capture_field"]
+    if field is not None and contract.has_field("eagle3", field):
+        return trained or None
     if not trained or trained == default:
         return None
-    field = contract.head["layers_to_capture_field"]
-    if field is None or not contract.has_field("eagle3", field):
-        wanted = "no default (fewer than 6 layers)" if default is None else f"layers {default}"
-        raise IncompatibleArtifactError(
-            f"the EAGLE-3 head reads target layers {trained}, TensorRT-LLM {contract.version} captures "
-            f"{wanted} and has no verified eagle3_layers_to_capture field",
-            fix="use build.trtllm_version 1.2.1 (it writes eagle3_layers_to_capture)")
-    return trained
+    wanted = "no default (fewer than 6 layers)" if default is None else f"layers {default}"
+    raise IncompatibleArtifactError(
+        f"the EAGLE-3 head reads target layers {trained}, TensorRT-LLM {contract.version} captures "
+        f"{wanted} and has no verified eagle3_layers_to_capture field",
+        fix="use build.trtllm_version 1.2.1 (it writes eagle3_layers_to_capture)")
 
 
 def write_head(source: Path, destination: Path, contract: Contract) -> dict[str, Any]:
