@@ -37,8 +37,10 @@ def test_32_streams_with_queue_16_refuse_the_excess_at_once_and_serve_the_rest(b
 
     client, engine_dir = busy_server
     engine = load_engine(engine_dir)
-    alone = {p: engine.generate(p, max_new_tokens=MAX_TOKENS, speculative=False, chat=False).text
-             for p in PROMPTS}  # text_input is read as sent (no chat template), as the stock model does
+    alone = {p: engine.generate(p, max_new_tokens=MAX_TOKENS, speculative=False).text for p in PROMPTS}
+    from trtspec.client.prompting import Renderer
+
+    render = Renderer(engine.tokenizer, "tiny")  # trtspec's clients template client-side; the server reads it as sent
     from trtspec.runtime.prefix_cache import shared_start
 
     start = len(shared_start(engine.tokenizer))
@@ -49,7 +51,7 @@ def test_32_streams_with_queue_16_refuse_the_excess_at_once_and_serve_the_rest(b
     # is sent again (up to 3 rounds); a limit off by any count fails every round.
     for _ in range(3):
         before = client.server_metrics()
-        outcomes, peaks = flood(client, alone)
+        outcomes, peaks = flood(client, alone, render)
         if sum(o[0] == "refused" for o in outcomes) == 8:
             break
     served = [o for o in outcomes if o[0] == "served"]
@@ -85,7 +87,7 @@ def test_invalid_requests_count_as_failed_not_busy(busy_server):
     assert client.generate("hello", max_tokens=4)["finish_reason"] in ("length", "stop")
 
 
-def flood(client, alone: dict[str, str]) -> tuple[list[tuple], dict[str, float]]:
+def flood(client, alone: dict[str, str], render) -> tuple[list[tuple], dict[str, float]]:
     """32 streams released at once: each one's ("served", equal to alone, seconds) or ("refused",
     None, seconds), and the gauges' peaks while they ran."""
     barrier, lock = threading.Barrier(32), threading.Lock()
@@ -97,7 +99,7 @@ def flood(client, alone: dict[str, str]) -> tuple[list[tuple], dict[str, float]]
         barrier.wait()
         started = time.monotonic()
         try:
-            text = "".join(e.text for e in client.stream(prompt, max_tokens=MAX_TOKENS, temperature=0.0))
+            text = "".join(e.text for e in client.stream(render(prompt), max_tokens=MAX_TOKENS, temperature=0.0))
             result = ("served", text == alone[prompt], time.monotonic() - started)
         except ServerError as error:
             result = ("refused" if "server busy" in str(error) else str(error), None, time.monotonic() - started)

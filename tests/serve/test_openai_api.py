@@ -51,7 +51,8 @@ def test_chat_greedy_equals_tritonclient_with_usage_and_speculative_stats(openai
     _, client, api = openai_served
     answer = api.chat.completions.create(model="tiny", messages=[{"role": "user", "content": PROMPT}],
                                          temperature=0, max_completion_tokens=12)
-    direct = client.generate(PROMPT, max_tokens=12, temperature=0.0)
+    # the chat is one user turn through the template: what chat_template: true asks of text_input
+    direct = client.generate(PROMPT, max_tokens=12, temperature=0.0, extra={"chat_template": True})
     assert answer.choices[0].message.content == direct["text"] and answer.choices[0].message.role == "assistant"
     assert answer.choices[0].finish_reason == direct["finish_reason"] == "length"
     assert answer.usage.completion_tokens == direct["num_output_tokens"] == 12
