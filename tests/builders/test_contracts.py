@@ -138,7 +138,10 @@ def test_the_head_is_written_under_the_names_the_release_binds(version, in_tmp, 
     assert "midlayer.self_attn.q_proj.weight" in names and not any(n.startswith("layers.") for n in names)
     head = json.loads((in_tmp / "work" / "checkpoints" / "eagle3" / "config.json").read_text())
     trained = head["eagle_config"]["eagle_aux_hidden_state_layer_ids"]  # the defaults, and still written
-    assert engine["trtllm"]["eagle3_head"] == {"layer_prefix": "midlayer.", "layers_to_capture": trained}
+    assert engine["trtllm"]["eagle3_head"] | {"forward_note": None} == {
+        "layer_prefix": "midlayer.", "layers_to_capture": trained, "forward_note": None}
+    # convert's heads are ModelOpt's function, hidden_norm(input_layernorm(h)); the release computes hidden_norm(h)
+    assert "hidden_norm(input_layernorm(h))" in engine["trtllm"]["eagle3_head"]["forward_note"]
     assert engine["trtllm"]["llm_api_options"]["speculative_config"]["eagle3_layers_to_capture"] == trained
     # convert's own export is untouched (vLLM and trtspec's engine read layers.0.*)
     with safe_open(str(in_tmp / "work" / "checkpoints" / "eagle3" / "model.safetensors"), "pt") as handle:

@@ -131,6 +131,8 @@ def build(spec: Any, *, dry_run: bool = False, verify: bool = False, force: bool
         from trtspec.builders.trtllm import tree_note
 
         result.engine, result.files = _trtllm_package(spec, contract, name, inputs, engine_dir)
+        if "forward_note" in result.engine["trtllm"].get("eagle3_head", {}):
+            result.messages.append(result.engine["trtllm"]["eagle3_head"]["forward_note"])
         if tree_note(spec, contract):
             result.messages.append(tree_note(spec, contract))
             result.engine["trtllm"]["tree_note"] = tree_note(spec, contract)
@@ -207,6 +209,8 @@ def _trtllm_package(spec: Any, contract: Any, name: str, inputs: ej.BuildInputs,
                "llm_api_options_file": "llm_api_options.yaml", "llm_api_options": relative}
     if inputs.draft_kind == "eagle3":
         section["eagle3_head"] = {"layer_prefix": contract.head["layer_prefix"], "layers_to_capture": capture}
+        if eagle3_head.forward_note(inputs.draft.config):
+            section["eagle3_head"]["forward_note"] = eagle3_head.forward_note(inputs.draft.config)
     if upstream.tensorrt_llm_version() is not None:  # inside the GPU container: ask the release itself
         section["decoding_check"] = upstream.introspect_decoding(contract)
     engine = ej.engine_json(spec, name, inputs, trtllm=section)

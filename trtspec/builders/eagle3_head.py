@@ -55,6 +55,29 @@ def layers_to_capture(head_config: dict[str, Any], target_config: dict[str, Any]
         fix="use build.trtllm_version 1.2.1 (it writes eagle3_layers_to_capture)")
 
 
+# What TensorRT-LLM's Eagle3DecoderLayer computes (tensorrt_llm/_torch/models/modeling_speculative.py):
+# residual = h; hidden_states = hidden_norm(h); cat(input_layernorm(embeds), hidden_states): the EAGLE
+# code's function, called "eagle" in the head's config (`trtspec_head_forward`, trtspec.convert.eagle3.heads).
+RELEASE_FORWARD = "eagle"
+
+
+def forward_note(head_config: dict[str, Any]) -> str | None:
+    """A line when the head was trained as another function than TensorRT-LLM computes, else None.
+
+    trtspec's own heads and ModelOpt's (no `trtspec_head_forward`: "modelopt") apply hidden_norm to
+    input_layernorm(h) (ModelOpt's EagleModule runs the first layer's input_layernorm before the
+    attention pre-hook that adds hidden_norm); speculators' norm_before_residual heads take
+    hidden_norm(h) as the residual. The weights load either way; the drafts differ from the cpu engine's.
+    """
+    forward = head_config.get("trtspec_head_forward") or "modelopt"
+    if forward == RELEASE_FORWARD:
+        return None
+    trained = {"modelopt": "hidden_norm(input_layernorm(h)) (ModelOpt's EagleModule)",
+               "norm_before_residual": "with hidden_norm(h) as the residual (norm_before_residual)"}.get(forward, forward)
+    return (f"the EAGLE-3 head was trained as {trained}; TensorRT-LLM's Eagle3DecoderLayer computes "
+            "hidden_norm(h) with residual h, so its drafts (and acceptance) can differ from the cpu engine's")
+
+
 def write_head(source: Path, destination: Path, contract: Contract) -> dict[str, Any]:
     """Write the head in `source` into `destination` under the release's tensor names; return a summary."""
     from safetensors.torch import load_file, save_file

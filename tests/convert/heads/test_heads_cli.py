@@ -59,6 +59,8 @@ def test_head_from_the_hub_cache_builds_for_cpu_and_trtllm_and_exports(in_tmp, h
     trtllm = cli("build", "-c", str(spec), "--backend", "trtllm", "--json")
     assert trtllm.exit_code == 0, trtllm.output
     engine = json.loads(trtllm.stdout)["engine_dir"]
+    note = json.loads(trtllm.stdout)["engine"]["trtllm"]["eagle3_head"]["forward_note"]
+    assert "norm_before_residual" in note and "TensorRT-LLM's Eagle3DecoderLayer computes hidden_norm(h)" in note
     options = yaml.safe_load((in_tmp / engine / "llm_api_options.yaml").read_text()
                              if not engine.startswith("/") else open(f"{engine}/llm_api_options.yaml").read())
     assert options["speculative_config"]["eagle3_layers_to_capture"] == [1, 3, 4]
