@@ -135,6 +135,7 @@ def test_served_tune_on_the_cpu_backend_deploys_each_length_and_writes_the_sched
           [(r["concurrency"], r["max_draft_len"], round(r["output_throughput"], 1), round(r["speedup"], 2))
            for r in report["rows"]])
     assert report["deployments"] == [0, 1, 3]
+    assert report["prompts_sent"].startswith("chat template of ")  # the tiny tokenizer has one
     assert {(r["concurrency"], r["max_draft_len"]) for r in report["rows"]} == {(1, 1), (1, 3), (2, 1), (2, 3)}
     assert all(r["output_throughput"] > 0 for r in report["rows"])
     spec = validate_spec(yaml.safe_load(spec_path.read_text()))

@@ -131,6 +131,7 @@ def measure(spec: Any, draft_lens: Sequence[int], prompts: Sequence[Any], *, con
     from trtspec.bench.metrics import group_cells, summarize_cell
 
     results: list[dict[str, Any]] = []
+    sent = None
     for draft_len in [0, *draft_lens]:
         candidate = candidate_spec(spec, draft_len)
         if on_phase:
@@ -138,11 +139,13 @@ def measure(spec: Any, draft_lens: Sequence[int], prompts: Sequence[Any], *, con
         with deployed(candidate, raw) as target:
             from trtspec.bench.load import run_variants
 
+            sent = target.render.describe() if hasattr(target.render, "describe") else None
+
             run = run_variants({label(draft_len): (target, draft_len > 0)}, prompts, list(concurrency),
                                max_tokens=max_tokens, repeats=repeats, on_request=on_request)
         results += [summarize_cell(cell) for cell in group_cells(run.records, run.durations)]
     rows, baselines = tuning.tune_rows(results, tuning.candidates(draft_lens))
-    return {"rows": rows, "baselines": baselines}
+    return {"rows": rows, "baselines": baselines, "prompts_sent": sent}
 
 
 class deployed:

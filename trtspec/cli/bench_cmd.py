@@ -353,7 +353,8 @@ def _tune_served(spec, spec_path: Path, draft_lens, concurrency, prompt_set, rep
     summary = clean_json({**plan, "choice": decision.max_draft_len, "draft_len_schedule": decision.schedule,
                           "acceptance_gate": dict(zip(("acceptance_window", "acceptance_length_threshold"),
                                                       decision.gate, strict=True)) if decision.gate else None,
-                          "notes": decision.notes, "rows": result["rows"], "backup": str(backup),
+                          "notes": decision.notes, "prompts_sent": result["prompts_sent"], "rows": result["rows"],
+                          "backup": str(backup),
                           "engine": str(built.engine_dir), "machine": machine_metadata()})
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "tune.json", summary)

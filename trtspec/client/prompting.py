@@ -6,7 +6,8 @@ way; so a request means one prompt on both paths, and the client decides whether
 turn. `trtspec infer`, `trtspec bench` (through a server) and `trtspec tune` render each prompt as
 one user turn through the target's chat template (trtspec.chat, the rule training uses) unless
 `--raw`; a tokenizer without a template leaves the text as it is. The template comes from the
-spec's model source (the checkpoint the server was built from), read with transformers.
+target checkpoint in the spec's built engine (else the spec's model source), read with
+transformers.
 
 `Renderer.describe()` is what reports record as the prompts sent.
 """
@@ -40,6 +41,19 @@ class Renderer:
         return f"chat template of {self.source}, applied by the client (one user turn)"
 
 
+def built_tokenizer_dir(spec: Any) -> Any:
+    """The target checkpoint inside the spec's built engine (its tokenizer, no weights read), or
+    None before a build: then the model source is resolved (a hub id is fetched)."""
+    from trtspec.artifacts import Layout, engine_name
+
+    engine = Layout.from_spec(spec).engine_dir(
+        engine_name(spec.model_name, spec.speculative.mode, spec.build.backend, spec.quantization.fp8))
+    for sub in ("target", "hf/target"):
+        if (engine / sub / "tokenizer_config.json").is_file():
+            return engine / sub
+    return None
+
+
 def renderer(spec: Any, raw: bool = False) -> Renderer:
     """The spec's target's chat template as a Renderer; raw when asked or the tokenizer has none."""
     if raw:
@@ -51,7 +65,8 @@ def renderer(spec: Any, raw: bool = False) -> Renderer:
     try:
         from transformers import AutoTokenizer
 
-        path = resolve_model(spec.model.source, trust_remote_code=spec.model.trust_remote_code, quiet=True).path
+        path = built_tokenizer_dir(spec) or resolve_model(spec.model.source, quiet=True,
+                                                          trust_remote_code=spec.model.trust_remote_code).path
         tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=spec.model.trust_remote_code)
     except TrtSpecError as error:
         raise TrtSpecError(f"the chat template of {spec.model.source}: {error.problem}",
