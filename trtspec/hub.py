@@ -40,8 +40,9 @@ def cache_dir() -> Path:
     return home / "hub"
 
 
-def snapshot(source: str) -> Path:
-    """The local snapshot directory of hub id `source`, downloaded unless offline or cached."""
+def snapshot(source: str, files: tuple[str, ...] = CHECKPOINT_FILES) -> Path:
+    """The local snapshot directory of hub id `source`, downloaded unless offline or cached; only
+    `files` (glob patterns) are fetched: ("config.json",) for a plan that reads no weights."""
     match = _HUB_ID.match(source)
     if match is None:
         raise ModelSourceError(f"{source}: not a Hugging Face hub id (org/name[@revision])",
@@ -53,7 +54,7 @@ def snapshot(source: str) -> Path:
     where = cache_dir()
     try:
         path = snapshot_download(repo, revision=revision, cache_dir=str(where), local_files_only=offline(),
-                                 allow_patterns=list(CHECKPOINT_FILES))
+                                 allow_patterns=list(files))
     except LocalEntryNotFoundError:
         if offline():
             raise ModelSourceError(f"{source}: not in the Hugging Face cache {where} and HF_HUB_OFFLINE is set",

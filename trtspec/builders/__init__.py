@@ -82,9 +82,12 @@ def plan_inputs(spec: Any) -> Plan:
 
 def _config_only(checkpoint: Path, source: str, spec: Any) -> dict[str, Any]:
     """config.json of a converted checkpoint, a source directory, or a resolved alias; nothing else read."""
+    from trtspec import hub
     from trtspec.errors import ModelSourceError
     from trtspec.models import ALIASES, resolve_model
 
+    if not (checkpoint / "config.json").is_file() and hub.is_hub_id(source):  # its config.json alone
+        return artifacts.read_json(hub.snapshot(source, files=("config.json",)) / "config.json")
     for directory in (checkpoint, Path(source).expanduser()):
         if (directory / "config.json").is_file():
             return artifacts.read_json(directory / "config.json")

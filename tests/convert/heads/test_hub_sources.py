@@ -69,3 +69,20 @@ def test_a_draft_from_the_hub_keeps_the_vocabulary_check(in_tmp, monkeypatch, ta
     assert draft["source"] == "acme/small"
     line = one_error_line(cli("convert", "-c", str(spec), "--draft", "acme/other-vocab"))
     assert "vocab_size" in line
+
+
+def test_plan_reads_only_the_config_of_a_hub_model(in_tmp, monkeypatch):
+    """A 70B target planned from its hub id with only config.json in the cache (no weights fetched)."""
+    from pathlib import Path
+
+    configs = Path(__file__).resolve().parents[2] / "builders" / "configs"
+    only_config = in_tmp / "only-config"
+    only_config.mkdir()
+    shutil.copy(configs / "llama-3.1-70b.json", only_config / "config.json")
+    _cache(in_tmp / "hf", "meta-llama/Llama-3.1-70B-Instruct", only_config)
+    _offline(monkeypatch, in_tmp / "hf")
+    (in_tmp / "trtspec.yaml").write_text("model: {source: meta-llama/Llama-3.1-70B-Instruct}\n"
+                                         "speculative: {mode: none}\nbuild: {backend: trtllm, gpu: h100}\n")
+    result = cli("plan", "--tp-size", "2", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["fits"] is True
