@@ -31,17 +31,26 @@ def main() -> int:
     parser.add_argument("--baseline", action="store_true", help="also each server with speculation off")
     parser.add_argument("--requests-per-slot", type=int, default=2, help="requests per block / concurrency")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--chat-template", default=None, metavar="MODEL_DIR",
+                        help="send each prompt through this checkpoint's chat template, as trtspec bench does "
+                             "(the servers read text_input as sent); default: raw")
     args = parser.parse_args()
 
     from trtspec.bench.load import run_variants
     from trtspec.bench.metrics import group_cells, summarize_cell
     from trtspec.bench.targets import TritonTarget
+    from trtspec.client.prompting import Renderer
     from trtspec.prompts import load_prompts
 
+    render = Renderer()
+    if args.chat_template:
+        from transformers import AutoTokenizer
+
+        render = Renderer(AutoTokenizer.from_pretrained(args.chat_template), args.chat_template)
     servers = dict(entry.split("=", 1) for entry in args.server)
     variants = {}
     for name, url in servers.items():
-        target = TritonTarget(url)
+        target = TritonTarget(url, render=render)
         variants[f"{name} speculative"] = (target, True)
         if args.baseline:
             variants[f"{name} baseline"] = (target, False)
