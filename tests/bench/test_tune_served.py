@@ -81,6 +81,12 @@ def test_trtllm_1_1_0_has_neither_schedule_nor_gate():
     assert "TensorRT-LLM 1.1.0 has no draft_len_schedule" in decision.notes[0]
 
 
+def test_tensorrt_engines_get_the_fixed_length_their_build_takes():
+    decision = tune_served.decide(_spec(backend="trtllm-engine", mode="draft-target"), ROWS, BASELINES)
+    assert decision.max_draft_len == 4 and decision.schedule is None and decision.gate is None
+    assert "trtllm-build --max_draft_len" in decision.notes[0]
+
+
 def test_a_schedule_whose_lowest_concurrency_is_above_one_starts_at_one():
     rows = [r for r in ROWS if r["concurrency"] > 1]
     decision = tune_served.decide(_spec(mode="draft-target"), rows, BASELINES)

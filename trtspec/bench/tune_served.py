@@ -84,6 +84,8 @@ def decide(spec: Any, rows: Sequence[dict[str, Any]], baselines: dict[int, dict[
     contract = contracts.for_spec(spec)
     api, mode, notes = contract.llm_api, spec.speculative.mode, []
     plan = api.get("schedule") or {}
+    if spec.build.backend == "trtllm-engine":  # TensorRT engines: max_draft_len is a trtllm-build flag
+        plan = {"not_for": {mode: "a TensorRT engine's draft length is fixed by trtllm-build --max_draft_len"}}
     if schedule[0][1] == 0:
         raise TrtSpecError(f"tune: plain decoding beat every draft length at concurrency {concurrencies[0]}",
                            fix="serve with speculative.mode: none, or tune with other --draft-lens")
@@ -97,7 +99,7 @@ def decide(spec: Any, rows: Sequence[dict[str, Any]], baselines: dict[int, dict[
         off = [row[0] for row in schedule if row[1] == 0]
         notes.append(f"fixed max_draft_len {best}: {why}"
                      + (f"; plain decoding was faster from concurrency {off[0]} on" if off else ""))
-    gate_plan = api.get("gate") or {}
+    gate_plan = (api.get("gate") or {}) if spec.build.backend == "trtllm" else {}
     gate = None
     if mode in gate_plan.get("modes", ()):
         gate = break_even_gate(first)
