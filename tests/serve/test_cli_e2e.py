@@ -62,6 +62,19 @@ def test_deploy_infer_status_stop_end_only_our_server(tiny_cpu_engine, tmp_path,
         streamed = _run("infer", "-c", str(config), "--max-tokens", "8", "the quick brown fox")
         assert streamed.exit_code == 0 and reply["text"] in streamed.output
 
+        # the prompt as one user turn through the chat template, applied by the client; --raw as typed
+        from transformers import AutoTokenizer
+
+        from trtspec.chat import prompt_ids
+
+        tokenizer = AutoTokenizer.from_pretrained(tiny_llama)
+        assert reply["prompt_sent"].startswith("chat template of ")
+        assert reply["num_input_tokens"] == len(prompt_ids(tokenizer, "the quick brown fox"))
+        raw = json.loads(_run("infer", "-c", str(config), "--json", "--raw", "--max-tokens", "8",
+                              "the quick brown fox").output)
+        assert raw["prompt_sent"].startswith("raw")
+        assert raw["num_input_tokens"] == len(tokenizer("the quick brown fox")["input_ids"]) < reply["num_input_tokens"]
+
         stopped = json.loads(_run("deploy", "stop", "-c", str(config), "--json").output)
         assert stopped == {"stopped": True, "pid": record["pid"]}
         assert not subproc.is_running(record["pid"])
