@@ -51,7 +51,7 @@ def untrusted_reason(spec: Any) -> str | None:
 def mark(results: list[dict[str, Any]], spec: Any, speculative_variants: set[str]) -> list[str]:
     """Mark speculative cells whose acceptance is an untrusted zero (in place); one note per cell."""
     reason = untrusted_reason(spec)
-    notes = []
+    notes: list[str] = []
     if reason is None:
         return notes
     for result in results:
