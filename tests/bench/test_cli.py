@@ -168,3 +168,20 @@ def test_tune_measures_a_draft_models_dynamic_trees_and_writes_the_winner(tiny_l
     else:
         assert written.get("tree") is None and written["max_draft_len"] == 2
     assert "eagle_choices" not in written
+
+
+def test_bench_reports_which_prompts_it_sent(tiny_engine, tmp_path):
+    # templated by default (the engine's tokenizer has a chat template), as typed with --raw
+    engine, spec = tiny_engine
+    sent = {}
+    for flag in ([], ["--raw"]):
+        out = tmp_path / f"report{len(flag)}"
+        result = CliRunner().invoke(main, ["bench", "-c", str(spec), "--engine", str(engine), "--num-prompts", "1",
+                                           "--concurrency", "1", "--max-tokens", "4", "--out", str(out), *flag])
+        assert result.exit_code == 0, result.output
+        metadata = json.loads((out / "bench.json").read_text())["metadata"]
+        sent[bool(flag)] = (metadata["prompts_sent"], metadata["acceptance_source"],
+                            json.loads((out / "requests.jsonl").read_text().splitlines()[0])["prompt_tokens"])
+    assert sent[False][0].startswith("chat template") and sent[True][0].startswith("raw")
+    assert sent[False][1] == sent[True][1] == "in-process engine statistics"
+    assert sent[True][2] < sent[False][2]  # the template's turn markers are prompt tokens too

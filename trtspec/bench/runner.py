@@ -43,17 +43,18 @@ def default_out_dir(spec: Any, kind: str) -> Path:
     return Layout.from_spec(spec).report_dir(f"{kind}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}")
 
 
-def open_engine(engine_dir: str) -> tuple[Any, dict[str, Any]]:
+def open_engine(engine_dir: str, raw: bool = False) -> tuple[Any, dict[str, Any]]:
     from trtspec.bench.targets import EngineTarget
+    from trtspec.client.prompting import RAW
     from trtspec.runtime import load_engine
 
     engine = load_engine(engine_dir)
     runtime = json.loads((Path(engine_dir) / artifacts.ENGINE_JSON).read_text()).get("runtime") or {}
-    return EngineTarget(engine), {"target": f"in-process engine {engine_dir}", "mode": engine.mode,
-                                  "prompts_sent": "chat template of the engine's tokenizer, applied in process "
-                                                  "(where it has one)",
-                                  "max_draft_len": engine.max_draft_len, "dtype": runtime.get("dtype", "float32"),
-                                  **head_profile(Path(engine_dir) / "draft" if engine.mode == "eagle3" else None)}
+    sent = RAW if raw else "chat template of the engine's tokenizer, applied in process (where it has one)"
+    description = {"target": f"in-process engine {engine_dir}", "mode": engine.mode, "prompts_sent": sent,
+                   "max_draft_len": engine.max_draft_len, "dtype": runtime.get("dtype", "float32"),
+                   **head_profile(Path(engine_dir) / "draft" if engine.mode == "eagle3" else None)}
+    return EngineTarget(engine, chat=False if raw else None), description
 
 
 def head_profile(head_dir: Path | None) -> dict[str, Any]:
@@ -106,12 +107,12 @@ def plan_variants(spec: Any, url: str | None, engine_dir: str | None, baseline: 
             raise TrtSpecError("--baseline cannot be combined with --url and --engine together",
                                fix="measure the overhead (both) and the speedup (one of them) in two runs")
         triton, described = open_triton(spec, url, metrics_url, raw)
-        engine, engine_described = open_engine(engine_dir)
+        engine, engine_described = open_engine(engine_dir, raw)
         description = {**described, "target": f"{described['target']} vs {engine_described['target']}",
                        "mode": engine_described["mode"], "max_draft_len": engine_described["max_draft_len"],
                        "dtype": engine_described["dtype"]}
         return {"triton": (triton, True), "in-process": (engine, True)}, ("triton", "in-process"), description
-    target, description = open_engine(engine_dir) if engine_dir else open_triton(spec, url, metrics_url, raw)
+    target, description = open_engine(engine_dir, raw) if engine_dir else open_triton(spec, url, metrics_url, raw)
     variants = {SPECULATIVE: (target, True)}
     if baseline:
         variants[BASELINE] = (target, False)

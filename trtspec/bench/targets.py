@@ -133,17 +133,18 @@ class TritonTarget:
 class EngineTarget:
     """The cpu engine (trtspec.runtime.Engine), called from the load generator's threads."""
 
-    def __init__(self, engine: Any, name: str | None = None):
+    def __init__(self, engine: Any, name: str | None = None, chat: bool | None = None):
         self.engine = engine
         self.name = name or f"in-process engine {getattr(engine, 'name', '')}".strip()
+        self.chat = chat  # None: the chat template where the tokenizer has one; False: the prompt as given
         self._prompt_tokens: dict[str, int] = {}
 
     def stream(self, prompt: str, *, max_tokens: int, speculative: bool, temperature: float,
                seed: int | None) -> Iterator[Chunk]:
         if prompt not in self._prompt_tokens:
-            self._prompt_tokens[prompt] = len(self.engine.encode(prompt))
+            self._prompt_tokens[prompt] = len(self.engine.encode(prompt, self.chat))
         chunks = self.engine.generate(prompt, max_new_tokens=max_tokens, temperature=temperature, seed=seed,
-                                      speculative=speculative, stream=True)
+                                      speculative=speculative, stream=True, chat=self.chat)
         for chunk in chunks:
             final = chunk.finish_reason is not None
             yield Chunk(len(chunk.token_ids), final=final,
