@@ -121,8 +121,8 @@ def _progress(console, total: int, description: str):
                    "Blocks drain at their end; a larger N keeps the server nearer full (see 'in flight').")
 @click.option("--temperature", type=click.FloatRange(0.0), default=0.0, show_default=True)
 @click.option("--raw", is_flag=True,
-              help="Through a server: send each prompt as text_input unchanged (default: the target's chat template, "
-                   "applied by the client).")
+              help="Send each prompt as given (default: one user turn through the target's chat template, applied "
+                   "by the client; in process by the engine).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="Report directory.")
 @dry_run_option
 @json_option
