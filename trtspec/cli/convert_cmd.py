@@ -53,7 +53,7 @@ LAUNCH_OPTIONS = {"nproc_per_node", "nnodes", "rdzv_endpoint", "dry_run"}
 @click.option("--draft", "draft_source", default=None, help="Draft model source (overrides speculative.draft).")
 @click.option("--head", "head", default=None, metavar="DIR|HUB_ID",
               help="Use an existing EAGLE-3 head (a directory or a Hugging Face hub id, any layout) instead of "
-                   "training one; checked against the target (overrides speculative.eagle3.head).")
+                   "training one; checked against the target (overrides speculative.eagle3.head; implies --mode eagle3).")
 @click.option("--data", type=click.Path(), default=None,
               help="EAGLE-3 training conversations: JSONL/JSON file or directory, ShareGPT, OpenAI messages or "
                    "{\"prompt\"} records (overrides speculative.eagle3.data).")
@@ -90,8 +90,9 @@ def convert(ctx, config_path, mode, fp8, draft_source, head, data, generate_url,
     """ModelOpt conversion: record the target, FP8 PTQ, EAGLE-3 head training, draft pairing."""
     from trtspec.convert.eagle3.distributed import launched_by_torchrun
 
-    spec = resolve_spec(config_path, speculative__mode=mode, quantization__fp8=fp8, speculative__draft=draft_source,
-                        speculative__eagle3__head=head, speculative__eagle3__data=data, speculative__eagle3__generate_url=generate_url,
+    spec = resolve_spec(config_path, speculative__mode=mode or ("eagle3" if head else None), quantization__fp8=fp8,
+                        speculative__draft=draft_source, speculative__eagle3__head=head,
+                        speculative__eagle3__data=data, speculative__eagle3__generate_url=generate_url,
                         speculative__eagle3__generate_concurrency=generate_concurrency,
                         speculative__eagle3__device=device, speculative__eagle3__max_minutes=max_minutes,
                         speculative__eagle3__max_steps=max_steps)

@@ -77,7 +77,7 @@ def test_head_from_the_hub_cache_builds_for_cpu_and_trtllm_and_exports(in_tmp, h
 
 
 def test_a_hub_id_missing_from_the_offline_cache_is_one_line(in_tmp, hub_home, target8):
-    spec = write_spec(in_tmp, target8, speculative={"mode": "eagle3"})
+    spec = write_spec(in_tmp, target8)  # mode none: --head implies --mode eagle3
     line = one_error_line(cli("convert", "-c", str(spec), "--head", "acme/not-cached"))
     assert "not in the Hugging Face cache" in line and "HF_HUB_OFFLINE" in line
     assert not (in_tmp / "work" / "checkpoints" / "eagle3").exists()
