@@ -64,3 +64,10 @@ def imported(tool_heads, target8, tmp_path_factory) -> dict[str, tuple[Path, dic
     """layout name -> (its canonical import, the import's report)."""
     root = tmp_path_factory.mktemp("imported")
     return {name: (root / name, import_into(root / name, path, target8)) for name, path in tool_heads.items()}
+
+
+@pytest.fixture(autouse=True)
+def _one_linear_kernel(monkeypatch):
+    """Every engine here runs its linear layers on the row kernel: otherwise each load picks each
+    layer's kernel by timing, and two loads of one head may round (so draft) differently."""
+    monkeypatch.setenv("TRTSPEC_CPU_LINEAR", "rowdot")

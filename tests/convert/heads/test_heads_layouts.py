@@ -39,22 +39,18 @@ def tool_reference(name, tool_heads, modelopt_head, target_model):
     """draft(tokens, steps) as the tool that wrote layout `name` computes it."""
     import json
 
-    from trtspec.convert.eagle3.heads.layouts import read_tensors
-
     if name.startswith("modelopt"):
         model = modelopt_head[0]
         return lambda tokens, steps: model.pseudo_speculative_generate(torch.tensor([tokens[:-1]]),
                                                                        steps=steps)[1][0].tolist()
     directory = tool_heads[name]
     config = json.loads((directory / "config.json").read_text())
-    raw = {}
-    if name == "eagle":
+    if name == "eagle":  # the tool's own files and names, not trtspec's canonical ones
         raw = torch.load(directory / "pytorch_model.bin", weights_only=True)
     else:
         from safetensors.torch import load_file
 
         raw = load_file(str(directory / "model.safetensors"))
-    assert read_tensors  # the tool's own names are used below, not trtspec's canonical ones
     if name == "speculators":
         from tests.convert.heads.tool_layouts import LLAMA_CONFIG_DEFAULTS
 
