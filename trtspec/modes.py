@@ -25,6 +25,13 @@ class Backing:
 
     runs: bool
     how: str
+    note: str = ""   # what README's table says after yes / refused (empty: nothing, or the reason)
+
+    @property
+    def cell(self) -> str:
+        if self.runs:
+            return f"yes ({self.note})" if self.note else "yes"
+        return f"refused: {self.note or self.reason}"
 
     @property
     def reason(self) -> str:
@@ -35,12 +42,12 @@ class Backing:
         return self.how.partition("; ")[2]
 
 
-def _yes(how: str) -> Backing:
-    return Backing(True, how)
+def _yes(how: str, note: str = "") -> Backing:
+    return Backing(True, how, note)
 
 
-def _no(how: str) -> Backing:
-    return Backing(False, how)
+def _no(how: str, note: str = "") -> Backing:
+    return Backing(False, how, note)
 
 
 @dataclass(frozen=True)
@@ -50,6 +57,7 @@ class ModeRow:
     drafter: str | None              # "module:function" -> a Drafter (cpu engine); None: no speculation
     section: str | None              # speculative.<section> holding the mode's own settings
     backends: dict[str, Backing] = field(default_factory=dict)
+    label: str = ""                  # README's few words after the name
     trees: bool = False              # the cpu drafter grows dynamic (EAGLE-2) trees
     draft_checkpoint: bool = False   # the cpu drafter needs a draft checkpoint directory
 
@@ -59,39 +67,44 @@ MODES: dict[str, ModeRow] = {row.name: row for row in (
     ModeRow("eagle3", "EAGLE-3 head (trained by convert, or imported)", f"{_D}.registry:eagle3", "eagle3", {
         "cpu": _yes("EAGLE-3 head drafter (chains, eagle_choices or dynamic trees)"),
         "trtllm": _yes("speculative_config decoding_type Eagle with the head"),
-        "trtllm-engine": _no("EAGLE-3 needs the LLM-API backend; use build.backend: trtllm"),
+        "trtllm-engine": _no("EAGLE-3 needs the LLM-API backend; use build.backend: trtllm",
+                             "EAGLE-3 needs the LLM-API backend"),
     }, trees=True, draft_checkpoint=True),
     ModeRow("draft-target", "a smaller model with the target's tokenizer", f"{_D}.registry:draft_target", None, {
         "cpu": _yes("draft model on its own paged cache"),
         "trtllm": _yes("speculative_config decoding_type DraftTarget"),
-        "trtllm-engine": _yes("--speculative_decoding_mode draft_tokens_external; BLS drafts"),
+        "trtllm-engine": _yes("--speculative_decoding_mode draft_tokens_external; BLS drafts",
+                              "BLS; non-streaming, as upstream"),
     }, trees=True, draft_checkpoint=True),
     ModeRow("ngram", "prompt lookup: the continuation of an earlier n-gram", f"{_D}.registry:ngram", None, {
         "cpu": _yes("n-gram lookup"),
         "trtllm": _yes("speculative_config decoding_type NGram"),
-        "trtllm-engine": _no("n-gram lookup is served by the LLM-API backend; use build.backend: trtllm"),
-    }),
+        "trtllm-engine": _no("n-gram lookup is served by the LLM-API backend; use build.backend: trtllm",
+                             "served by the LLM API"),
+    }, label="prompt lookup"),
     ModeRow("lookahead", "Jacobi guesses and an n-gram pool (window W, n-gram N, verification set G)",
             f"{_D}.lookahead:make", "lookahead", {
                 "cpu": _yes("n-gram pool from the sequence and the target's Jacobi guesses, chain drafts"),
                 "trtllm": _no("TensorRT-LLM's LookaheadDecodingConfig runs on its TensorRT backend only "
                               "(supports_backend refuses pytorch), which the LLM-API package targets; "
-                              "use build.backend: trtllm-engine"),
+                              "use build.backend: trtllm-engine", "TensorRT backend only upstream"),
                 "trtllm-engine": _yes("--speculative_decoding_mode lookahead_decoding, "
                                       "--max_draft_len (N-2 if N>1 else 0) + (W-1+G)(N-1); "
-                                      "decoding_mode lookahead and lookahead_* parameters"),
-            }),
+                                      "decoding_mode lookahead and lookahead_* parameters",
+                                      "`lookahead_decoding`, max_draft_len from W, N, G"),
+            }, label="Jacobi + n-gram pool"),
     ModeRow("layerskip", "self-speculation: the target's first E layers, its norm and head",
             f"{_D}.layerskip:make", "layerskip", {
                 "cpu": _yes("the target's first exit_layer layers draft on their own cache, no second model"),
                 "trtllm": _no("TensorRT-LLM has no early-exit drafting; use mode draft-target with a draft "
-                              "model (a first-layers copy of the target is one)"),
+                              "model (a first-layers copy of the target is one)", "no early-exit drafting upstream"),
                 "trtllm-engine": _no("TensorRT-LLM has no early-exit drafting; use mode draft-target with a "
-                                     "draft model (a first-layers copy of the target is one)"),
-            }),
+                                     "draft model (a first-layers copy of the target is one)",
+                                     "no early-exit drafting upstream"),
+            }, label="the target's first layers"),
     ModeRow("none", "baseline: plain decoding", None, None, {
         "cpu": _yes("plain decoding"), "trtllm": _yes("no speculative_config"), "trtllm-engine": _yes("no draft"),
-    }),
+    }, label="baseline"),
 )}
 
 NAMES: tuple[str, ...] = tuple(MODES)
@@ -118,8 +131,9 @@ def tree_modes() -> tuple[str, ...]:
 
 def markdown_table() -> str:
     """The mode x backend table (README.md carries it; tests/test_modes.py keeps them equal)."""
-    lines = ["| mode | " + " | ".join(BACKENDS) + " |", "|---|" + "---|" * len(BACKENDS)]
+    lines = ["| mode | `cpu` (embedded default) | `trtllm` (GPU default, LLM API) | `trtllm-engine` (legacy "
+             "TensorRT engines) |", "|---|" + "---|" * len(BACKENDS)]
     for name, r in MODES.items():
-        cells = [("yes: " if b.runs else "refused: ") + b.reason for b in (r.backends[k] for k in BACKENDS)]
-        lines.append(f"| `{name}` ({r.summary}) | " + " | ".join(cells) + " |")
+        label = f" ({r.label})" if r.label else ""
+        lines.append(f"| `{name}`{label} | " + " | ".join(r.backends[k].cell for k in BACKENDS) + " |")
     return "\n".join(lines)

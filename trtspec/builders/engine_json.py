@@ -129,12 +129,23 @@ def check_pair(base_target: Checkpoint, target: Checkpoint, draft: Checkpoint) -
                 fix="use a draft trained with the target's tokenizer")
 
 
+def engine_max_draft_len(spec: Any) -> int:
+    """Draft tokens the engines are built for: 0 without speculation; TensorRT engines for
+    lookahead (W, N, G) take (N-2 if N>1 else 0) + (W-1+G)(N-1) (LookaheadSpec.max_draft_len);
+    else speculative.max_draft_len (the cpu engine's lookahead chains too)."""
+    s = spec.speculative
+    if s.mode == "none":
+        return 0
+    if s.mode == "lookahead" and spec.build.backend == "trtllm-engine":
+        return s.lookahead.max_draft_len
+    return s.max_draft_len
+
+
 def build_config(spec: Any) -> dict[str, Any]:
     """The build_config block of engine.json."""
     b, s, q = spec.build, spec.speculative, spec.quantization
-    speculative = s.mode != "none"
     return {"max_batch_size": b.max_batch_size, "max_input_len": b.max_input_len, "max_seq_len": b.max_seq_len,
-            "max_num_tokens": b.max_num_tokens, "max_draft_len": s.max_draft_len if speculative else 0,
+            "max_num_tokens": b.max_num_tokens, "max_draft_len": engine_max_draft_len(spec),
             "kv_cache_type": "paged", "tokens_per_block": b.tokens_per_block,
             "speculative_decoding_mode": SPECULATIVE_DECODING_MODES[s.mode],
             "quantization": {"fp8": q.fp8, "fp8_kv_cache": q.fp8_kv_cache},

@@ -118,10 +118,12 @@ class PlanSettings:
 
     @classmethod
     def from_spec(cls, spec: Any) -> PlanSettings:
-        b, s, q = spec.build, spec.speculative, spec.quantization
+        from trtspec.builders.engine_json import engine_max_draft_len
+
+        b, q = spec.build, spec.quantization
         return cls(gpu=b.gpu, tp_size=b.tp_size, pp_size=b.pp_size, max_batch_size=b.max_batch_size,
                    max_seq_len=b.max_seq_len, max_num_tokens=b.max_num_tokens,
-                   max_draft_len=0 if s.mode == "none" else s.max_draft_len, tokens_per_block=b.tokens_per_block,
+                   max_draft_len=engine_max_draft_len(spec), tokens_per_block=b.tokens_per_block,
                    fp8_weights=q.fp8, fp8_kv_cache=q.fp8_kv_cache,
                    free_gpu_memory_fraction=b.free_gpu_memory_fraction)
 

@@ -9,7 +9,9 @@ the target gets `--speculative_decoding_mode draft_tokens_external --max_draft_l
 get `--kv_cache_type paged --use_paged_context_fmha enable` explicitly (defaults changed across
 releases); FP8 uses `quantize.py --qformat fp8` and `--gemm_plugin fp8`; `--use_fp8_context_fmha`
 is enabled only with an FP8 KV cache; `--gather_generation_logits` only when draft logits are
-used; `--gather_context_logits` never with drafts. EAGLE-3 and n-gram are refused here.
+used; `--gather_context_logits` never with drafts. Lookahead (W, N, G) builds the target with
+`--speculative_decoding_mode lookahead_decoding --max_draft_len (N-2 if N>1 else 0) + (W-1+G)(N-1)`
+(examples/lookahead/README.md); EAGLE-3, n-gram and layerskip are refused here.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from trtspec.spec.schema import BACKEND_REFUSALS
 
 QUANTIZE_SCRIPT = "/app/examples/quantization/quantize.py"   # where the trtllm containers keep the examples
 BUILD_TIMEOUT_S = 3 * 3600
+# the target engine's --speculative_decoding_mode per trtspec mode (build.py choices, contract)
+TARGET_DECODING = {"draft-target": "draft_tokens_external", "lookahead": "lookahead_decoding"}
 
 
 def refuse_unsupported(mode: str) -> None:
@@ -45,9 +49,9 @@ def _quantize(model_dir: str, output_dir: str, spec: Any) -> list[str]:
     return command
 
 
-def _trtllm_build(checkpoint_dir: str, output_dir: str, spec: Any, *, speculative: bool,
+def _trtllm_build(checkpoint_dir: str, output_dir: str, spec: Any, *, speculative: str | None,
                   use_draft_logits: bool) -> list[str]:
-    b, q, s = spec.build, spec.quantization, spec.speculative
+    b, q = spec.build, spec.quantization
     command = ["trtllm-build", "--checkpoint_dir", checkpoint_dir, "--output_dir", output_dir,
                "--max_batch_size", str(b.max_batch_size), "--max_input_len", str(b.max_input_len),
                "--max_seq_len", str(b.max_seq_len), "--max_num_tokens", str(b.max_num_tokens),
@@ -56,8 +60,10 @@ def _trtllm_build(checkpoint_dir: str, output_dir: str, spec: Any, *, speculativ
                "--gemm_plugin", "fp8" if q.fp8 else "auto",
                # FP8 context FMHA with paged context FMHA needs an FP8 KV cache (tensorrt_llm/builder.py).
                "--use_fp8_context_fmha", "enable" if (q.fp8 and q.fp8_kv_cache) else "disable"]
-    if speculative:
-        command += ["--speculative_decoding_mode", "draft_tokens_external", "--max_draft_len", str(s.max_draft_len)]
+    if speculative:  # lookahead: --max_draft_len from (W, N, G), examples/lookahead/README.md
+        from trtspec.builders.engine_json import engine_max_draft_len
+
+        command += ["--speculative_decoding_mode", speculative, "--max_draft_len", str(engine_max_draft_len(spec))]
     if use_draft_logits:
         command += ["--gather_generation_logits"]
     return command
@@ -67,13 +73,14 @@ def engine_commands(spec: Any, contract: Contract, *, use_draft_logits: bool = F
     """The command lines, in order, relative to the engine directory (build.sh cds there)."""
     refuse_unsupported(spec.speculative.mode)
     draft_target = spec.speculative.mode == "draft-target"
+    decoding = TARGET_DECODING.get(spec.speculative.mode)
     commands = [_quantize("hf/target", "checkpoints/target", spec)]
     if draft_target:
         commands.append(_quantize("hf/draft", "checkpoints/draft", spec))
-    commands.append(_trtllm_build("checkpoints/target", "target", spec, speculative=draft_target,
+    commands.append(_trtllm_build("checkpoints/target", "target", spec, speculative=decoding,
                                   use_draft_logits=use_draft_logits))
     if draft_target:
-        commands.append(_trtllm_build("checkpoints/draft", "draft", spec, speculative=False,
+        commands.append(_trtllm_build("checkpoints/draft", "draft", spec, speculative=None,
                                       use_draft_logits=use_draft_logits))
     for command in commands:
         check_engine_command(command, contract)
@@ -139,13 +146,18 @@ def engine_section(spec: Any, contract: Contract, commands: list[list[str]], bui
     alone depends on the load order: tensorrtllm_backend docs/llama_multi_instance.md).
     """
     draft_target = spec.speculative.mode == "draft-target"
+    lookahead = spec.speculative.lookahead if spec.speculative.mode == "lookahead" else None
     return {
         "tensorrt_llm_version": contract.version,
         "container": contract.image,
         "engines": {"target": "target", "draft": "draft" if draft_target else None},
         "tokenizer_dir": "hf/target",
-        "decoding_mode": "top_k_top_p",
-        "speculative_decoding_mode": "draft_tokens_external" if draft_target else None,
+        # the C++ backend reads the lookahead_* parameters only under decoding_mode lookahead
+        # (tensorrtllm_backend model_instance_state.cc; reference heads-and-methods.md section 5)
+        "decoding_mode": "lookahead" if lookahead else "top_k_top_p",
+        **({"lookahead": {"window_size": lookahead.window, "ngram_size": lookahead.ngram,
+                          "verification_set_size": lookahead.verification_set}} if lookahead else {}),
+        "speculative_decoding_mode": TARGET_DECODING.get(spec.speculative.mode),
         "num_draft_tokens": spec.speculative.max_draft_len if draft_target else 0,
         "use_draft_logits": use_draft_logits,
         "gather_generation_logits": use_draft_logits,

@@ -53,9 +53,9 @@ UNSET = {
     "xgrammar_tokenizer_info_path": "no guided decoding",
     "kv_cache_host_memory_bytes": "no host KV offload",
     "kv_cache_onboard_blocks": "no host KV offload",
-    "lookahead_ngram_size": "lookahead decoding is not a trtspec mode",
-    "lookahead_verification_set_size": "lookahead decoding is not a trtspec mode",
-    "lookahead_window_size": "lookahead decoding is not a trtspec mode",
+    "lookahead_ngram_size": "set only for mode lookahead (decoding_mode lookahead)",
+    "lookahead_verification_set_size": "set only for mode lookahead (decoding_mode lookahead)",
+    "lookahead_window_size": "set only for mode lookahead (decoding_mode lookahead)",
     "lora_cache_gpu_memory_fraction": "no LoRA", "lora_cache_host_memory_bytes": "no LoRA",
     "lora_cache_max_adapter_size": "no LoRA", "lora_cache_optimal_adapter_size": "no LoRA",
     "lora_prefetch_dir": "no LoRA",
@@ -80,7 +80,7 @@ def plan(engine: dict[str, Any], spec: Any, engine_path: str, engine_dir: Path) 
     build = engine["build_config"]
     root = PurePosixPath(engine_path)
     draft_target = engine["mode"] == "draft-target"
-    if engine["mode"] not in ("draft-target", "none"):
+    if engine["mode"] not in ("draft-target", "lookahead", "none"):
         raise IncompatibleArtifactError(f"mode {engine['mode']} has no TensorRT-engine repository",
                                         fix="use build.backend: trtllm")
     engines = section.get("engines") or {"target": "target", "draft": "draft" if draft_target else None}
@@ -113,6 +113,7 @@ def plan(engine: dict[str, Any], spec: Any, engine_path: str, engine_dir: Path) 
         "max_queue_delay_microseconds": spec.serve.max_queue_delay_us,
         "draft_target": draft_target,
         "instance_count": spec.serve.instance_count,
+        "lookahead": section.get("lookahead"),  # {window_size, ngram_size, verification_set_size} or None
     }
 
 
@@ -154,6 +155,9 @@ def _llm_fills(values: dict[str, Any], *, draft: bool) -> dict[str, Any]:
         "speculative_decoding_fast_logits": False,
         "gpu_device_ids": values["gpu_device_ids"], "num_nodes": 1,
         "tokenizer_dir": values["tokenizer_dir"],
+        # model-level (W, N, G), read under decoding_mode lookahead (config.pbtxt lookahead_*)
+        **({f"lookahead_{key}": value for key, value in values["lookahead"].items()}
+           if values.get("lookahead") and not draft else {}),
     }
 
 

@@ -1,0 +1,41 @@
+"""The mode table (trtspec.modes) is what the schema, the CLI and the README say."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import get_args
+
+from trtspec import modes
+
+
+def test_readme_carries_the_mode_table():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert modes.markdown_table() in readme, "README.md's mode x backend table: paste modes.markdown_table()"
+
+
+def test_the_schema_and_the_cli_take_the_table_s_modes():
+    from trtspec.cli._options import mode_option
+    from trtspec.spec import schema
+
+    assert get_args(schema.Mode) == modes.NAMES
+    assert schema.BACKEND_MODES["cpu"] == modes.NAMES  # the cpu engine runs every mode
+    assert schema.TREE_MODES == ("eagle3", "draft-target")
+
+    @mode_option
+    def command(mode):
+        return mode
+
+    assert tuple(command.__click_params__[0].type.choices) == modes.NAMES
+
+
+def test_every_refusal_has_a_reason_and_a_fix_and_every_drafter_resolves():
+    import importlib
+
+    for name, row in modes.MODES.items():
+        assert set(row.backends) == set(modes.BACKENDS), name
+        for backend, backing in row.backends.items():
+            if not backing.runs:
+                assert backing.reason and backing.fix, (name, backend)
+        if row.drafter:
+            module, _, function = row.drafter.partition(":")
+            assert callable(getattr(importlib.import_module(module), function)), row.drafter
