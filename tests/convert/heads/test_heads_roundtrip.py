@@ -93,3 +93,21 @@ def test_one_head_in_both_conventions_captures_the_same_layers(modelopt_head, ta
 
     with pytest.raises(IncompatibleArtifactError, match=r"outputs of layers \[-1, 1, 5\]"):  # input 0: the embeddings
         import_into(tmp_path / "d", copied, target8)
+
+
+def test_a_scaled_rope_is_kept_and_extends_the_heads_reach(tool_heads, target8, tmp_path):
+    """Llama-3.1's rope (llama3 scaling) passes the rope check and its reach counts against max_seq_len."""
+    import shutil
+
+    head = shutil.copytree(tool_heads["specforge"], tmp_path / "head")
+    config = json.loads((head / "config.json").read_text())
+    config.update(max_position_embeddings=1024, rope_scaling={
+        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 1024})
+    (head / "config.json").write_text(json.dumps(config))
+    import_into(tmp_path / "canonical", head, target8, max_seq_len=8192)
+    written = json.loads((tmp_path / "canonical" / "config.json").read_text())
+    assert written["rope_scaling"]["rope_type"] == "llama3" and written["max_position_embeddings"] == 1024
+    engine = engine_for(target8, tmp_path / "canonical")  # the cpu engine builds that rope, and stays lossless
+    assert engine.generate(PROMPTS[0], max_new_tokens=12).token_ids == \
+        engine.generate(PROMPTS[0], max_new_tokens=12, speculative=False).token_ids

@@ -183,10 +183,10 @@ def _check_rope(head: Head) -> None:
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
     rope_type = scaling.get("rope_type") or scaling.get("type")
-    try:
+    try:  # rope_scaling + rope_theta: what transformers 4 reads, and 5 maps onto rope_parameters
         config = LlamaConfig(hidden_size=head.llama["hidden_size"], num_attention_heads=head.llama["num_attention_heads"],
                              head_dim=head.llama["head_dim"], max_position_embeddings=head.llama["max_position_embeddings"],
-                             rope_parameters={**scaling, "rope_type": rope_type, "rope_theta": head.llama["rope_theta"]})
+                             rope_scaling={**scaling, "rope_type": rope_type}, rope_theta=head.llama["rope_theta"])
         LlamaRotaryEmbedding(config=config)
     except (KeyError, ValueError, TypeError) as error:
         raise refuse(f"rope_scaling {scaling} is not a rope transformers can compute ({error})",
