@@ -61,8 +61,10 @@ def tiny_cpu_engine(tmp_path_factory, tiny_llama):
 
 @contextlib.contextmanager
 def serving_tiny(root: Path, tiny_llama: Path, *, env: dict[str, str] | None = None,
-                 build_fields: dict | None = None, model_fields: dict | None = None, **serve):
-    """Build the tiny cpu engine under `root` (extra `build_fields`, `model_fields`), serve it (extra
+                 build_fields: dict | None = None, model_fields: dict | None = None,
+                 speculative_fields: dict | None = None, **serve):
+    """Build the tiny cpu engine under `root` (extra `build_fields`, `model_fields`,
+    `speculative_fields`: the mode and its settings), serve it (extra
     `serve` fields, extra server `env`) and yield (spec, client, engine_dir); stop the server at the end."""
     from trtspec import repository
     from trtspec.artifacts import Layout
@@ -70,7 +72,8 @@ def serving_tiny(root: Path, tiny_llama: Path, *, env: dict[str, str] | None = N
     from trtspec.client.triton import TritonLLMClient
     from trtspec.serve import server
 
-    spec = make_spec(root, tiny_llama, serve=serve, build=build_fields or {}, model=model_fields or {})
+    spec = make_spec(root, tiny_llama, serve=serve, build=build_fields or {}, model=model_fields or {},
+                     speculative=speculative_fields or {})
     engine_dir = build(spec).engine_dir
     layout = Layout.from_spec(spec)
     repository.render(engine_dir, spec, layout.repository)
