@@ -129,6 +129,11 @@ def tree_modes() -> tuple[str, ...]:
     return tuple(name for name, r in MODES.items() if r.trees)
 
 
+def comment_rows() -> list[str]:
+    """One line per mode for `trtspec init`'s commented spec: what each backend does with it."""
+    return [f"{name}: " + "; ".join(f"{k} {r.backends[k].cell}" for k in BACKENDS) for name, r in MODES.items()]
+
+
 def markdown_table() -> str:
     """The mode x backend table (README.md carries it; tests/test_modes.py keeps them equal)."""
     lines = ["| mode | `cpu` (embedded default) | `trtllm` (GPU default, LLM API) | `trtllm-engine` (legacy "

@@ -146,7 +146,8 @@ def test_spec_problem_lines(in_tmp, text, expected):
     (["generate", "--temprature", "1", "hi"], "error: no such option '--temprature'; did you mean '--temperature'?"),
     (["generate"], "error: missing argument 'PROMPT'; see 'trtspec generate --help'"),
     (["build", "--mode", "medusa"],
-     "error: --mode: 'medusa' is not one of 'eagle3', 'draft-target', 'ngram', 'none'; see 'trtspec build --help'"),
+     "error: --mode: 'medusa' is not one of 'eagle3', 'draft-target', 'ngram', 'lookahead', 'layerskip', 'none'; "
+     "see 'trtspec build --help'"),
     (["infer", "--max-tokens", "many", "hi"], "error: --max-tokens: 'many' is not a valid integer; "
                                               "see 'trtspec infer --help'"),
 ])

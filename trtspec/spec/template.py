@@ -36,6 +36,10 @@ def _render_model(model: BaseModel, lines: list[str], indent: int) -> None:
         value = getattr(model, name)
         for doc_line in (field.description or "").splitlines():
             lines.append(f"{pad}# {doc_line.strip()}")
+        if name == "mode" and indent == 1:  # speculative.mode: the mode x backend table, a row a line
+            from trtspec.modes import comment_rows
+
+            lines.extend(f"{pad}#   {row}" for row in comment_rows())
         if isinstance(value, BaseModel):
             lines.append(f"{pad}{name}:")
             _render_model(value, lines, indent + 1)
