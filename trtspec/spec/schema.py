@@ -34,7 +34,8 @@ BACKEND_REFUSALS: dict[tuple[str, str], str] = {(b, m): modes.refusal(b, m) or "
 
 class ModelSpec(Section):
     source: str = "smollm2"
-    """Target model: a Hugging Face directory, a .gguf file, or the alias `smollm2`."""
+    """Target model: a Hugging Face directory, a hub id (org/name[@revision]; HF_HOME and
+    HF_HUB_OFFLINE honoured), a .gguf file, or the alias `smollm2`."""
     name: str | None = None
     """Short name used in artifact paths; derived from the source when empty."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
@@ -109,7 +110,7 @@ class SpeculativeSpec(Section):
     max_draft_len: int = Field(4, ge=1, le=64)
     """Most draft tokens proposed per step; engines are built for this many."""
     draft: str | None = None
-    """Draft model source for draft-target mode (HF directory, .gguf, or alias)."""
+    """Draft model source for draft-target mode (HF directory, hub id, .gguf, or alias)."""
     ngram_min: int = Field(2, ge=1, le=16)
     """Shortest suffix n-gram to look up in the prompt and generated text. 2 rather than 1: a
     one-token match proposes mostly wrong drafts (docs/BENCHMARKS-engine.md, --replay)."""
