@@ -123,8 +123,13 @@ extern "C" void llama_rms_norm(const float* x, const float* weight, float eps, i
   }
 }
 
-// out[r] = silu(gate_up[r, :n]) * gate_up[r, n:2n]; `exp`: torch's vector exp of `lanes` (16 or 8) floats
+// out[r] = silu(gate_up[r, :n]) * gate_up[r, n:2n]; `exp`: torch's vector exp of `lanes` (16 or 8) floats.
+// torch's elementwise loop (ATen/native/cpu/Loops.h, vectorized_loop) takes two vectors a step and
+// the rest (under 2 x lanes) on the scalar op, whose std::exp rounds otherwise: so only the first
+// n - n % (2 x lanes) go through the vector exp here (an odd count of vectors rounded its last one
+// apart from torch: intermediate 200 at 8 lanes, 208 at 16; tests/runtime/test_rt_native_layers.py).
 extern "C" void llama_silu_mul(const float* gate_up, int64_t rows, int64_t n, void* exp, int lanes, float* out) {
+  const int64_t vectorized = n - n % (2 * lanes);
   for (int64_t r = 0; r < rows; ++r) {
     const float* gate = gate_up + r * 2 * n;
     const float* up = gate + n;
@@ -135,7 +140,7 @@ extern "C" void llama_silu_mul(const float* gate_up, int64_t rows, int64_t n, vo
       auto vector_exp = reinterpret_cast<__m512 (*)(__m512)>(exp);
       const __m512 one = _mm512_set1_ps(1.f);
       const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
-      for (; e + 16 <= n; e += 16) {
+      for (; e < vectorized; e += 16) {
         const __m512 x = _mm512_loadu_ps(gate + e);
         const __m512 negated = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(x), sign));
         const __m512 silu = _mm512_div_ps(x, _mm512_add_ps(one, vector_exp(negated)));
@@ -146,7 +151,7 @@ extern "C" void llama_silu_mul(const float* gate_up, int64_t rows, int64_t n, vo
     if (lanes == 8) {
       auto vector_exp = reinterpret_cast<__m256 (*)(__m256)>(exp);
       const __m256 one = _mm256_set1_ps(1.f), sign = _mm256_set1_ps(-0.f);
-      for (; e + 8 <= n; e += 8) {
+      for (; e < vectorized; e += 8) {
         const __m256 x = _mm256_loadu_ps(gate + e);
         const __m256 silu = _mm256_div_ps(x, _mm256_add_ps(one, vector_exp(_mm256_xor_ps(x, sign))));
         _mm256_storeu_ps(to + e, _mm256_mul_ps(silu, _mm256_loadu_ps(up + e)));
