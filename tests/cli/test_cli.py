@@ -4,21 +4,19 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 
 from click.testing import CliRunner
 
 from trtspec.cli import COMMANDS, main
 
 
-def test_help_lists_every_stage_and_is_instant():
-    started = time.perf_counter()
+def test_help_lists_every_stage():
+    """What keeps --help instant is that it imports no heavy module (the next test); a wall-clock
+    bound here measured the machine's load, not the CLI (docs/TEST-AUDIT.md)."""
     completed = subprocess.run([sys.executable, "-c", "import sys; from trtspec.cli import main; "
                                 "main(['--help'])"], capture_output=True, text=True)
-    elapsed = time.perf_counter() - started
     for command in ("init", "spec", "models", "convert", "build", "deploy", "infer", "bench"):
         assert f"  {command}" in completed.stdout
-    assert elapsed < 3.0  # generous for a loaded CI box; the point is no torch import
 
 
 def test_help_imports_no_heavy_module():
