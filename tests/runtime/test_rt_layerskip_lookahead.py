@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from tests.runtime.conftest import TINY_PROMPTS
+from tests.runtime.conftest import TINY_PROMPTS, spy_drafts
 
 
 @pytest.fixture(scope="module", params=[("layerskip", {"exit_layer": 2}), ("lookahead", {"lookahead": [4, 3, 4]}),
@@ -83,9 +83,16 @@ def test_lookahead_pool_keeps_the_newest_g_continuations_per_first_token():
     # 3-grams starting with 1: (1,2,3), (1,4,5), (1,6,7); G = 2 keeps the last two, newest first
     draft = session.propose([1, 2, 3, 1, 4, 5, 1, 6, 7, 9, 1], max_len=2)
     assert session.pool[1] == [(6, 7), (4, 5)]
-    assert draft.token_ids.tolist() == [6, 7]
-    # chained: after 7 comes 9, then 1 -> 6, 7
-    assert session.propose([1, 2, 3, 1, 4, 5, 1, 6, 7, 9, 1], max_len=6).token_ids.tolist() == [6, 7, 9, 1, 6, 7]
+    # the verification set: the newest chain [6, ...] and the other candidate's first token 4 beside
+    # it, as a tree of max_len nodes (depth-1 nodes first: 6 at rank 0, 4 at rank 1)
+    assert draft.tree.paths == [[0], [1]] and draft.token_ids.tolist() == [6, 4]
+    # chained: after 7 comes 9, then 1 -> 6, 7; the last node goes to the other candidate
+    longer = session.propose([1, 2, 3, 1, 4, 5, 1, 6, 7, 9, 1], max_len=6)
+    assert longer.tree.paths == [[0], [1], [0, 0], [0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0, 0]]
+    assert longer.token_ids.tolist() == [6, 4, 7, 9, 1, 6]
+    # one candidate only: a chain
+    single = LookaheadSession(window=4, ngram=3, verification_set=1)
+    assert single.propose([1, 2, 3, 1, 4, 5, 1, 6, 7, 9, 1], max_len=6).tree is None
 
 
 def test_lookahead_jacobi_guesses_become_the_window_and_pool_ngrams():
@@ -101,3 +108,25 @@ def test_lookahead_jacobi_guesses_become_the_window_and_pool_ngrams():
     assert session.pool[10][0] == (13,) and session.pool[11][0] == (14,)  # (draft token, the next row)
     # a sequence whose last token has no pool entry drafts the window's guesses at its positions
     assert session.propose(tokens + [11, 99], max_len=3).token_ids.tolist() == [13, 14]
+
+
+def test_lookahead_verification_set_trees_are_greedy_lossless(tiny_llama):
+    """Pools seeded with two candidates for every token: each step verifies the verification set
+    as a tree (the chain and the other candidate beside it), and the answers are the target's own."""
+    from trtspec.runtime import Engine
+
+    with Engine.from_checkpoints(tiny_llama, mode="lookahead", lookahead=[4, 3, 4], max_draft_len=4,
+                                 draft_len_schedule=[[1, 4]]) as engine:
+        vocab, opened = engine.target.config.vocab_size, engine.drafter.session
+
+        def session(*args, **kwargs):
+            seeded = opened(*args, **kwargs)
+            seeded.pool = {t: [((t + 1) % vocab, t), ((t * 7) % vocab, t)] for t in range(vocab)}
+            return seeded
+
+        engine.drafter.session = session
+        seen = spy_drafts(engine)
+        for prompt in TINY_PROMPTS:
+            assert engine.generate(prompt, max_new_tokens=30).token_ids == \
+                engine.generate(prompt, max_new_tokens=30, speculative=False).token_ids
+    assert any(d is not None and d.tree is not None for batch in seen for d in batch)

@@ -51,7 +51,7 @@ def test_eagle3_tree_under_load_equals_alone(tiny_llama, modelopt_eagle3):
 
 
 @pytest.mark.parametrize("drafter", ["draft-model", "eagle3-dynamic-tree", "draft-model-dynamic-tree", "layerskip",
-                                     "lookahead"])
+                                     "lookahead", "lookahead-verification-set"])
 def test_sampling_with_a_full_batch_follows_the_target_distribution(drafter, tiny_llama, tiny_llama_draft, request):
     """Chi-square: the third generated token of 1,600 seeded requests, run 8 at a time with a
     draft model's chains or EAGLE-2 dynamic trees from the head or from a draft model (multi-candidate
@@ -72,10 +72,11 @@ def test_sampling_with_a_full_batch_follows_the_target_distribution(drafter, tin
     elif drafter == "layerskip":  # the target's first 2 of 4 layers, its norm and head
         engine = Engine.from_checkpoints(tiny_llama, mode="layerskip", exit_layer=2, max_draft_len=3,
                                          draft_len_schedule=[[1, 3]], **common)
-    elif drafter == "lookahead":  # point-mass chains from the pool and the Jacobi guesses
+    elif drafter.startswith("lookahead"):  # point-mass chains from the pool and the Jacobi guesses, or
+        # with two candidates per token (the verification set) trees: the chain and the other beside it
         engine = Engine.from_checkpoints(tiny_llama, mode="lookahead", lookahead=[4, 2, 4], max_draft_len=3,
                                          draft_len_schedule=[[1, 3]], **common)
-        _seed_lookahead_pools(engine, [5, 6, 7, 8, 5, 6])
+        _seed_lookahead_pools(engine, [5, 6, 7, 8, 5, 6], 2 if drafter.endswith("set") else 1)
     elif drafter == "draft-model-dynamic-tree":  # the target drafting for itself: its top-3 tokens are
         # the target's own likeliest, so children are accepted and rejected at every depth
         engine = Engine.from_checkpoints(tiny_llama, mode="draft-target", draft_dir=tiny_llama, max_draft_len=3,
@@ -130,21 +131,21 @@ def test_sampling_with_a_full_batch_follows_the_target_distribution(drafter, tin
     engine.close()
 
 
-def _seed_lookahead_pools(engine, prompt) -> None:
-    """Every lookahead session starts with a pool entry for every token t: the target's argmax
-    after prompt + [t], so that the first sampled token (rarely one of the prompt's) is drafted
-    from too, and drafts are often accepted and often rejected."""
+def _seed_lookahead_pools(engine, prompt, candidates: int) -> None:
+    """Every lookahead session starts with pool entries for every token t: the target's
+    `candidates` likeliest tokens after prompt + [t], so that the first sampled token (rarely one
+    of the prompt's) is drafted from too, and drafts are often accepted and often rejected."""
     import torch
 
     vocab = engine.target.config.vocab_size
     with torch.inference_mode():
         rows = torch.tensor([prompt + [t] for t in range(vocab)])
-        guesses = engine.target(input_ids=rows).logits[:, -1].argmax(-1).tolist()
+        guesses = engine.target(input_ids=rows).logits[:, -1].topk(candidates).indices.tolist()
     opened = engine.drafter.session
 
     def session(*args, **kwargs):
         seeded = opened(*args, **kwargs)
-        seeded.pool = {t: [(guesses[t],)] for t in range(vocab)}
+        seeded.pool = {t: [(g,) for g in guesses[t]] for t in range(vocab)}
         return seeded
 
     engine.drafter.session = session

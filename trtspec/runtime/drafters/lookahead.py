@@ -14,13 +14,15 @@ Decoding"; TensorRT-LLM's (W, N, G)):
   n-grams.
 - draft: from the last token, the pool continuation that agrees most with the window (ties: the
   newest), then again from its last token, until max_len; without a pool entry, the window's
-  guesses where they line up with the sequence.
+  guesses where they line up with the sequence. Where the last token's pool holds candidates with
+  other first tokens (the verification set), they are verified beside the chain as a tree, one
+  node each, the chain shortened by as many: max_len nodes either way.
 
 What this leaves out of the paper's algorithm: the lookahead branch (W x (N - 1) extra positions
-decoded in the same target pass) and verifying all G candidates at once (a tree); here the
-guesses come only from the verified chain, and one candidate chain is verified per step.
-Drafts are point masses chosen from the past alone, so rejection sampling keeps sampling
-lossless and greedy output is the target's own.
+decoded in the same target pass) and verifying all G candidates whole; here the guesses come
+only from verified chains (a tree step gives none), and the other candidates are verified by
+their first token only. Drafts are point masses chosen from the past alone, so rejection
+sampling (multi-candidate over a tree) keeps sampling lossless and greedy output is the target's own.
 """
 
 from __future__ import annotations
@@ -93,7 +95,14 @@ class LookaheadSession(DraftSession):
         if not draft:
             draft = self._window_at(len(tokens))[:max_len]
         self.proposed_at = len(tokens)
-        return Draft(torch.tensor(draft, dtype=torch.long)) if draft else None
+        if not draft:
+            return None
+        # 4. Other candidates with another first token: verified beside the chain, one node each.
+        others = [] if len(draft) < 2 else list(dict.fromkeys(
+            c[0] for c in self.pool.get(tokens[-1], ()) if c[0] != draft[0]))[:len(draft) - 1]
+        if not others:
+            return Draft(torch.tensor(draft, dtype=torch.long))
+        return verification_set_draft(draft[:len(draft) - len(others)], others)
 
     def on_target_tokens(self, draft_ids: list[int], target_ids: list[int], num_accepted: int) -> None:
         """The target's argmax after [pending] + draft[:i] for every row i of the last verify pass
@@ -107,6 +116,20 @@ class LookaheadSession(DraftSession):
         n = self.ngram
         for j in range(num_accepted + 1, len(draft_ids) - n + 3):
             self._add(draft_ids[j - 1], tuple(target_ids[j:j + n - 1]))
+
+
+def verification_set_draft(chain: list[int], others: list[int]) -> Draft:
+    """A tree draft: `chain` from the root (rank 0 at every depth) and each of `others` as a
+    further child of the root (ranks 1, 2, ...), tokens in the Tree's node order."""
+    import torch
+
+    from trtspec.runtime.tree import Tree
+
+    paths = [[0] * depth for depth in range(1, len(chain) + 1)] + [[rank] for rank in range(1, len(others) + 1)]
+    tree = Tree(paths)
+    by_path = {(0,) * depth: token for depth, token in enumerate(chain, start=1)}
+    by_path.update({(rank,): token for rank, token in enumerate(others, start=1)})
+    return Draft(torch.tensor([by_path[tuple(p)] for p in tree.paths], dtype=torch.long), tree=tree)
 
 
 def make(parts: Any) -> LookaheadDrafter:
