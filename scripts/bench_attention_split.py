@@ -42,7 +42,8 @@ def main() -> None:
 
     import torch
 
-    from trtspec.runtime import attention, attention_kernel, native
+    from trtspec.runtime.forward import attention, attention_kernel
+    from trtspec.runtime.kernels import native
 
     spent = dict.fromkeys(PARTS, 0.0)
     library = native.library()

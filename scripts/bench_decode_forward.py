@@ -7,7 +7,7 @@ table of 5 forwards at --profile-batch (1 or 8).
 Why: tokens/s (scripts/bench_threads.py) says which contender is slower; this says where a
 step's time goes, with variants that swap one part:
   --onednn-linear         every linear layer on oneDNN's prepacked weights, as before the kernel
-                          was chosen per layer at load (trtspec.runtime.linear_choice)
+                          was chosen per layer at load (trtspec.runtime.forward.linear_choice)
   --mkl-linear            the engine's linear layers on F.linear (MKL), unpadded (NOT
                           batch-invariant: a measurement, not a setting)
   --small-linear-threads N  the engine's linear layers other than lm_head on N threads
@@ -39,11 +39,11 @@ def engine_steps(threads: int, args) -> tuple:
     import torch
 
     from trtspec.models import resolve_model
-    from trtspec.runtime import attention
-    from trtspec.runtime import threads as omp
-    from trtspec.runtime.batch import Feed, forward
+    from trtspec.runtime.cache.paged import BlockTable, KVPool, SeqKV
+    from trtspec.runtime.cores import threads as omp
     from trtspec.runtime.engine import Engine
-    from trtspec.runtime.paged import BlockTable, KVPool, SeqKV
+    from trtspec.runtime.forward import attention
+    from trtspec.runtime.forward.batch import Feed, forward
 
     model = Engine.from_checkpoints(resolve_model("smollm2", quiet=True).path, mode="none").target
     linears = [m for m in model.modules() if type(m).__name__ == "PackedLinear"]

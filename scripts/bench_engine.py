@@ -18,7 +18,7 @@ from measured acceptance and measured draft/verify costs.
     /tmp/venv/bin/python scripts/bench_engine.py --verify-cost --threads 1  # cost of a pass by width
 
 HF's contenders run on a model loaded as transformers loads it; the engine's on its own
-(prepacked, see trtspec/runtime/prepack.py) unless --no-prepack or --hf-on-engine-model.
+(prepacked, see trtspec/runtime/forward/prepack.py) unless --no-prepack or --hf-on-engine-model.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def main() -> int:
 
     from trtspec.models import resolve_model
     from trtspec.runtime import Engine
-    from trtspec.runtime.checkpoints import load_causal_lm
+    from trtspec.runtime.checkpoints.parts import load_causal_lm
 
     if args.threads:
         torch.set_num_threads(args.threads)

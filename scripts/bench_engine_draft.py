@@ -55,7 +55,7 @@ def add_contenders(contenders: dict, args, target_path: Path, *, prepack: bool, 
     --hf-on-engine-model it is the engine's (prepacked) draft model, like HF's target then.
     """
     from trtspec.runtime import Engine
-    from trtspec.runtime.checkpoints import load_causal_lm
+    from trtspec.runtime.checkpoints.parts import load_causal_lm
 
     directory = draft_dir(args, target_path)
     if directory is None:
@@ -96,7 +96,7 @@ def sweep(args) -> str:
     from trtspec.models import resolve_model
     from trtspec.prompts import packaged_prompt_file
     from trtspec.runtime import Engine
-    from trtspec.runtime.stats import GenerationStats
+    from trtspec.runtime.loop.stats import GenerationStats
     from trtspec.testing.truncate import truncate_llama, truncated_cache_dir
 
     torch.set_num_threads(args.threads or 1)

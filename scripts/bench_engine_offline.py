@@ -24,8 +24,8 @@ def verify_cost(threads: int, context: int = 400, widths=(0, 1, 2, 3, 4, 6, 8, 1
     from transformers import DynamicCache
 
     from trtspec.models import resolve_model
-    from trtspec.runtime.checkpoints import load_causal_lm
-    from trtspec.runtime.prepack import prepack_linears
+    from trtspec.runtime.checkpoints.parts import load_causal_lm
+    from trtspec.runtime.forward.prepack import prepack_linears
 
     torch.set_num_threads(threads)
     path = resolve_model("smollm2", quiet=True).path

@@ -2,7 +2,7 @@
 """SmolLM2's linear layers on oneDNN's prepacked weights (what the engine uses) and on F.linear
 (MKL, what HF uses), at several thread counts: microseconds a call at 1, 2 and 8 rows, and the
 fewest rows from which every row rounds as in a 32-row call (the engine's batch-invariance probe,
-trtspec.runtime.gemm_rows.fewest_rows_alike; "-": none of 1, 2, 4, 8).
+trtspec.runtime.forward.gemm_rows.fewest_rows_alike; "-": none of 1, 2, 4, 8).
 
 Why: on a 16-core Xeon the engine's decode forward at 16 threads took 2x as long with its linear
 layers on oneDNN as on F.linear (docs/BENCHMARKS-log.md, "A 16-core Xeon"), and F.linear's rows round
@@ -26,7 +26,7 @@ def kernels(weight):
     """{name: rows -> output} for the two kernels over the same weight."""
     import torch
 
-    packed = torch.ops.mkldnn._reorder_linear_weight(weight, 8)  # as trtspec.runtime.prepack packs it
+    packed = torch.ops.mkldnn._reorder_linear_weight(weight, 8)  # as trtspec.runtime.forward.prepack packs it
     return {"onednn": lambda x: torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], ""),
             "mkl": lambda x: torch.nn.functional.linear(x, weight)}
 
@@ -50,7 +50,7 @@ def main() -> None:
 
     import torch
 
-    from trtspec.runtime.gemm_rows import fewest_rows_alike
+    from trtspec.runtime.forward.gemm_rows import fewest_rows_alike
 
     generator = torch.Generator().manual_seed(0)
     print("| in x out | threads | kernel | us at 1 row | 2 rows | 8 rows | rows alike from |")

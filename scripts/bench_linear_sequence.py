@@ -4,7 +4,7 @@ the engine can run them on: milliseconds for all of them at several row counts.
 
 Why: scripts/bench_linear_kernels.py times one layer's weight again and again, so it sits in the
 cache; in a decode step every layer's weights come from memory (SmolLM2's are 0.5 GB), which is
-where the row kernel (trtspec.runtime.rowdot) and oneDNN differ most. Random weights with
+where the row kernel (trtspec.runtime.kernels.rowdot) and oneDNN differ most. Random weights with
 SmolLM2's shapes (30 x q, k, v, o, gate, up, down, then lm_head); the kernels run in turn, each
 round all of them at one row count; medians over rounds.
 
@@ -25,7 +25,7 @@ def packed_layers(kernel: str, weights):
     """PackedLinear modules forced onto `kernel`, sharing `weights`."""
     import torch
 
-    from trtspec.runtime.prepack import _packed_linear_class
+    from trtspec.runtime.forward.prepack import _packed_linear_class
 
     packed_linear = _packed_linear_class()
     layers = []
@@ -47,7 +47,7 @@ def main() -> None:
 
     import torch
 
-    from trtspec.runtime import native
+    from trtspec.runtime.kernels import native
 
     torch.set_num_threads(args.threads)
     kernels = args.kernels.split(",")

@@ -32,7 +32,7 @@ def main() -> int:
     parser.add_argument("--compare-reuse", action="store_true", help="also kv_cache_reuse off, alternating")
     args = parser.parse_args()
 
-    import trtspec.runtime.step as step
+    import trtspec.runtime.loop.step as step
     from trtspec.runtime import load_engine
 
     forwards: list[tuple[bool, int, float]] = []   # (carried prompt rows, sequences, seconds)

@@ -43,7 +43,7 @@ class StepLog:
     step.run_step and the forward it calls)."""
 
     def __init__(self) -> None:
-        from trtspec.runtime import step
+        from trtspec.runtime.loop import step
 
         self.steps: list[tuple[float, float, int, int, int]] = []  # started, seconds, sequences, decoding, rows
         self._rows = 0
@@ -86,8 +86,8 @@ def ceiling_forwards(engine, prompts: list[list[int]], concurrencies: list[int],
     """Median seconds of one decode forward over the first c contexts, for each c (interleaved)."""
     import torch
 
-    from trtspec.runtime.batch import Feed, forward
-    from trtspec.runtime.paged import BlockTable, KVPool, SeqKV
+    from trtspec.runtime.cache.paged import BlockTable, KVPool, SeqKV
+    from trtspec.runtime.forward.batch import Feed, forward
 
     model, size = engine.target, 16
     lengths = [len(ids) + GENERATED for ids in prompts]
@@ -134,7 +134,7 @@ def main() -> None:
 
     import threading
 
-    from trtspec.runtime.threads import release_idle_openmp_team
+    from trtspec.runtime.cores.threads import release_idle_openmp_team
 
     concurrencies = [int(c) for c in args.concurrency.split(",")]
     log = StepLog()

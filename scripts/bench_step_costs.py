@@ -8,8 +8,8 @@ Why: concurrency 8 over 1 through Triton stayed at 4.0-4.4x on an AVX2 CPU (docs
 this says which part of a step grows with the batch. Timers wrap PackedLinear.forward and
 Layout.attend (a perf_counter pair per call). --attention names the attention routes to run, each
 cell once per route per repeat in alternating order, with the ratios of the first route to the
-others: kernel (compiled, trtspec.runtime.attention_kernel; the engine's default where it builds),
-strided (torch's products, decode groups in lanes: trtspec.runtime.attention_strided) and
+others: kernel (compiled, trtspec.runtime.forward.attention_kernel; the engine's default where it builds),
+strided (torch's products, decode groups in lanes: trtspec.runtime.forward.attention_strided) and
 per-sequence (torch's products per sequence: Group).
 
     .venv/bin/python scripts/bench_step_costs.py --concurrency 1,8 --repeats 2 --requests-per-slot 8
@@ -34,8 +34,8 @@ class StepTimer:
     """Seconds spent in the linear layers and in attention since the last reset."""
 
     def __init__(self) -> None:
-        from trtspec.runtime.attention import Layout
-        from trtspec.runtime.prepack import _packed_linear_class
+        from trtspec.runtime.forward.attention import Layout
+        from trtspec.runtime.forward.prepack import _packed_linear_class
 
         self.linear = self.attention = 0.0
         self._wrap(_packed_linear_class(), "forward", "linear")
@@ -64,7 +64,7 @@ def use_attention(route: str) -> None:
     """Make the next forwards attend on `route` (read by every new Layout: no reload)."""
     import os
 
-    from trtspec.runtime import attention_strided
+    from trtspec.runtime.forward import attention_strided
 
     os.environ["TRTSPEC_CPU_ATTENTION"] = "kernel" if route == "kernel" else "torch"
     _LANES_SPACING.setdefault("spacing", attention_strided.spacing)
@@ -97,7 +97,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print the cells as JSON too")
     args = parser.parse_args()
 
-    from trtspec.runtime.threads import release_idle_openmp_team
+    from trtspec.runtime.cores.threads import release_idle_openmp_team
 
     concurrencies = [int(c) for c in args.concurrency.split(",")]
     variants = args.attention.split(",")

@@ -51,12 +51,12 @@ def model_cache_dir(name: str) -> Path:
 
 def linear_timings_file() -> Path:
     """The cpu engine's linear-kernel timings, kept so every load on a machine chooses alike
-    (trtspec.runtime.linear_choice)."""
+    (trtspec.runtime.forward.linear_choice)."""
     return cache_root() / "linear-timings.json"
 
 
 def kernels_dir() -> Path:
-    """Compiled cpu kernels (trtspec.runtime.native), one file per sources and compiler flags."""
+    """Compiled cpu kernels (trtspec.runtime.kernels.native), one file per sources and compiler flags."""
     return cache_root() / "kernels"
 
 

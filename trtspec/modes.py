@@ -102,6 +102,17 @@ MODES: dict[str, ModeRow] = {row.name: row for row in (
                                      "draft model (a first-layers copy of the target is one)",
                                      "no early-exit drafting upstream"),
             }, label="the target's first layers"),
+    ModeRow("medusa", "Medusa heads on the target's last hidden state (trained by convert, or imported)",
+            f"{_D}.medusa:make", "medusa", {
+                "cpu": _yes("the heads' top tokens as a static tree (medusa choices), verified in one pass"),
+                # llm_args.py (1.2-era) MedusaDecodingConfig.supports_backend: not pytorch/_autodeploy
+                "trtllm": _no("TensorRT-LLM's MedusaDecodingConfig runs on its TensorRT backend only "
+                              "(supports_backend refuses pytorch), which the LLM-API package targets; "
+                              "use build.backend: trtllm-engine", "TensorRT backend only upstream"),
+                "trtllm-engine": _yes("examples/medusa/convert_checkpoint.py, --speculative_decoding_mode medusa, "
+                                      "--max_draft_len = the tree's nodes; Triton medusa_choices",
+                                      "`medusa`, medusa_choices filled"),
+            }, label="heads on the last hidden state", draft_checkpoint=True),
     ModeRow("none", "baseline: plain decoding", None, None, {
         "cpu": _yes("plain decoding"), "trtllm": _yes("no speculative_config"), "trtllm-engine": _yes("no draft"),
     }, label="baseline"),

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from trtspec.runtime import native
+from trtspec.runtime.kernels import native
 from trtspec.testing.tiny import make_tiny_llama
 
 ROOT = Path(__file__).resolve().parents[2]

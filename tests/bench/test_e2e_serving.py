@@ -41,7 +41,7 @@ def test_32_streams_with_queue_16_refuse_the_excess_at_once_and_serve_the_rest(b
     from trtspec.client.prompting import Renderer
 
     render = Renderer(engine.tokenizer, "tiny")  # trtspec's clients template client-side; the server reads it as sent
-    from trtspec.runtime.prefix_cache import shared_start
+    from trtspec.runtime.cache.shared_prefix import shared_start
 
     start = len(shared_start(engine.tokenizer))
     engine.close()

@@ -146,7 +146,7 @@ def test_build_prepack_reaches_the_loaded_engine(prepack, in_tmp, tiny_llama, ti
     import torch
 
     from trtspec.runtime import load_engine
-    from trtspec.runtime.prepack import available
+    from trtspec.runtime.forward.prepack import available
 
     config = write_workspace(in_tmp, tiny_llama, draft=tiny_llama_draft,
                              **({"build": {"prepack": prepack}} if prepack is not None else {}))

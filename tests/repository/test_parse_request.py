@@ -54,7 +54,7 @@ def test_missing_text_input():
 
 def test_temperature_rule_is_the_engines():
     """Zero and finite values from MIN_TEMPERATURE up pass both the server boundary and the engine."""
-    from trtspec.runtime.request import MIN_TEMPERATURE, InvalidRequestError, validate
+    from trtspec.runtime.loop.request import MIN_TEMPERATURE, InvalidRequestError, validate
 
     for ok in (0.0, MIN_TEMPERATURE, 0.7, 1e30):
         assert parse_request(_req(sampling_param_temperature=np.array([ok], np.float64)), max_seq_len=512).temperature == ok

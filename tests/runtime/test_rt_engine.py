@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.runtime.conftest import TINY_PROMPTS
-from trtspec.runtime.request import InvalidRequestError
+from trtspec.runtime.loop.request import InvalidRequestError
 
 
 @pytest.mark.parametrize("prompt", TINY_PROMPTS)

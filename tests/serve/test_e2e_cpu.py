@@ -228,7 +228,8 @@ def test_a_bfloat16_model_serves_its_engine_s_answers(tmp_path, tiny_llama):
     import json
 
     from tests.serve.conftest import serving_tiny
-    from trtspec.runtime import Engine, load_engine, rowdot
+    from trtspec.runtime import Engine, load_engine
+    from trtspec.runtime.kernels import rowdot
 
     if rowdot.bfloat16_unavailable():
         pytest.skip(rowdot.bfloat16_unavailable())

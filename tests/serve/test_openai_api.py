@@ -91,7 +91,7 @@ def test_completions_plain_text_stream_and_not_equal_tritonclient(openai_served)
 
 def test_a_system_prompt_is_prefilled_once_then_copied(openai_served, tiny_llama):
     """Chat requests that share a system message: the second copies the first's kept prompt rows
-    (trtspec.runtime.prompt_cache) for every token they share, and answers as it would alone."""
+    (trtspec.runtime.cache.prefix_reuse) for every token they share, and answers as it would alone."""
     from transformers import AutoTokenizer
 
     from tests.serve.conftest import metrics_when

@@ -15,7 +15,7 @@ baseline, measured in the same run) was faster; with dynamic-tree candidates, pe
 fastest of the chains and the dynamic trees (a tree row: [concurrency, topk, depth, num_draft_tokens]),
 so a tree that wins alone gives way to a chain, or to nothing, as the batch fills. It goes into `speculative.draft_len_schedule`,
 from which the engine picks each step's draft length by its batch size
-(trtspec.runtime.load_policy). Every candidate runs with its draft length fixed at every batch
+(trtspec.runtime.policy.by_load). Every candidate runs with its draft length fixed at every batch
 size, so the table measures exactly the choice the engine will make.
 
 The spec is rewritten line by line, so comments and layout survive; the old file is kept as

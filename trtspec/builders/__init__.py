@@ -111,7 +111,7 @@ def build(spec: Any, *, dry_run: bool = False, verify: bool = False, force: bool
         trtllm_engine.refuse_unsupported(mode)
     layout = Layout.from_spec(spec)
     if backend == "cpu":  # before any weight is read: an architecture the engine cannot run is one line
-        from trtspec.runtime.architectures import refuse_unrunnable
+        from trtspec.runtime.checkpoints.architectures import refuse_unrunnable
 
         refuse_unrunnable(_config_only(layout.checkpoint("target"), spec.model.source, spec), spec.build.max_seq_len,
                           f"model.source {spec.model.source}")

@@ -38,7 +38,7 @@ def _check(rule: str, ok, fix: str | None = None):
 
 
 def _check_temperature(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
-    from trtspec.runtime.request import temperature_problem  # the engine's own rule (imports no torch)
+    from trtspec.runtime.loop.request import temperature_problem  # the engine's own rule (imports no torch)
 
     problem = None if value is None else temperature_problem(value)
     if problem:

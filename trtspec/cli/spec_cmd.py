@@ -62,7 +62,7 @@ def _unrunnable(field: str, config_json: Path, max_seq_len: int) -> list[str]:
     import json
 
     from trtspec.errors import IncompatibleArtifactError
-    from trtspec.runtime.architectures import refuse_unrunnable
+    from trtspec.runtime.checkpoints.architectures import refuse_unrunnable
     from trtspec.spec.schema import problem_line
 
     try:

@@ -28,7 +28,7 @@ here, so the serving code is versioned, linted and tested with the rest of trtsp
   num_requests_cancelled, num_requests_failed (label `reason`: invalid | busy | internal);
   gauges num_requests_running (the batch), num_requests_waiting (the queue), kv_cache_blocks_used,
   kv_cache_blocks_total, spec_decode_draft_len (the last step's), engine_threads (the last
-  step's thread count: fewer while other processes use the cores, trtspec.runtime.contention);
+  step's thread count: fewer while other processes use the cores, trtspec.runtime.cores.contention);
   counter engine_steps (label `draft`: the load policy's choice per step,
   SchedulerStats.draft_shapes: off | chain:K | chain:K@M (only on n-gram matches of M+ tokens) |
   tree:... | probe:...),
@@ -216,7 +216,7 @@ class TritonPythonModel:
     def _submit(self, request: Any, sink: Responder | Collector, is_cancelled) -> None:
         """Check one request and queue it in the engine; a refusal is answered at once."""
         from trtspec.errors import TrtSpecError
-        from trtspec.runtime.request import ServerBusyError
+        from trtspec.runtime.loop.request import ServerBusyError
 
         try:
             parsed = self._parse(request)

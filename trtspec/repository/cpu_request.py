@@ -26,7 +26,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from trtspec.runtime.request import temperature_problem
+from trtspec.runtime.loop.request import temperature_problem
 
 DEFAULT_MAX_TOKENS = 128
 INT32_MAX = 2**31 - 1

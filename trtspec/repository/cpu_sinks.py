@@ -61,7 +61,7 @@ class Responder:
                                self._on_send_error)
 
     def __call__(self, item: Any) -> None:
-        from trtspec.runtime.request import RequestCancelled
+        from trtspec.runtime.loop.request import RequestCancelled
 
         model, parsed = self.model, self.parsed
         # 1. the client went away: the engine dropped the request; close the stream.
@@ -115,7 +115,7 @@ class Collector:
         self.done.set()
 
     def __call__(self, item: Any) -> None:
-        from trtspec.runtime.request import RequestCancelled
+        from trtspec.runtime.loop.request import RequestCancelled
 
         model = self.model
         if isinstance(item, RequestCancelled):

@@ -35,6 +35,6 @@ def __getattr__(name: str) -> Any:
     if name in ("GenerationStats", "GenerationResult", "StreamChunk", "InvalidRequestError"):
         import importlib
 
-        module = "trtspec.runtime.stats" if name == "GenerationStats" else "trtspec.runtime.request"
+        module = "trtspec.runtime.loop.stats" if name == "GenerationStats" else "trtspec.runtime.loop.request"
         return getattr(importlib.import_module(module), name)
     raise AttributeError(name)

@@ -33,9 +33,9 @@ class EngineConfig:
     acceptance_floor: float = 0.0
     """Decode plainly while a sequence's measured acceptance stays below this rate (0: never)."""
     eagle_choices: tuple[tuple[int, ...], ...] | None = None
-    """Static EAGLE-3 draft tree as index paths (trtspec.runtime.tree); None drafts chains."""
+    """Static EAGLE-3 draft tree as index paths (trtspec.runtime.verify.tree); None drafts chains."""
     tree: tuple[int, int, int] | None = None
-    """Dynamic (EAGLE-2) draft tree as (topk, depth, num_draft_tokens) (trtspec.runtime.tree.TreeShape);
+    """Dynamic (EAGLE-2) draft tree as (topk, depth, num_draft_tokens) (trtspec.runtime.verify.tree.TreeShape);
     None: eagle_choices or chains."""
     tree_min_path_prob: float = 0.0
     """Every dynamic tree (configured or from the schedule) verifies only nodes whose path's draft
@@ -53,20 +53,20 @@ class EngineConfig:
     """Requests that may wait for a batch slot or KV blocks; beyond, new ones are refused at once."""
     kv_cache_reuse: bool = True
     """Prefill the prompt start every chat request shares (the chat template's) once and copy its
-    keys and values into each new sequence (trtspec.runtime.prefix_cache), and keep prompts after
-    their prefill for later prompts that begin the same way (trtspec.runtime.prompt_cache); exact,
+    keys and values into each new sequence (trtspec.runtime.cache.shared_prefix), and keep prompts after
+    their prefill for later prompts that begin the same way (trtspec.runtime.cache.prefix_reuse); exact,
     so on by default."""
     kv_cache_reuse_mib: int = 256
     """Memory for the prompts kept for reuse, MiB (least recently used out first); 0 keeps only
     the shared chat start."""
     adapt_threads: bool = True
     """Step on fewer threads while other processes compute on the engine's cores, and on all again
-    once they are free (trtspec.runtime.contention); only where the target's numbers do not depend
+    once they are free (trtspec.runtime.cores.contention); only where the target's numbers do not depend
     on the thread count, so never a changed token."""
     draft_len_schedule: tuple[tuple[int, int], ...] | None = None
     """(batch size, draft length) pairs, ascending: from that many decoding sequences on, draft that
     many tokens (0: speculation off); EAGLE-3 rows may be (batch size, topk, depth, num_draft_tokens):
-    a dynamic tree (trtspec.runtime.draft_shape). None: the cost-model default (trtspec.runtime.policy)."""
+    a dynamic tree (trtspec.runtime.policy.step_shape). None: the cost-model default (trtspec.runtime.policy.per_request)."""
 
     @property
     def label(self) -> str:

@@ -2,13 +2,13 @@
 
 Contract: every request gets exactly what the target alone would produce under the same settings,
 whatever else runs beside it. Greedy: the target's own greedy output, token for token and bit for
-bit, at any concurrency and any draft length (prepacked weights: trtspec.runtime.attention and
+bit, at any concurrency and any draft length (prepacked weights: trtspec.runtime.forward.attention and
 prepack explain how the batch is made not to change a sequence's numbers; static trees are exact up
 to float rounding). Sampling: the target's distribution (lossless rejection sampling).
 
-How: `generate` and `submit` hand requests to the engine's Scheduler (trtspec.runtime.scheduler),
+How: `generate` and `submit` hand requests to the engine's Scheduler (trtspec.runtime.loop.scheduler),
 whose one loop thread runs every admitted sequence through the numbered phases of
-trtspec.runtime.step on a paged KV cache. Each request's state lives in its Sequence and its
+trtspec.runtime.loop.step on a paged KV cache. Each request's state lives in its Sequence and its
 drafter session; the engine itself holds only the weights, the config and cumulative statistics.
 """
 
@@ -22,19 +22,19 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from trtspec.chat import prompt_ids
-from trtspec.runtime import sampling
-from trtspec.runtime.checkpoints import engine_parts
+from trtspec.runtime.checkpoints.parts import engine_parts
 from trtspec.runtime.config import EngineConfig
-from trtspec.runtime.request import GenerationResult, StreamChunk, validate
-from trtspec.runtime.sequence import Request, Sequence
-from trtspec.runtime.stats import GenerationStats
+from trtspec.runtime.loop.request import GenerationResult, StreamChunk, validate
+from trtspec.runtime.loop.sequence import Request, Sequence
+from trtspec.runtime.loop.stats import GenerationStats
+from trtspec.runtime.verify import sampling
 
 
 class Engine:
     """A target model, its tokenizer and an optional drafter, run as one EngineConfig says."""
 
     def __init__(self, target: Any, tokenizer: Any, drafter: Any = None, config: EngineConfig | None = None):
-        from trtspec.runtime.attention import use_paged_attention
+        from trtspec.runtime.forward.attention import use_paged_attention
 
         use_paged_attention(target)
         self.target = target
@@ -43,7 +43,7 @@ class Engine:
         self.config = config or EngineConfig()
         self.tree = None
         if self.config.eagle_choices:
-            from trtspec.runtime.tree import Tree
+            from trtspec.runtime.verify.tree import Tree
 
             self.tree = Tree([list(path) for path in self.config.eagle_choices])
         elif self.config.tree:
@@ -90,7 +90,7 @@ class Engine:
         """The engine loop (created with its KV pool on first use)."""
         with self._lock:
             if self._scheduler is None:
-                from trtspec.runtime.scheduler import Scheduler
+                from trtspec.runtime.loop.scheduler import Scheduler
 
                 self._scheduler = Scheduler(self)
             return self._scheduler
@@ -190,7 +190,7 @@ def _drain(results: queue.SimpleQueue, sequence: Sequence) -> Iterator[StreamChu
 def _tree_shape(settings: tuple[int, int, int]) -> Any:
     """The dynamic tree (topk, depth, num_draft_tokens) as a TreeShape, refused when unusable."""
     from trtspec.errors import TrtSpecError
-    from trtspec.runtime.tree import TreeShape
+    from trtspec.runtime.verify.tree import TreeShape
 
     shape = TreeShape(*settings)
     if shape.problems():

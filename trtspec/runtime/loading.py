@@ -2,7 +2,7 @@
 
 The bundle format is fixed by the contract in DESIGN.md (`format: trtspec-engine/1`); paths in
 it are relative to the engine directory. The checkpoints themselves load through
-Engine.from_checkpoints (trtspec.runtime.checkpoints): loading -> engine -> checkpoints, one way.
+Engine.from_checkpoints (trtspec.runtime.checkpoints.parts): loading -> engine -> checkpoints, one way.
 """
 
 from __future__ import annotations

@@ -174,7 +174,7 @@ def server_env(binary: Path | None = None, backend: str = "cpu", backend_dir: Pa
     if backend == "cpu":
         # One engine loop per model instance runs every request's steps (in-flight batching) on
         # OMP_NUM_THREADS threads, every usable core by default; the model loads in the stub's main
-        # thread, whose OpenMP team ends once the engine is built (trtspec/runtime/threads.py). A
+        # thread, whose OpenMP team ends once the engine is built (trtspec/runtime/cores/threads.py). A
         # caller's OMP_NUM_THREADS and OMP_WAIT_POLICY are kept; trtspec sets no wait policy.
         env["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS") or str(len(os.sched_getaffinity(0)))
     root = pytriton_root()

@@ -18,6 +18,7 @@ from trtspec import modes
 from trtspec.errors import SpecError
 from trtspec.spec.checks import format_problem, host_problem, is_loopback, problem_line
 from trtspec.spec.eagle3_training import Eagle3Training
+from trtspec.spec.medusa import MedusaSpec
 from trtspec.spec.methods import LayerSkipSpec, LookaheadSpec
 from trtspec.spec.section import Section
 
@@ -105,7 +106,7 @@ def _tree_rows_problems(schedule: list[list[int]], mode: str, eagle_choices: Any
 
 class SpeculativeSpec(Section):
     mode: Mode = "ngram"
-    """eagle3 | draft-target | ngram | lookahead | layerskip | none (baseline, no speculation);
+    """eagle3 | draft-target | ngram | lookahead | layerskip | medusa | none (baseline, no speculation);
     what each backend does with each: README.md, the mode x backend table (trtspec.modes)."""
     max_draft_len: int = Field(4, ge=1, le=64)
     """Most draft tokens proposed per step; engines are built for this many."""
@@ -150,6 +151,8 @@ class SpeculativeSpec(Section):
     """Self-speculation from the target's early layers (mode layerskip)."""
     lookahead: LookaheadSpec = Field(default_factory=LookaheadSpec)
     """Lookahead decoding: Jacobi guesses and an n-gram pool (mode lookahead)."""
+    medusa: MedusaSpec = Field(default_factory=MedusaSpec)
+    """Medusa heads and their draft tree (mode medusa)."""
 
 
 class QuantizationSpec(Section):

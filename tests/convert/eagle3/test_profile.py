@@ -23,7 +23,7 @@ CROSS_PROMPTS = ["What is the capital of France?", "def add(a, b):", "the quick 
 
 def stats(*accepted_counts, k=4):
     """GenerationStats of one request whose drafts of k tokens had these accepted counts."""
-    from trtspec.runtime.stats import GenerationStats
+    from trtspec.runtime.loop.stats import GenerationStats
 
     result = GenerationStats()
     for accepted in accepted_counts:

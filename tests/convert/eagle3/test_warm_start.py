@@ -87,7 +87,7 @@ def test_fine_tune_starts_at_the_heads_acceptance_and_keeps_the_best_held_out_sn
         eagle3_run, tiny_llama, tmp_path, monkeypatch):
     import torch
 
-    from trtspec.runtime import native
+    from trtspec.runtime.kernels import native
 
     # the head's acceptance is compared across engine loads: near-tied drafts follow the rounding,
     # and the linear kernels are chosen by timing at each load (MKL took the tiny model's small

@@ -66,8 +66,8 @@ def borrowed_engine(model, tokenizer, *, in_flight: int, row_tokens: int, answer
     """
     from trtspec.runtime import Engine
     from trtspec.runtime.config import EngineConfig
-    from trtspec.runtime.prepack import prepacked
-    from trtspec.runtime.threads import release_idle_openmp_team
+    from trtspec.runtime.cores.threads import release_idle_openmp_team
+    from trtspec.runtime.forward.prepack import prepacked
 
     attention = model.config._attn_implementation
     pool = in_flight * row_tokens
@@ -86,7 +86,7 @@ def borrowed_engine(model, tokenizer, *, in_flight: int, row_tokens: int, answer
 
 
 def _generate(engine, context: list[int], sample: Sample, turn: int, answer_tokens: int):
-    from trtspec.runtime.request import InvalidRequestError, ServerBusyError
+    from trtspec.runtime.loop.request import InvalidRequestError, ServerBusyError
 
     try:
         # a seed per sample and turn: sampled answers are reproducible and never repeat one another

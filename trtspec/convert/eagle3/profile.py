@@ -3,7 +3,7 @@
 What it holds, per draft shape the build makes (the chain at `max_draft_len`, and the static
 `eagle_choices` tree or the dynamic `tree` where the spec sets one), measured by trtspec's cpu
 engine on the user's prompts, greedy, one request at a time (a lone sequence drafts its whole
-shape: trtspec.runtime.load_policy):
+shape: trtspec.runtime.policy.by_load):
 
 - trtspec's figures: `mean_acceptance_length` (1 + accepted / drafts over all drafts, bonus
   included), `acceptance_per_position` (share of drafts whose position i was accepted: for a chain
@@ -59,7 +59,7 @@ def draft_shapes(speculative) -> list[dict[str, Any]]:
 def shape_figures(requests: list, plain_seconds: float, plain_tokens: int, seconds: float,
                   max_draft_len: int) -> dict[str, Any]:
     """One shape's figures from its requests' GenerationStats (speculative decodings only)."""
-    from trtspec.runtime.stats import GenerationStats
+    from trtspec.runtime.loop.stats import GenerationStats
 
     total = GenerationStats()
     for stats in requests:

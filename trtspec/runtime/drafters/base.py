@@ -37,7 +37,7 @@ class Draft:
     token_ids: Any
     # [k, vocab_size] float, or None when each token is a point mass (greedy or n-gram)
     draft_probs: Any = None
-    # for tree drafts: the static tree (trtspec.runtime.tree.Tree) the tokens fill, node by node
+    # for tree drafts: the static tree (trtspec.runtime.verify.tree.Tree) the tokens fill, node by node
     tree: Any = None
     # for dynamic trees: per node (Tree order) its place in the search's score order, 0 the best
     # (the N' best-scored nodes are the tree a budget of N' would have kept: load_policy)
@@ -46,7 +46,7 @@ class Draft:
     # fewer where min_path_prob cut it, and the load policy prices what was really verified
     budget: int | None = None
     # for n-gram drafts: how many tokens the lookup matched (0: not a lookup); the load policy
-    # may draft only on longer matches under load (trtspec.runtime.ngram_matches)
+    # may draft only on longer matches under load (trtspec.runtime.policy.ngram_matches)
     match: int = 0
 
     @property
@@ -111,7 +111,7 @@ class Drafter:
 
     def session(self, prompt_ids: list[int], params: Any, generator: Any, *,
                 confidence_threshold: float = 0.0, tree: Any = None, kv: Any = None) -> DraftSession:
-        """Open one request's session. `tree` (trtspec.runtime.tree.Tree) asks for static tree
+        """Open one request's session. `tree` (trtspec.runtime.verify.tree.Tree) asks for static tree
         drafts; drafters that only draft chains ignore it. `kv`: see the module docstring."""
         raise NotImplementedError
 

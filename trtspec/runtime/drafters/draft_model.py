@@ -21,21 +21,21 @@ of the accepted tokens fed twice).
 
 Batched: the catch-up is ONE forward of the draft model over all sessions, then every chain
 position, and every tree depth, is one forward over all sessions still drafting, through
-trtspec.runtime.batch like the target.
+trtspec.runtime.forward.batch like the target.
 """
 
 from __future__ import annotations
 
-from trtspec.runtime import sampling
 from trtspec.runtime.drafters.base import ChainDrafts, Drafter, DraftSession
-from trtspec.runtime.tree import TreeShape
+from trtspec.runtime.verify import sampling
+from trtspec.runtime.verify.tree import TreeShape
 
 
 class DraftModelDrafter(Drafter):
     kind = "draft-model"
 
     def __init__(self, model):
-        from trtspec.runtime.attention import use_paged_attention
+        from trtspec.runtime.forward.attention import use_paged_attention
 
         use_paged_attention(model)
         self.model = model
@@ -49,7 +49,7 @@ class DraftModelDrafter(Drafter):
                                  tree if isinstance(tree, TreeShape) else None)
 
     def propose_batch(self, sessions, tokens, max_lens):
-        from trtspec.runtime.batch import Feed, forward
+        from trtspec.runtime.forward.batch import Feed, forward
 
         # 1. Catch every session up on the committed tokens: one forward, the last row starts its draft.
         feeds = [Feed(s.kv, s.catch_up(seq)) for s, seq in zip(sessions, tokens, strict=True)]
@@ -72,7 +72,7 @@ class DraftModelDrafter(Drafter):
 
     def _chains(self, sessions, max_lens, roots):
         """Token by token from each session's root logits; drafted tokens stay in the cache."""
-        from trtspec.runtime.batch import Feed, forward
+        from trtspec.runtime.forward.batch import Feed, forward
 
         chains, rows = ChainDrafts(len(sessions)), list(roots)
         active = list(range(len(sessions)))
@@ -91,8 +91,8 @@ class DraftModelDrafter(Drafter):
     def _trees(self, sessions, budgets, roots):
         """One EAGLE-2 tree per session (`budgets`: nodes each may verify); the expanded nodes
         leave the cache at the end. # roots: per session [vocab_size] logits"""
-        from trtspec.runtime.batch import Feed, forward
         from trtspec.runtime.drafters.dynamic_tree import TreeSearch, grow
+        from trtspec.runtime.forward.batch import Feed, forward
 
         searches = [TreeSearch(s.tree, budget, root, None, _same_vocab)
                     for s, budget, root in zip(sessions, budgets, roots, strict=True)]

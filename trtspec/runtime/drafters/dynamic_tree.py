@@ -21,7 +21,7 @@ import math
 from typing import Any
 
 from trtspec.runtime.drafters.base import Draft
-from trtspec.runtime.tree import Tree, TreeShape
+from trtspec.runtime.verify.tree import Tree, TreeShape
 
 
 class TreeSearch:

@@ -23,7 +23,7 @@ session grows its own EAGLE-2 tree, greedy or sampled (trtspec.runtime.drafters.
 
 Batched: `propose_batch` runs ONE head forward per draft position for all sessions (the first
 also catches each session up on the positions the target verified since its last proposal), on
-the head's own paged KV cache (trtspec.runtime.batch's Layout, the target's block tables). Each
+the head's own paged KV cache (trtspec.runtime.forward.batch's Layout, the target's block tables). Each
 session's cache holds committed positions only; drafted positions are rolled back after each
 proposal and recomputed from the target's real hidden states once verified.
 """
@@ -34,11 +34,11 @@ import json
 from pathlib import Path
 
 from trtspec.errors import ModelSourceError
-from trtspec.runtime import sampling
 from trtspec.runtime.drafters.base import ChainDrafts, Draft, Drafter, DraftSession
 from trtspec.runtime.drafters.eagle3_tree import propose_dynamic_trees, propose_trees
 from trtspec.runtime.drafters.head_feed import HeadFeed
-from trtspec.runtime.tree import Tree, TreeShape
+from trtspec.runtime.verify import sampling
+from trtspec.runtime.verify.tree import Tree, TreeShape
 
 CONFIG_DROP = ("architectures", "eagle_config", "draft_vocab_size", "torch_dtype", "transformers_version",
                "trtspec_head_forward")
@@ -92,7 +92,7 @@ class Eagle3Drafter(Drafter):
     kind = "eagle3"
 
     def __init__(self, head, embed_tokens, aux_layer_ids: list[int]):
-        from trtspec.runtime.attention import use_paged_attention
+        from trtspec.runtime.forward.attention import use_paged_attention
 
         use_paged_attention(head)
         self.head = head
@@ -194,8 +194,8 @@ class Eagle3Drafter(Drafter):
         pre-norm h of every row). Each feed's cache grows by its tokens."""
         import torch
 
-        from trtspec.runtime.attention import Layout
-        from trtspec.runtime.batch import _mask_placeholder
+        from trtspec.runtime.forward.attention import Layout
+        from trtspec.runtime.forward.batch import _mask_placeholder
 
         head = self.head
         lengths = [len(f.token_ids) for f in feeds]

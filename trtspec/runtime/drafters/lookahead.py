@@ -123,7 +123,7 @@ def verification_set_draft(chain: list[int], others: list[int]) -> Draft:
     further child of the root (ranks 1, 2, ...), tokens in the Tree's node order."""
     import torch
 
-    from trtspec.runtime.tree import Tree
+    from trtspec.runtime.verify.tree import Tree
 
     paths = [[0] * depth for depth in range(1, len(chain) + 1)] + [[rank] for rank in range(1, len(others) + 1)]
     tree = Tree(paths)

@@ -1,0 +1,223 @@
+"""One iteration of the engine loop: every running sequence goes through the same numbered phases.
+
+0. Retire: sequences whose caller went away leave and free their blocks.
+1. Plan: decoding sequences verify [pending] + a draft whose length the load policy picks for
+   this batch size (and each sequence's own policy may shorten; a probe while speculation is off
+   drafts for one sequence only; with a dynamic tree the length is its node budget); prompt chunks of new sequences fill what is left of the
+   `max_num_tokens` budget (chunked prefill).
+2. Draft: one drafter call for every decoding sequence that speculates (batched inside); when
+   the policy drafts only on long n-gram matches (chain:K@M), shorter matches' drafts are dropped.
+3. Verify: ONE target forward over all feeds (ragged: per-sequence positions and masks).
+4. Accept per sequence (greedy prefix or tree path, or lossless rejection sampling of a chain or
+   a tree), roll back
+   the rejected tokens' KV, hand the drafter the hidden states of what was kept (and a lookahead
+   drafter the target's argmax at every verified row: its Jacobi guesses).
+5. Commit: stream each sequence's tokens, update statistics and its policy; finished sequences
+   leave and free their blocks.
+
+A prompt chunk that completes a prompt produces the sequence's first token in phase 4; the prompt's
+rows are then kept for later prompts that begin the same way (trtspec.runtime.cache.prefix_reuse).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+from trtspec.modes import tree_modes
+from trtspec.runtime.forward.batch import Feed, forward
+from trtspec.runtime.loop.request import RequestCancelled
+from trtspec.runtime.policy.step_shape import plan_step
+from trtspec.runtime.verify import sampling
+from trtspec.runtime.verify.tree import Tree, TreeShape, accept_tree, rejection_accept_tree, tree_inputs
+
+
+def run_step(scheduler: Any, batch: list[Any]) -> None:
+    engine, config = scheduler.engine, scheduler.config
+    # 0. Retire what the callers cancelled.
+    live = []
+    for sequence in batch:
+        if sequence.wants_cancel():
+            scheduler.retire(sequence, RequestCancelled("the client went away"))
+        else:
+            live.append(sequence)
+    if not live:
+        return
+    # 1. Plan the step under the token budget.
+    decoding = [s for s in live if s.decoding]
+    prefilling = [s for s in live if not s.decoding]
+    speculating = [s for s in decoding if s.session is not None]
+    backlog = sum(s.session.backlog(len(s.tokens)) for s in speculating)
+    step_len, probe, shape = plan_step(scheduler, len(speculating), backlog) if speculating else (0, False, None)
+    lengths = plan_draft_lengths(step_len, decoding, config.max_num_tokens, shape.num_nodes if shape else None)
+    if probe:
+        lengths = one_prober(lengths, scheduler.stats.num_steps)
+    scheduler.stats.last_batch_size = len(live)
+    scheduler.stats.last_num_decoding = len(decoding)
+    scheduler.stats.last_draft_len = max(lengths, default=0)
+    # 2. Draft for every decoding sequence that speculates.
+    started = time.perf_counter()
+    drafts = _draft(engine, decoding, lengths, shape)
+    draft_time = time.perf_counter() - started
+    model = scheduler.cost_model
+    asked = [d for d, k in zip(drafts, lengths, strict=True) if k > 0]
+    model.observe_proposals(len(asked), sum(d is not None for d in asked), [d.match for d in asked if d is not None])
+    model.observe_draft(len(asked), max(lengths, default=0), draft_time)
+    min_match = model.planned.min_match if speculating and model.planned is not None else 0
+    if min_match:  # the policy drafts only on long n-gram matches: shorter ones' drafts are not verified
+        drafts = [d if d is None or d.match >= min_match else None for d in drafts]
+    # 3. One target forward: [pending] + draft per decoding sequence, then prompt chunks.
+    feeds = [_verify_feed(s, d) for s, d in zip(decoding, drafts, strict=True)]
+    budget = max(1, config.max_num_tokens - sum(len(f.token_ids) for f in feeds))
+    chunked = []
+    for sequence in prefilling:
+        if budget <= 0:
+            break
+        start = sequence.kv.length
+        chunk = sequence.tokens[start:min(sequence.num_prompt, start + budget)]
+        last = start + len(chunk) == sequence.num_prompt
+        feeds.append(Feed(sequence.kv, chunk, num_logits=1 if last else 0))
+        chunked.append(sequence)
+        budget -= len(chunk)
+    started = time.perf_counter()
+    aux_ids = engine.drafter.aux_layer_ids if engine.drafter is not None else ()
+    if not any(s.session is not None for s in decoding + chunked):
+        aux_ids = ()
+    logits, aux = forward(engine.target, feeds, engine.layer_outputs(), aux_ids)
+    verify_time = time.perf_counter() - started
+    model.observe_forward(sum(len(f.token_ids) for f in feeds), verify_time, None if chunked else len(decoding))
+    # 4. + 5. Accept, roll back and commit, sequence by sequence (each saw the whole step's times).
+    tokens = 0
+    for index, (sequence, draft) in enumerate(zip(decoding, drafts, strict=True)):
+        committed = _accept(scheduler, sequence, draft, logits[index], aux[index])
+        tokens += len(committed)
+        sequence.stats.draft_time_s += draft_time
+        sequence.stats.verify_time_s += verify_time
+        _commit(scheduler, sequence, committed)
+    model.observe_step(tokens, draft_time + verify_time, decode_only=not chunked)
+    for offset, sequence in enumerate(chunked):
+        index = len(decoding) + offset
+        if sequence.session is not None and aux_ids:
+            sequence.session.on_verified(aux[index])
+            if sequence.prompt_aux is not None:
+                sequence.prompt_aux.append(aux[index])
+        if sequence.kv.length == sequence.num_prompt:
+            if scheduler.reuse is not None:
+                scheduler.reuse.prefilled(sequence)
+            _commit(scheduler, sequence, [choose(logits[index][-1:], sequence.params, sequence.generator)])
+
+
+def plan_draft_lengths(step_len: int, decoding: list[Any], max_num_tokens: int, nodes: int | None = None) -> list[int]:
+    """Draft tokens per decoding sequence this step: the load policy's `step_len`, shortened by
+    each sequence's own policy (with a dynamic tree, `nodes`, its node budget, for every sequence
+    that drafts), then cut so that every sequence's [pending] + draft fits the token budget
+    together (one token each at least, whatever the budget)."""
+    lengths = [min(step_len, s.policy.next_length()) if s.session is not None and step_len > 0 else 0
+               for s in decoding]
+    if nodes is not None:
+        lengths = [nodes if k > 0 else 0 for k in lengths]
+    room = max_num_tokens - len(decoding)
+    while sum(lengths) > max(0, room):
+        longest = max(lengths)
+        lengths = [min(k, longest - 1) for k in lengths]
+    return lengths
+
+
+def one_prober(lengths: list[int], turn: int) -> list[int]:
+    """A probe step (speculation off, acceptance still measured): only one sequence keeps its
+    draft, taking turns by `turn`, so the probe adds k tokens to the step instead of B k."""
+    drafting = [i for i, k in enumerate(lengths) if k > 0]
+    if not drafting:
+        return lengths
+    chosen = drafting[turn % len(drafting)]
+    return [k if i == chosen else 0 for i, k in enumerate(lengths)]
+
+
+def _draft(engine: Any, decoding: list[Any], lengths: list[int], shape: TreeShape | None = None) -> list[Any]:
+    """Phase 2: drafts (or None) aligned with `decoding`; `shape`: this step's dynamic tree (None:
+    chains), for EAGLE-3 and draft-model sessions, whose trees are chosen by load."""
+    wanted = [i for i, k in enumerate(lengths) if k > 0]
+    drafts: list[Any] = [None] * len(decoding)
+    if not wanted:
+        return drafts
+    if engine.config.mode in tree_modes() and not isinstance(engine.tree, Tree):
+        if shape is not None and engine.config.tree_min_path_prob:
+            shape = dataclasses.replace(shape, min_path_prob=engine.config.tree_min_path_prob)
+        for i in wanted:
+            decoding[i].session.tree = shape
+    proposed = engine.drafter.propose_batch([decoding[i].session for i in wanted],
+                                            [decoding[i].tokens for i in wanted], [lengths[i] for i in wanted])
+    for i, draft in zip(wanted, proposed, strict=True):
+        drafts[i] = draft if draft is not None and draft.size > 0 else None
+    return drafts
+
+
+def _verify_feed(sequence: Any, draft: Any) -> Feed:
+    """[pending] + draft at the sequence's next cache positions (a tree: nodes at their depths)."""
+    past = sequence.kv.length
+    draft_ids = draft.token_ids.tolist() if draft is not None else []
+    tokens = sequence.tokens[-1:] + draft_ids
+    if draft is not None and draft.tree is not None:
+        positions, mask = tree_inputs(draft.tree, past)
+        return Feed(sequence.kv, tokens, positions=positions[0].tolist(), mask=mask, num_logits=len(tokens))
+    return Feed(sequence.kv, tokens, num_logits=len(tokens))
+
+
+def _accept(scheduler: Any, sequence: Any, draft: Any, logits: Any, aux: Any) -> list[int]:
+    """Phase 4 for one sequence; returns its committed tokens. # logits: [1 + k, vocab_size]"""
+    params, generator = sequence.params, sequence.generator
+    k = draft.size if draft is not None else 0
+    draft_ids = draft.token_ids.tolist() if k else []
+    tree = draft.tree if draft is not None else None
+    if k == 0:
+        path, next_token = [], choose(logits, params, generator)
+    elif tree is not None and params.greedy:
+        path, next_token = accept_tree(tree, draft_ids, sampling.greedy_tokens(logits))
+    elif tree is not None:
+        path, next_token = rejection_accept_tree(tree, draft_ids, sampling.logits_to_probs(logits, params), generator)
+    elif params.greedy:
+        num_accepted, next_token = sampling.greedy_accept(draft.token_ids, logits)
+        path = list(range(num_accepted))
+    else:
+        num_accepted, next_token = sampling.rejection_accept(draft.token_ids, draft.draft_probs,
+                                                             sampling.logits_to_probs(logits, params), generator)
+        path = list(range(num_accepted))
+    # Roll back: keep the pending token's KV and the accepted positions', contiguous after it.
+    past = sequence.kv.length - 1 - k
+    if path != list(range(len(path))):
+        sources = [past + 1 + i for i in path]
+        destinations = [past + 1 + j for j in range(len(path))]
+        scheduler.pool.move(sequence.table, sources, destinations)
+    sequence.kv.length = past + 1 + len(path)
+    sequence.stats.num_target_passes += 1
+    if k and tree is None and scheduler.engine.drafter.wants_target_tokens:  # Jacobi guesses (lookahead)
+        sequence.session.on_target_tokens(draft_ids, sampling.greedy_tokens(logits), len(path))
+    if sequence.session is not None and aux is not None:
+        sequence.session.on_verified(aux[[0] + [1 + i for i in path]])
+    if k:
+        offered = tree.max_depth if tree is not None else k
+        sequence.stats.record_draft(offered, len(path), k)
+        scheduler.cost_model.observe_verify(offered, len(path), draft, path)
+        if sequence.policy.update(offered, len(path)):
+            sequence.stats.fallback = True
+    return [draft_ids[i] for i in path] + [next_token]
+
+
+def _commit(scheduler: Any, sequence: Any, committed: list[int]) -> None:
+    """Phase 5 for one sequence: stream its tokens; when finished it leaves the batch."""
+    try:
+        finished = sequence.commit(committed)
+    except Exception as error:  # noqa: BLE001 - a detokenizing or sink failure ends this request only
+        scheduler.retire(sequence, RuntimeError(f"internal error: {type(error).__name__}: {error}"))
+        return
+    if finished:
+        scheduler.engine.record_finished(sequence.stats)
+        scheduler.retire(sequence)
+
+
+def choose(logits: Any, params: Any, generator: Any) -> int:
+    """The next token from the last row of logits. # logits: [n, vocab_size]"""
+    if params.greedy:
+        return sampling.greedy_tokens(logits[-1])
+    return int(sampling.sample(sampling.logits_to_probs(logits[-1:], params), generator)[0])
