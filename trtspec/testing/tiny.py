@@ -108,7 +108,7 @@ def make_tiny_eagle3(target: str | Path, *, seed: int = 0):
 
 
 # model_type -> (transformers config class, model class, settings beyond TINY_DEFAULTS): one tiny
-# checkpoint per architecture the tests cover (trtspec.runtime.architectures lists what runs)
+# checkpoint per architecture the tests cover (trtspec.runtime.checkpoints.architectures lists what runs)
 TINY_ARCHITECTURES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "llama": ("LlamaConfig", "LlamaForCausalLM", {}),
     "mistral": ("MistralConfig", "MistralForCausalLM", {"sliding_window": None}),
@@ -121,11 +121,18 @@ TINY_ARCHITECTURES: dict[str, tuple[str, str, dict[str, Any]]] = {
         "kv_lora_rank": 16, "q_lora_rank": 32, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 16,
         "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "first_k_dense_replace": 1,
         "n_group": 1, "topk_group": 1, "num_key_value_heads": 4}),
+    # GLM-4.5: MoE after one dense layer, rotary on half of each head (partial_rotary_factor 0.5), q/k/v biases
+    "glm4_moe": ("Glm4MoeConfig", "Glm4MoeForCausalLM", {
+        "head_dim": 16, "partial_rotary_factor": 0.5, "attention_bias": True, "n_routed_experts": 4,
+        "num_experts_per_tok": 2, "moe_intermediate_size": 32, "first_k_dense_replace": 1, "n_group": 1,
+        "topk_group": 1, "n_shared_experts": 1}),
 }
 
 
-def make_tiny_causal_lm(path: str | Path, model_type: str, *, seed: int = 0, **overrides: Any) -> Path:
-    """Write a seeded random checkpoint of `model_type` (a TINY_ARCHITECTURES key) with a tokenizer."""
+def make_tiny_causal_lm(path: str | Path, model_type: str, *, seed: int = 0, mtp: bool = False,
+                        **overrides: Any) -> Path:
+    """Write a seeded random checkpoint of `model_type` (a TINY_ARCHITECTURES key) with a tokenizer;
+    `mtp`: with one multi-token-prediction module appended as DeepSeek lays it out (add_mtp_weights)."""
     import torch
     import transformers
 
@@ -143,4 +150,52 @@ def make_tiny_causal_lm(path: str | Path, model_type: str, *, seed: int = 0, **o
         model.lm_head.weight.mul_(8.0)  # decisive greedy paths, as make_tiny_llama's
     model.save_pretrained(path, safe_serialization=True)
     tokenizer.save_pretrained(path)
+    if mtp:
+        add_mtp_weights(path, seed=seed + 1)
+    return path
+
+
+def add_mtp_weights(path: str | Path, *, seed: int = 1) -> Path:
+    """Append one seeded MTP module to the checkpoint at `path`, laid out as DeepSeek-V3's (and
+    GLM-4.5's) checkpoints lay it out, and set `num_nextn_predict_layers: 1` in config.json.
+
+    The module is `model.layers.{num_hidden_layers}.*` [DeepSeek-V3 README_WEIGHTS.md]: a full
+    decoder block of the architecture (`self_attn.*`, `mlp.*` (MoE, in the checkpoint's
+    per-expert layout), `input_layernorm`, `post_attention_layernorm`), `enorm`, `hnorm`,
+    `eh_proj` [hidden, 2 x hidden], `shared_head.norm`, and copies of the shared `embed_tokens` and
+    `shared_head.head` (= lm_head), as the released checkpoints carry them. The three norms get
+    distinct seeded weights (not ones), so that a reader that swaps them computes other numbers.
+    transformers' loader ignores these keys (_keys_to_ignore_on_load_unexpected)."""
+    import json
+    import tempfile
+
+    import torch
+    import transformers
+    from safetensors.torch import load_file, save_file
+
+    path = Path(path)
+    config_dict = json.loads((path / "config.json").read_text())
+    layers = config_dict["num_hidden_layers"]
+    weights = path / "model.safetensors"
+    if not weights.is_file():
+        raise FileNotFoundError(f"{weights}: add_mtp_weights writes into a single-file checkpoint")
+    config = transformers.AutoConfig.from_pretrained(path)
+    config.num_hidden_layers = layers + 1
+    prefix = f"model.layers.{layers}."
+    with torch.random.fork_rng(devices=[]), tempfile.TemporaryDirectory() as scratch:
+        torch.manual_seed(seed)
+        # layer `layers` of a one-layer-deeper model, as the architecture's own save_pretrained writes it
+        transformers.AutoModelForCausalLM.from_config(config).save_pretrained(scratch, safe_serialization=True)
+        block = {k: v for k, v in load_file(str(Path(scratch) / "model.safetensors")).items() if k.startswith(prefix)}
+        hidden = config.hidden_size
+        extra = {name: 1.0 + 0.2 * torch.randn(hidden) for name in ("enorm", "hnorm", "shared_head.norm")}
+        extra["eh_proj"] = torch.randn(hidden, 2 * hidden) / (2 * hidden) ** 0.5
+    state = load_file(str(weights))
+    state.update(block)
+    state.update({f"{prefix}{name}.weight": tensor.contiguous() for name, tensor in extra.items()})
+    state[f"{prefix}embed_tokens.weight"] = state["model.embed_tokens.weight"].clone()
+    state[f"{prefix}shared_head.head.weight"] = state["lm_head.weight"].clone()
+    save_file(state, str(weights), metadata={"format": "pt"})
+    config_dict["num_nextn_predict_layers"] = 1
+    (path / "config.json").write_text(json.dumps(config_dict, indent=2) + "\n")
     return path
