@@ -8,6 +8,8 @@
   eagle3                       speculative.mode eagle3 (trained, fine-tuned, or imported with
                                speculative.eagle3.head and no data: eagle3/heads/)
   draft (+ draft-fp8)          speculative.mode draft-target
+  medusa                       speculative.mode medusa (trained on the target's answers, or
+                               imported with speculative.medusa.heads: medusa/)
 ngram and none need no checkpoint beyond the target.
 """
 
@@ -37,6 +39,8 @@ def planned_kinds(spec) -> list[str]:
         kinds.append("eagle3")
     if spec.speculative.mode == "draft-target":
         kinds += ["draft"] + (["draft-fp8"] if spec.quantization.fp8 else [])
+    if spec.speculative.mode == "medusa":
+        kinds.append("medusa")
     return kinds
 
 
@@ -66,6 +70,10 @@ def run_convert(spec, *, report: Reporter | None = None, dry_run: bool = False, 
             results += run_draft(spec, layout, target[0], target[1], calibration, fp8_eval,
                                  report=report, dry_run=dry_run)
     target_dir, target_sha = dist.broadcast(target)
+    if spec.speculative.mode == "medusa" and dist.is_main:  # imported or trained: convert/medusa
+        from trtspec.convert.medusa.stage import run_medusa
+
+        results.append(run_medusa(spec, layout, target_dir, target_sha, dry_run=dry_run, report=report))
     settings = spec.speculative.eagle3
     if spec.speculative.mode == "eagle3" and settings.head and not (settings.data or settings.prompts):
         if dist.is_main:  # an existing head, imported (no data to fine-tune it on): eagle3.heads.stage

@@ -48,6 +48,8 @@ class Engine:
             self.tree = Tree([list(path) for path in self.config.eagle_choices])
         elif self.config.tree:
             self.tree = _tree_shape(self.config.tree)
+        elif getattr(drafter, "tree", None) is not None:  # the drafter's own static tree (Medusa's choices)
+            self.tree = drafter.tree
         for row in self.config.draft_len_schedule or ():
             if len(row) == 4:
                 _tree_shape(row[1:])

@@ -108,6 +108,7 @@ class Drafter:
     aux_layer_ids: tuple[int, ...] = ()
     kv_config: Any = None  # config of the model whose KV cache sessions keep (None: no cache)
     wants_target_tokens: bool = False  # sessions get on_target_tokens after each chain's verification
+    tree: Any = None  # a static tree (verify.tree.Tree) every session fills: Medusa's; the engine plans for it
 
     def session(self, prompt_ids: list[int], params: Any, generator: Any, *,
                 confidence_threshold: float = 0.0, tree: Any = None, kv: Any = None) -> DraftSession:

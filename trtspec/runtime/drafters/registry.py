@@ -20,7 +20,8 @@ from trtspec import modes
 from trtspec.errors import IncompatibleArtifactError, ModelSourceError
 
 # engine options that configure a drafter, not the Engine (EngineConfig): by mode
-DRAFTER_OPTIONS = {"ngram": ("ngram_min", "ngram_max"), "lookahead": ("lookahead",), "layerskip": ("exit_layer",)}
+DRAFTER_OPTIONS = {"ngram": ("ngram_min", "ngram_max"), "lookahead": ("lookahead",), "layerskip": ("exit_layer",),
+                   "medusa": ("medusa_choices",)}
 
 
 @dataclass
