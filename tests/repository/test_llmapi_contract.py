@@ -17,7 +17,7 @@ from trtspec.builders import contracts
 from trtspec.errors import SpecError
 from trtspec.repository import llmapi_io, render
 from trtspec.repository import trtllm as trtllm_repository
-from trtspec.repository.cpu_request import INPUT_NAMES
+from trtspec.triton_model.request import INPUT_NAMES
 
 FIELDS = ("name", "data_type", "dims", "optional")
 

@@ -113,7 +113,7 @@ def metrics_when(client, condition, timeout: float = 10.0) -> dict[str, float]:
     """The server's metrics once `condition(metrics)` holds (or at the timeout, for the caller's
     assertion to fail on). The cpu model sends its gauges and its step and prefix counters at most
     every 0.1 s while requests run and always when the engine goes idle, which can be just after a
-    request's last response (trtspec.repository.cpu_model.METRICS_INTERVAL_S)."""
+    request's last response (trtspec.triton_model.model.METRICS_INTERVAL_S)."""
     deadline = time.monotonic() + timeout
     while True:
         metrics = client.server_metrics()

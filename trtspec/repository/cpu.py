@@ -2,7 +2,7 @@
 
 Files: `tensorrt_llm/config.pbtxt` (the stock llmapi model's I/O of `build.trtllm_version`, plus
 trtspec's optional additions: trtspec.repository.llmapi_io) and
-`tensorrt_llm/1/model.py`, a one-line import of trtspec.repository.cpu_model, so the serving code
+`tensorrt_llm/1/model.py`, a one-line import of trtspec.triton_model.model, so the serving code
 lives in the package (the server finds it through PYTHONPATH, see trtspec.serve.server).
 """
 
@@ -17,7 +17,7 @@ from trtspec.repository.pbtxt import tensor
 MODEL_NAME = "tensorrt_llm"
 MODEL_PY = '''"""Triton Python model for the trtspec cpu engine (rendered by `trtspec deploy`).
 
-The implementation is trtspec.repository.cpu_model; this file only points Triton at it. The
+The implementation is trtspec.triton_model.model; this file only points Triton at it. The
 backend stub starts an isolated interpreter that ignores PYTHONPATH, so the paths trtspec's
 server passes in TRTSPEC_PYTHONPATH (project root, venv site-packages) are added here first.
 """
@@ -32,7 +32,7 @@ for _path in os.environ.get("TRTSPEC_PYTHONPATH", "").split(os.pathsep):
         site.addsitedir(_path)  # also runs the .pth files (editable installs)
 sys.path[:] = [p for p in sys.path if p not in _before] + _before
 
-from trtspec.repository.cpu_model import TritonPythonModel  # noqa: E402,F401
+from trtspec.triton_model.model import TritonPythonModel  # noqa: E402,F401
 '''
 
 

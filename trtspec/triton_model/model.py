@@ -15,13 +15,14 @@ here, so the serving code is versioned, linted and tested with the rest of trtsp
   `num_drafts`, `num_output_tokens`, `num_input_tokens`. `stop: true` cancels the requests sent
   with the same request id, as the stock model.py does, and is answered CANCELLED.
 - In-flight batching: `execute` checks each request and hands it to the engine's scheduler
-  (Engine.submit) with a `Responder` as its sink; there is no thread per request. The engine's
+  (Engine.submit) with a `Responder` as its sink (trtspec.triton_model.sinks, handed this model's
+  `Replies`, never the model); there is no thread per request. The engine's
   one loop thread runs every admitted request's steps together and the responders queue what each
   step committed (decoupled: streamed pieces, then the last with the final flag) for the model's
-  one sending thread (trtspec.repository.outbox), so the loop does not wait on Triton. A request whose
+  one sending thread (trtspec.triton_model.outbox), so the loop does not wait on Triton. A request whose
   client went away (`is_cancelled()`) leaves the batch at the next step and frees its KV blocks.
 - Refusals cost nothing: a bad request gets an INVALID_ARG error naming the problem (checks in
-  trtspec.repository.cpu_request, pure), a full queue (serve.max_queue_size) an UNAVAILABLE
+  trtspec.triton_model.request, pure), a full queue (serve.max_queue_size) an UNAVAILABLE
   "server busy" error at once. Nothing a request sends can stop the model.
 - Metrics, named like vLLM's under `trtspec:`: counters spec_decode_num_drafts,
   _num_draft_tokens, _num_accepted_tokens, _num_accepted_tokens_per_pos (label `position`),
@@ -47,7 +48,8 @@ import threading
 import time
 from typing import Any
 
-from trtspec.repository.cpu_request import (
+from trtspec.triton_model.outbox import Outbox
+from trtspec.triton_model.request import (
     INPUT_NAMES,
     InvalidRequest,
     Request,
@@ -55,8 +57,7 @@ from trtspec.repository.cpu_request import (
     parse_request,
     prompt_byte_limit,
 )
-from trtspec.repository.cpu_sinks import Collector, Responder
-from trtspec.repository.outbox import Outbox
+from trtspec.triton_model.sinks import Collector, Replies, Responder
 
 METRIC_PREFIX = "trtspec:spec_decode_"
 METRICS = {
@@ -114,6 +115,11 @@ class TritonPythonModel:
         self._metrics_sent_at = float("-inf")  # time.monotonic() of the last gauge update
         self.engine.scheduler.on_step = self._set_gauges
         self._set_gauges(self.engine.scheduler.snapshot())
+        # all the sinks know of this model (they never import it)
+        self.replies = Replies(post=self.outbox.post, final_flag=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+                               response=self.response, error=self.error_response, record=self.record,
+                               count_failure=self.count_failure, count_cancelled=self.count_cancelled,
+                               stream_interval=self.stream_interval)
 
     def _init_metrics(self, model: str, version: str) -> None:
         pb = self.pb
@@ -200,15 +206,18 @@ class TritonPythonModel:
         with self._metrics_lock:
             self.failed[reason].increment(1)
 
+    def count_cancelled(self) -> None:
+        self.cancelled.increment(1)
+
     def execute(self, requests: list[Any]) -> list[Any] | None:
         if self.decoupled:
             for request in requests:
-                responder = Responder(self, request.get_response_sender())
+                responder = Responder(self.replies, request.get_response_sender())
                 self._submit(request, responder, responder.is_cancelled)
             self._set_gauges(self.engine.scheduler.snapshot())
             return None
         # Not decoupled: one response per request, returned in order once every request is done.
-        collectors = [Collector(self) for _ in requests]
+        collectors = [Collector(self.replies) for _ in requests]
         for request, collector in zip(requests, collectors, strict=True):
             self._submit(request, collector, None)
         return [collector.wait() for collector in collectors]
@@ -231,11 +240,11 @@ class TritonPythonModel:
                                speculative=parsed.speculative, stop=parsed.stop, sink=sink,
                                is_cancelled=self._cancel_check(request.request_id(), is_cancelled))
         except ServerBusyError as error:
-            self.refuse(sink, str(error), "busy", "UNAVAILABLE")
+            sink.refuse(str(error), "busy", "UNAVAILABLE")
         except (InvalidRequest, TrtSpecError) as error:
-            self.refuse(sink, str(error), "invalid", "INVALID_ARG")
+            sink.refuse(str(error), "invalid", "INVALID_ARG")
         except Exception as error:  # noqa: BLE001 - a request must never take the model down
-            self.refuse(sink, f"internal error: {type(error).__name__}: {error}", "internal", "INTERNAL")
+            sink.refuse(f"internal error: {type(error).__name__}: {error}", "internal", "INTERNAL")
 
     def _token_ids(self, parsed: Request) -> list[int]:
         """The prompt's token ids: a conversation through the chat template (trtspec.chat, the one
@@ -268,12 +277,7 @@ class TritonPythonModel:
                 self._stopped = set(list(self._stopped)[5000:])
         sink.finish(self.error_response("Request cancelled by client", "CANCELLED"))
 
-    def refuse(self, sink: Responder | Collector, message: str, reason: str, code: str) -> None:
-        """Count a request that failed (by reason) and end it with the error."""
-        self.count_failure(reason)
-        sink.finish(self.error_response(message, code))
-
-    def _parse(self, request: Any) -> Request:
+    def _parse(self, request: Any) -> Request | StopRequest:
         values = {}
         for name in INPUT_NAMES:
             tensor = self.pb.get_input_tensor_by_name(request, name)

@@ -1,22 +1,54 @@
 """The cpu model's request sinks: what the engine loop hands each step's output to, per request.
 
 `Responder` (decoupled): streams the steps' pieces through the model's outbox
-(trtspec.repository.outbox), the first at once and then every `serve.stream_interval` steps, and
-answers the engine's cancel probe; `Collector` (not decoupled):
-keeps the whole answer for `execute` to return. Both end a request with the model's response or
-error (trtspec.repository.cpu_model.TritonPythonModel builds them) and count what it records.
+(trtspec.triton_model.outbox), the first at once and then every `serve.stream_interval` steps, and
+answers the engine's cancel probe; `Collector` (not decoupled): keeps the whole answer for
+`execute` to return. Both end a request with a response or an error and count what it records.
+
+Contract: a sink knows the model only through `Replies`, the few things the model
+(trtspec.triton_model.model) hands it at initialize: how to build a response or an error, how to
+send one, the counters to bump and the stream interval. It never imports the model.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
-from trtspec.repository.cpu_request import InvalidRequest, Request
+from trtspec.triton_model.request import InvalidRequest, Request
 
-if TYPE_CHECKING:
-    from trtspec.repository.cpu_model import TritonPythonModel
 
+@dataclass(frozen=True)
+class Replies:
+    """What a sink is handed instead of the model: the model's response builders, its outbox and
+    its counters, bound once at initialize (TritonPythonModel.replies)."""
+
+    # Outbox.post(sender, response, flags, on_error): send after everything posted before
+    post: Callable[[Any, Any, int, Callable[[BaseException], None] | None], None]
+    final_flag: int  # pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+    # (text, finish_reason or None, extra outputs: name -> (value, numpy dtype)) -> a response
+    response: Callable[[str, str | None, dict[str, tuple[Any, str]] | None], Any]
+    error: Callable[[str, str], Any]      # (message, Triton error code) -> an error response
+    record: Callable[[Any], None]         # a finished request's GenerationStats into the counters
+    count_failure: Callable[[str], None]  # a failed request, by reason: invalid | busy | internal
+    count_cancelled: Callable[[], None]   # a request whose client went away
+    stream_interval: int                  # steps a streamed response gathers (serve.stream_interval)
+
+
+class _Sink:
+    """What both sinks do alike: end a failed request."""
+
+    replies: Replies
+
+    def finish(self, response: Any) -> None:
+        raise NotImplementedError
+
+    def refuse(self, message: str, reason: str, code: str) -> None:
+        """Count a request that failed (by reason) and end it with the error."""
+        self.replies.count_failure(reason)
+        self.finish(self.replies.error(message, code))
 
 
 def perf_outputs(stats: Any, num_output_tokens: int, num_input_tokens: int) -> dict[str, tuple[Any, str]]:
@@ -29,13 +61,12 @@ def perf_outputs(stats: Any, num_output_tokens: int, num_input_tokens: int) -> d
             "num_input_tokens": (int(num_input_tokens), "int32")}
 
 
-
-class Responder:
+class Responder(_Sink):
     """The sink of one decoupled request: called from the engine loop with each step's chunk;
-    its responses go out through the model's outbox (trtspec.repository.outbox), not from the loop."""
+    its responses go out through the model's outbox (trtspec.triton_model.outbox), not from the loop."""
 
-    def __init__(self, model: Any, sender: Any):
-        self.model = model
+    def __init__(self, replies: Replies, sender: Any):
+        self.replies = replies
         self.sender = sender
         self.parsed: Request | None = None
         self.text: list[str] = []
@@ -57,51 +88,52 @@ class Responder:
 
     def finish(self, response: Any = None) -> None:
         # without a response, the bare final flag still releases the request in Triton (else it counts as in flight)
-        self.model.outbox.post(self.sender, response, self.model.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
-                               self._on_send_error)
+        self.replies.post(self.sender, response, self.replies.final_flag, self._on_send_error)
 
     def __call__(self, item: Any) -> None:
         from trtspec.runtime.loop.request import RequestCancelled
 
-        model, parsed = self.model, self.parsed
+        replies, parsed = self.replies, self.parsed
         # 1. the client went away: the engine dropped the request; close the stream.
         if isinstance(item, RequestCancelled):
-            model.cancelled.increment(1)
+            replies.count_cancelled()
             self.finish()
             return
         # 2. the engine failed this request (or shut down): an error with the final flag.
         if isinstance(item, BaseException):
-            model.refuse(self, str(item), "internal", "INTERNAL")
+            self.refuse(str(item), "internal", "INTERNAL")
             return
+        assert parsed is not None, "bind() runs before the engine is handed the sink"
         self.num_tokens += len(item.token_ids)
         self.text.append(item.text)
         self.unsent.append(item.text)
         # 3. finished: record the statistics, send the last piece with the final flag.
         if item.finish_reason is not None:
-            model.record(item.stats)
+            replies.record(item.stats)
             extra = perf_outputs(item.stats, self.num_tokens, self.num_input_tokens) if parsed.perf_metrics else None
-            self.finish(model.response(self._piece(), item.finish_reason, extra))
+            self.finish(replies.response(self._piece(), item.finish_reason, extra))
         # 4. streaming: send what the steps since the last response committed, the first at once
         # (time to first token) and then every stream_interval steps.
-        elif parsed.streaming and any(self.unsent) and (not self.streamed or len(self.unsent) >= model.stream_interval):
-            model.outbox.post(self.sender, model.response(self._piece(), None), 0, self._on_send_error)
+        elif parsed.streaming and any(self.unsent) and (not self.streamed or len(self.unsent) >= replies.stream_interval):
+            replies.post(self.sender, replies.response(self._piece(), None, None), 0, self._on_send_error)
             self.unsent, self.streamed = [], True
 
     def _piece(self) -> str:
         """Streamed: the new text since the last response (stream_delta) or, as the stock model
         sends RequestOutput.text, the text so far; not streamed: the whole text once."""
         parsed = self.parsed
+        assert parsed is not None, "bind() runs before the engine is handed the sink"
         return "".join(self.unsent if parsed.streaming and parsed.stream_delta else self.text)
 
 
-class Collector:
+class Collector(_Sink):
     """The sink of one non-decoupled request: keeps the whole answer until it is done."""
 
-    def __init__(self, model: TritonPythonModel):
-        self.model = model
+    def __init__(self, replies: Replies):
+        self.replies = replies
         self.done = threading.Event()
-        self.result = None
-        self.parsed = None
+        self.result: Any = None
+        self.parsed: Request | None = None
         self.text: list[str] = []
         self.num_input_tokens = 0
 
@@ -117,20 +149,21 @@ class Collector:
     def __call__(self, item: Any) -> None:
         from trtspec.runtime.loop.request import RequestCancelled
 
-        model = self.model
+        replies = self.replies
         if isinstance(item, RequestCancelled):
-            model.cancelled.increment(1)
-            self.finish(model.error_response("Request cancelled by client", "CANCELLED"))
+            replies.count_cancelled()
+            self.finish(replies.error("Request cancelled by client", "CANCELLED"))
             return
         if isinstance(item, BaseException):
-            model.refuse(self, str(item), "internal", "INTERNAL")
+            self.refuse(str(item), "internal", "INTERNAL")
             return
         self.text.append(item.text)
         if item.finish_reason is not None:
-            model.record(item.stats)
+            replies.record(item.stats)
             num_tokens = item.stats.num_output_tokens
+            assert self.parsed is not None, "bind() runs before the engine is handed the sink"
             extra = perf_outputs(item.stats, num_tokens, self.num_input_tokens) if self.parsed.perf_metrics else None
-            self.finish(model.response("".join(self.text), item.finish_reason, extra))
+            self.finish(replies.response("".join(self.text), item.finish_reason, extra))
 
     def wait(self):
         self.done.wait()

@@ -21,8 +21,8 @@ import types
 import numpy as np
 import pytest
 
-from trtspec.repository.cpu_model import TritonPythonModel
-from trtspec.repository.cpu_request import parse_request
+from trtspec.triton_model.model import TritonPythonModel
+from trtspec.triton_model.request import parse_request
 
 TEXTS = ["The capital of France is",
          "<|im_start|>user\nWhat is 2 + 2?<|im_end|>\n<|im_start|>assistant\n",  # already templated by a client

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from trtspec.repository.cpu_request import InvalidRequest, StopRequest, parse_request
+from trtspec.triton_model.request import InvalidRequest, StopRequest, parse_request
 
 
 def _req(**values):
@@ -92,7 +92,7 @@ def test_prompt_byte_limit_is_sound(source, request):
     from transformers import AutoTokenizer
 
     from trtspec.chat import prompt_ids
-    from trtspec.repository.cpu_request import prompt_byte_limit
+    from trtspec.triton_model.request import prompt_byte_limit
 
     tokenizer = AutoTokenizer.from_pretrained(request.getfixturevalue("tiny_llama" if source == "tiny" else source))
     max_input_len = 64

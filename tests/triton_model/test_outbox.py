@@ -1,4 +1,4 @@
-"""The cpu model's outbox (trtspec.repository.outbox): responses leave in the order they were posted.
+"""The cpu model's outbox (trtspec.triton_model.outbox): responses leave in the order they were posted.
 
 Triton's response sender exists only inside a running model, so this checks the queue's own rules
 with a recording sender; the real one is exercised by every streaming test through a real Triton
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 
-from trtspec.repository.outbox import Outbox
+from trtspec.triton_model.outbox import Outbox
 
 FINAL = 1
 
