@@ -116,15 +116,16 @@ TINY_ARCHITECTURES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {"head_dim": 16}),
     "gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM", {"head_dim": 16, "sliding_window": 4096}),
     "phi3": ("Phi3Config", "Phi3ForCausalLM", {"sliding_window": None, "pad_token_id": None}),
-    # multi-head latent attention and MoE: keys of 8 + 8, values of 16 (the engine refuses it)
+    # multi-head latent attention and MoE: keys of 8 + 8, values of 16
     "deepseek_v3": ("DeepseekV3Config", "DeepseekV3ForCausalLM", {
         "kv_lora_rank": 16, "q_lora_rank": 32, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 16,
         "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "first_k_dense_replace": 1,
         "n_group": 1, "topk_group": 1, "num_key_value_heads": 4}),
-    # GLM-4.5: MoE after one dense layer, rotary on half of each head (partial_rotary_factor 0.5), q/k/v biases
+    # GLM-4.5: MoE after two dense layers, rotary on half of each head (partial_rotary_factor 0.5), q/k/v
+    # biases (first_k_dense_replace 2: seed 0's greedy path then varies; with 1 it repeats one token)
     "glm4_moe": ("Glm4MoeConfig", "Glm4MoeForCausalLM", {
         "head_dim": 16, "partial_rotary_factor": 0.5, "attention_bias": True, "n_routed_experts": 4,
-        "num_experts_per_tok": 2, "moe_intermediate_size": 32, "first_k_dense_replace": 1, "n_group": 1,
+        "num_experts_per_tok": 2, "moe_intermediate_size": 32, "first_k_dense_replace": 2, "n_group": 1,
         "topk_group": 1, "n_shared_experts": 1}),
 }
 

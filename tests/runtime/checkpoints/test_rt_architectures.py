@@ -58,24 +58,25 @@ def test_each_architecture_it_runs_gives_transformers_greedy_tokens(model_type, 
         assert engine.generate(PROMPT, max_new_tokens=TOKENS).token_ids == expected
 
 
-def test_deepseek_v3_is_refused_in_one_line_by_spec_check_build_and_the_loader(tmp_path, tiny_of):
+def test_an_architecture_it_cannot_run_is_refused_in_one_line_by_spec_check_build_and_the_loader(tmp_path, tiny_of):
     from trtspec.cli import main
     from trtspec.errors import IncompatibleArtifactError
     from trtspec.runtime.checkpoints.parts import load_causal_lm
 
-    path = tiny_of("deepseek_v3")
+    # Gemma 2-style soft-capped attention scores: the paged attention does not cap them
+    path = tiny_of("gemma3_text", attn_logit_softcapping=50.0)
     config = _spec(tmp_path, path)
     checked = CliRunner().invoke(main, ["spec", "check", "-c", config])
     assert checked.exit_code != 0
-    assert checked.output.strip().count("\n") == 0 and "multi-head latent attention" in checked.output
-    assert "Llama, Mistral, Qwen2, Qwen3" in checked.output
+    assert checked.output.strip().count("\n") == 0 and "caps attention scores" in checked.output
+    assert "Llama, Mistral, Qwen2, Qwen3" in checked.output and "DeepSeek-V3, GLM-4.5" in checked.output
     start = time.monotonic()
     built = CliRunner().invoke(main, ["build", "-c", config])
     assert built.exit_code != 0 and time.monotonic() - start < 30
     assert built.output.strip().count("\n") == 0, built.output
-    assert "DeepseekV3ForCausalLM uses multi-head latent attention" in built.output and "Traceback" not in built.output
+    assert "Gemma3ForCausalLM caps attention scores" in built.output and "Traceback" not in built.output
     assert not (tmp_path / "engines").exists() or not list((tmp_path / "engines").iterdir())
-    with pytest.raises(IncompatibleArtifactError, match="multi-head latent attention"):
+    with pytest.raises(IncompatibleArtifactError, match="caps attention scores"):
         load_causal_lm(path)
 
 
@@ -93,6 +94,10 @@ def test_a_sliding_window_below_max_seq_len_is_refused_with_the_length_that_runs
 
 def test_what_is_refused_and_why():
     assert why_not_runnable({"model_type": "llama", "architectures": ["LlamaForCausalLM"]}) is None
+    # multi-head latent attention runs (keys and values of different head sizes in the paged pool)
+    assert why_not_runnable({"model_type": "deepseek_v3", "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+                             "v_head_dim": 128}) is None
+    assert "not an architecture the cpu engine runs" in why_not_runnable({"model_type": "deepseek_v32"})
     assert "not an architecture the cpu engine runs" in why_not_runnable({"model_type": "gpt_bigcode"})
     assert "caps attention scores" in why_not_runnable({"model_type": "gemma3_text", "attn_logit_softcapping": 50.0})
     # Qwen's sliding window is off unless use_sliding_window is set

@@ -17,6 +17,13 @@ order); its token i lives in slot `table[i // block_size] * block_size + i % blo
   allocator and every sequence's block table: a draft model's cache of a sequence covers the same
   positions as the target's. Blocks are zeroed when handed out, so the masked tail of a
   sequence's last window never holds NaN garbage (0 x NaN would leak through attention).
+  Multi-head latent attention (DeepSeek-V3) hands attention keys of qk_nope + qk_rope and
+  values of v_head_dim per query head: the pool holds what transformers' attention interface
+  receives, the values zero-padded to the keys' head size, so that every attention route (torch's
+  products, the compiled kernel) runs unchanged and the output's padded columns, exactly zero, are
+  dropped (Layout.attend). It costs (qk - v) / qk of the values' memory (a third for DeepSeek-V3),
+  and the decompressed keys cost more than the latent DeepSeek's own cache keeps: fine at the cpu
+  engine's sizes.
 - `SeqKV` is one sequence's view of one pool: its table and how many tokens are valid. Rolling
   back rejected draft tokens is `length = n`; the slots beyond are overwritten by the next step.
 
@@ -124,14 +131,23 @@ class KVPool:
 
     @classmethod
     def for_model(cls, config: Any, num_slots: int) -> KVPool:
-        """A pool shaped for a transformers (Llama-like) config."""
+        """A pool shaped for a transformers (Llama-like or MLA) config."""
         heads = config.num_attention_heads
+        if getattr(config, "qk_nope_head_dim", None) and getattr(config, "v_head_dim", None):
+            # MLA: every query head has its own key and value head (the latent is decompressed per
+            # head); its config's head_dim is the rotary part only
+            return cls(config.num_hidden_layers, heads, config.qk_nope_head_dim + config.qk_rope_head_dim, num_slots)
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
         kv_heads = getattr(config, "num_key_value_heads", None) or heads
         return cls(config.num_hidden_layers, kv_heads, head_dim, num_slots)
 
     def write(self, layer: int, slots: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> None:
-        """# slots: [T] long; keys, values: [num_kv_heads, T, head_dim]"""
+        """# slots: [T] long; keys: [num_kv_heads, T, head_dim]; values: the same, or narrower
+        (MLA's v_head_dim: zero-padded to head_dim, see the module docstring)"""
+        import torch
+
+        if values.shape[-1] != keys.shape[-1]:
+            values = torch.nn.functional.pad(values, (0, keys.shape[-1] - values.shape[-1]))
         self.keys[layer].index_copy_(2, slots, keys.transpose(1, 2))
         self.values[layer].index_copy_(1, slots, values)
 

@@ -137,7 +137,13 @@ class Layout:
 
     def attend(self, layer: int, query, key, value, scaling: float):
         """# query: [1, heads, T, head_dim]; key, value: [1, kv_heads, T, head_dim] (new rows)
-        Returns [1, T, heads, head_dim], as transformers' attention functions do."""
+        Returns [1, T, heads, head_dim], as transformers' attention functions do. Values of a
+        smaller head size (multi-head latent attention's v_head_dim) are stored zero-padded
+        (trtspec.runtime.cache.paged), and the output's padded columns, all zero, dropped."""
+        out = self._attend(layer, query, key, value, scaling)
+        return out if value.shape[-1] == out.shape[-1] else out[..., :value.shape[-1]]
+
+    def _attend(self, layer: int, query, key, value, scaling: float):
         self.pool.write(layer, self.write_slots, key[0], value[0])
         if self.kernel_rows is None:
             from trtspec.runtime.forward.attention_kernel import KernelRows
