@@ -53,12 +53,12 @@ class StepLog:
             self._rows += sum(len(feed.token_ids) for feed in feeds)
             return forward(model, feeds, *args)
 
-        def timed(scheduler, batch):
+        def timed(view, batch):
             self._rows, started = 0, time.perf_counter()
             try:
-                return run_step(scheduler, batch)
+                return run_step(view, batch)
             finally:
-                stats = scheduler.stats
+                stats = view.stats
                 self.steps.append((started, time.perf_counter() - started, stats.last_batch_size,
                                    stats.last_num_decoding, self._rows))
 

@@ -66,7 +66,7 @@ class EngineConfig:
     draft_len_schedule: tuple[tuple[int, int], ...] | None = None
     """(batch size, draft length) pairs, ascending: from that many decoding sequences on, draft that
     many tokens (0: speculation off); EAGLE-3 rows may be (batch size, topk, depth, num_draft_tokens):
-    a dynamic tree (trtspec.runtime.policy.step_shape). None: the cost-model default (trtspec.runtime.policy.per_request)."""
+    a dynamic tree (trtspec.runtime.policy.plan). None: the cost-model default (trtspec.runtime.policy.per_request)."""
 
     @property
     def label(self) -> str:

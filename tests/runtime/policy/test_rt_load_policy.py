@@ -81,7 +81,7 @@ def test_the_engine_follows_the_schedule_and_stays_lossless(ngram_engine):
 def test_a_probe_while_off_drafts_for_one_sequence_taking_turns():
     """Speculation off under load still measures acceptance, but a probe step adds one sequence's
     draft (k tokens), not every sequence's (B k): the probe must not cost what drafting costs."""
-    from trtspec.runtime.loop.step import one_prober
+    from trtspec.runtime.policy.plan import one_prober
 
     dear = CostModel(4, drafts_cost=False)
     _measured(dear, lambda n: 0.001 + 0.01 * n, accepted=0)
@@ -230,15 +230,20 @@ def test_a_draft_model_is_behind_by_the_prompt_before_its_first_draft(draft_engi
 
 def _backlogs_seen(engine_fixture):
     """(the backlog handed to the policy at every step of one greedy request, its result)."""
+    from trtspec.runtime.policy import plan
+
     with engine_fixture.variant() as engine:
-        seen, original = [], engine.scheduler.draft_length
+        seen, original = [], plan._choose
 
-        def spy(batch_size, backlog=0):
+        def spy(view, batch_size, backlog=0):
             seen.append(backlog)
-            return original(batch_size, backlog)
+            return original(view, batch_size, backlog)
 
-        engine.scheduler.draft_length = spy
-        result = engine.generate(TINY_PROMPTS[0], max_new_tokens=12)
+        plan._choose = spy
+        try:
+            result = engine.generate(TINY_PROMPTS[0], max_new_tokens=12)
+        finally:
+            plan._choose = original
     assert result.stats.num_drafts > 0 and len(seen) > 1
     return seen, result
 

@@ -24,41 +24,11 @@ import os
 import threading
 import weakref
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Any
 
 from trtspec.runtime.loop.request import EngineFailedError, RequestCancelled, ServerBusyError
 from trtspec.runtime.loop.sequence import Request, Sequence
-
-
-@dataclass
-class SchedulerStats:
-    """A snapshot for metrics. Counters only grow; the rest is the state now."""
-
-    running: int = 0
-    waiting: int = 0
-    kv_blocks_used: int = 0
-    kv_blocks_total: int = 0
-    last_batch_size: int = 0     # sequences in the last step (decoding and prefilling)
-    last_num_decoding: int = 0   # of which decoding
-    last_draft_len: int = 0      # the longest draft the last step asked for
-    num_steps: int = 0
-    num_refused: int = 0
-    num_failed: int = 0
-    num_cancelled: int = 0
-    num_finished: int = 0
-    # prompt tokens of admitted requests, and those copied from the shared prompt start (prefix_cache)
-    prefix_cache_queries: int = 0
-    prefix_cache_hits: int = 0
-    # steps by the draft the load policy chose: off, chain:K, tree:TOPK,DEPTH,NODES, tree:static:NODES
-    # (probe: prefix: one sequence drafted it); steps without a speculating sequence are not counted
-    draft_shapes: dict[str, int] = field(default_factory=dict)
-    # the loop's thread count now, how often other processes on its cores made it step on fewer,
-    # and the steps it ran so (trtspec.runtime.cores.contention; 0 threads: no step yet)
-    engine_threads: int = 0
-    engine_thread_fallbacks: int = 0
-    engine_steps_on_fewer_threads: int = 0
-
+from trtspec.runtime.loop.stats import SchedulerStats
 
 # Every scheduler whose loop may run. The loop is a daemon thread (a forgotten engine must not
 # keep the interpreter alive), but one still inside torch when the interpreter finalizes aborts
@@ -110,25 +80,11 @@ class Scheduler:
         self._dead: BaseException | None = None  # what ended the loop outside a step: every request gets it
         self._threads = None  # LoopThreads: the loop's thread count beside other processes
         self.on_step = None  # callback(SchedulerStats) after every step, for gauges
-
-    def draft_length(self, batch_size: int, backlog: int = 0) -> tuple[int, bool, int]:
-        """Draft tokens per sequence in a step with `batch_size` decoding sequences (0: plain):
-        the measured table when the spec has one, else the cost model (trtspec.runtime.policy.by_load).
-        Also whether the length is the cost model's probe while speculation is off (then only one
-        sequence drafts: step.one_prober), and the n-gram match length its chains require (0: any;
-        Choice.min_match)."""
-        from trtspec.runtime.policy.by_load import schedule_length
-
-        if self.config.draft_len_schedule:
-            return schedule_length(self.config.draft_len_schedule, batch_size, self.config.max_draft_len), False, 0
-        if batch_size <= 1:  # alone: a verify pass costs about one step, and seeded runs stay reproducible
-            return self.config.max_draft_len, False, 0
-        length = self.cost_model.best_length(batch_size, self.engine.tree, backlog)
-        return length, self.cost_model.probe, self.cost_model.min_match
+        self.view: Any = None  # step.StepView: what a step sees of this loop (built with the first step)
 
     def widest_draft(self) -> int:
         """Most tokens a step may write past the committed ones (pending + drafts, or tree nodes)."""
-        from trtspec.runtime.policy.step_shape import widest_room
+        from trtspec.runtime.policy.plan import widest_room
 
         return 1 + widest_room(self.config, self.engine.tree)
 
@@ -259,10 +215,13 @@ class Scheduler:
         import torch
 
         from trtspec.runtime.cores.contention import LoopThreads
-        from trtspec.runtime.loop.step import run_step
+        from trtspec.runtime.loop.step import StepView, run_step
 
         if self._threads is None:
             self._threads = LoopThreads(self.engine)
+        if self.view is None:
+            self.view = StepView(self.engine, self.config, self.stats, self.pool, self.cost_model, self.reuse,
+                                 self.retire)
         threads = self._threads
         threads.start()
         while True:
@@ -275,7 +234,7 @@ class Scheduler:
                     return
             try:
                 with torch.inference_mode():
-                    threads.timed_step(run_step, self, batch)
+                    threads.timed_step(run_step, self.view, batch)
             except Exception as error:  # noqa: BLE001 - one bad step fails its batch, not the engine
                 failure = RuntimeError(f"internal error: {type(error).__name__}: {error}")
                 for sequence in batch:

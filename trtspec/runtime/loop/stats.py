@@ -68,3 +68,32 @@ class GenerationStats:
         data["acceptance_rate"] = self.acceptance_rate
         data["mean_acceptance_length"] = self.mean_acceptance_length
         return data
+
+
+@dataclass
+class SchedulerStats:
+    """A snapshot for metrics. Counters only grow; the rest is the state now."""
+
+    running: int = 0
+    waiting: int = 0
+    kv_blocks_used: int = 0
+    kv_blocks_total: int = 0
+    last_batch_size: int = 0     # sequences in the last step (decoding and prefilling)
+    last_num_decoding: int = 0   # of which decoding
+    last_draft_len: int = 0      # the longest draft the last step asked for
+    num_steps: int = 0
+    num_refused: int = 0
+    num_failed: int = 0
+    num_cancelled: int = 0
+    num_finished: int = 0
+    # prompt tokens of admitted requests, and those copied from the shared prompt start (prefix_cache)
+    prefix_cache_queries: int = 0
+    prefix_cache_hits: int = 0
+    # steps by the draft the load policy chose: off, chain:K, tree:TOPK,DEPTH,NODES, tree:static:NODES
+    # (probe: prefix: one sequence drafted it); steps without a speculating sequence are not counted
+    draft_shapes: dict[str, int] = field(default_factory=dict)
+    # the loop's thread count now, how often other processes on its cores made it step on fewer,
+    # and the steps it ran so (trtspec.runtime.cores.contention; 0 threads: no step yet)
+    engine_threads: int = 0
+    engine_thread_fallbacks: int = 0
+    engine_steps_on_fewer_threads: int = 0

@@ -14,6 +14,11 @@
    drafter the target's argmax at every verified row: its Jacobi guesses).
 5. Commit: stream each sequence's tokens, update statistics and its policy; finished sequences
    leave and free their blocks.
+6. Measure: what the step measured goes to the cost model, once (trtspec.runtime.policy.plan).
+
+A step sees the loop through a StepView, built once by the Scheduler: the engine's parts, the
+config, the gauges, the KV pool, the cost model, the prompt reuse and `retire`. It never touches
+the queue, admission or the thread count.
 
 A prompt chunk that completes a prompt produces the sequence's first token in phase 4; the prompt's
 rows are then kept for later prompts that begin the same way (trtspec.runtime.cache.prefix_reuse).
@@ -23,23 +28,54 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from trtspec.modes import tree_modes
+from trtspec.runtime.cache.paged import KVPool
+from trtspec.runtime.cache.prefix_reuse import PrefixReuse
+from trtspec.runtime.config import EngineConfig
 from trtspec.runtime.forward.batch import Feed, forward
 from trtspec.runtime.loop.request import RequestCancelled
-from trtspec.runtime.policy.step_shape import plan_step
+from trtspec.runtime.loop.stats import GenerationStats, SchedulerStats
+from trtspec.runtime.policy.by_load import CostModel
+from trtspec.runtime.policy.plan import StepPlan, StepRecord, plan_step, record_step
 from trtspec.runtime.verify import sampling
 from trtspec.runtime.verify.tree import Tree, TreeShape, accept_tree, rejection_accept_tree, tree_inputs
 
 
-def run_step(scheduler: Any, batch: list[Any]) -> None:
-    engine, config = scheduler.engine, scheduler.config
+class StepEngine(Protocol):
+    """The parts of an Engine a step uses."""
+
+    config: EngineConfig
+    target: Any    # the transformers causal LM
+    drafter: Any   # a Drafter, or None (mode none)
+    tree: Any      # None, a static Tree (eagle_choices) or the dynamic TreeShape
+
+    def layer_outputs(self) -> dict[int, Any]: ...
+    def record_finished(self, stats: GenerationStats) -> None: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class StepView:
+    """What a step reads and calls of the loop that runs it."""
+
+    engine: StepEngine
+    config: EngineConfig
+    stats: SchedulerStats      # gauges: last_* and draft_shapes; num_steps turns the probe
+    pool: KVPool               # the target's keys and values, rolled back in phase 4
+    cost_model: CostModel      # plans the step (phase 1), learns from it (phase 6)
+    reuse: PrefixReuse | None  # prompts kept after their prefill
+    retire: Callable[..., None]  # retire(sequence, error=None): leave the batch, free its blocks
+
+
+def run_step(view: StepView, batch: list[Any]) -> None:
+    engine, config = view.engine, view.config
     # 0. Retire what the callers cancelled.
     live = []
     for sequence in batch:
         if sequence.wants_cancel():
-            scheduler.retire(sequence, RequestCancelled("the client went away"))
+            view.retire(sequence, RequestCancelled("the client went away"))
         else:
             live.append(sequence)
     if not live:
@@ -47,26 +83,21 @@ def run_step(scheduler: Any, batch: list[Any]) -> None:
     # 1. Plan the step under the token budget.
     decoding = [s for s in live if s.decoding]
     prefilling = [s for s in live if not s.decoding]
-    speculating = [s for s in decoding if s.session is not None]
-    backlog = sum(s.session.backlog(len(s.tokens)) for s in speculating)
-    step_len, probe, shape = plan_step(scheduler, len(speculating), backlog) if speculating else (0, False, None)
-    lengths = plan_draft_lengths(step_len, decoding, config.max_num_tokens, shape.num_nodes if shape else None)
-    if probe:
-        lengths = one_prober(lengths, scheduler.stats.num_steps)
-    scheduler.stats.last_batch_size = len(live)
-    scheduler.stats.last_num_decoding = len(decoding)
-    scheduler.stats.last_draft_len = max(lengths, default=0)
+    plan: StepPlan = plan_step(view, decoding)
+    lengths = plan.lengths
+    view.stats.last_batch_size = len(live)
+    view.stats.last_num_decoding = len(decoding)
+    view.stats.last_draft_len = max(lengths, default=0)
+    record = StepRecord(draft_positions=max(lengths, default=0))
     # 2. Draft for every decoding sequence that speculates.
     started = time.perf_counter()
-    drafts = _draft(engine, decoding, lengths, shape)
-    draft_time = time.perf_counter() - started
-    model = scheduler.cost_model
+    drafts = _draft(engine, decoding, lengths, plan.shape)
+    record.draft_seconds = time.perf_counter() - started
     asked = [d for d, k in zip(drafts, lengths, strict=True) if k > 0]
-    model.observe_proposals(len(asked), sum(d is not None for d in asked), [d.match for d in asked if d is not None])
-    model.observe_draft(len(asked), max(lengths, default=0), draft_time)
-    min_match = model.planned.min_match if speculating and model.planned is not None else 0
-    if min_match:  # the policy drafts only on long n-gram matches: shorter ones' drafts are not verified
-        drafts = [d if d is None or d.match >= min_match else None for d in drafts]
+    record.asked, record.found = len(asked), sum(d is not None for d in asked)
+    record.matches = [d.match for d in asked if d is not None]
+    if plan.min_match:  # the policy drafts only on long n-gram matches: shorter ones' drafts are not verified
+        drafts = [d if d is None or d.match >= plan.min_match else None for d in drafts]
     # 3. One target forward: [pending] + draft per decoding sequence, then prompt chunks.
     feeds = [_verify_feed(s, d) for s, d in zip(decoding, drafts, strict=True)]
     budget = max(1, config.max_num_tokens - sum(len(f.token_ids) for f in feeds))
@@ -85,17 +116,16 @@ def run_step(scheduler: Any, batch: list[Any]) -> None:
     if not any(s.session is not None for s in decoding + chunked):
         aux_ids = ()
     logits, aux = forward(engine.target, feeds, engine.layer_outputs(), aux_ids)
-    verify_time = time.perf_counter() - started
-    model.observe_forward(sum(len(f.token_ids) for f in feeds), verify_time, None if chunked else len(decoding))
+    record.forward_seconds = time.perf_counter() - started
+    record.forward_tokens = sum(len(f.token_ids) for f in feeds)
+    record.decode_batch = None if chunked else len(decoding)
     # 4. + 5. Accept, roll back and commit, sequence by sequence (each saw the whole step's times).
-    tokens = 0
     for index, (sequence, draft) in enumerate(zip(decoding, drafts, strict=True)):
-        committed = _accept(scheduler, sequence, draft, logits[index], aux[index])
-        tokens += len(committed)
-        sequence.stats.draft_time_s += draft_time
-        sequence.stats.verify_time_s += verify_time
-        _commit(scheduler, sequence, committed)
-    model.observe_step(tokens, draft_time + verify_time, decode_only=not chunked)
+        committed = _accept(view, record, sequence, draft, logits[index], aux[index])
+        record.committed += len(committed)
+        sequence.stats.draft_time_s += record.draft_seconds
+        sequence.stats.verify_time_s += record.forward_seconds
+        _commit(view, sequence, committed)
     for offset, sequence in enumerate(chunked):
         index = len(decoding) + offset
         if sequence.session is not None and aux_ids:
@@ -103,35 +133,11 @@ def run_step(scheduler: Any, batch: list[Any]) -> None:
             if sequence.prompt_aux is not None:
                 sequence.prompt_aux.append(aux[index])
         if sequence.kv.length == sequence.num_prompt:
-            if scheduler.reuse is not None:
-                scheduler.reuse.prefilled(sequence)
-            _commit(scheduler, sequence, [choose(logits[index][-1:], sequence.params, sequence.generator)])
-
-
-def plan_draft_lengths(step_len: int, decoding: list[Any], max_num_tokens: int, nodes: int | None = None) -> list[int]:
-    """Draft tokens per decoding sequence this step: the load policy's `step_len`, shortened by
-    each sequence's own policy (with a dynamic tree, `nodes`, its node budget, for every sequence
-    that drafts), then cut so that every sequence's [pending] + draft fits the token budget
-    together (one token each at least, whatever the budget)."""
-    lengths = [min(step_len, s.policy.next_length()) if s.session is not None and step_len > 0 else 0
-               for s in decoding]
-    if nodes is not None:
-        lengths = [nodes if k > 0 else 0 for k in lengths]
-    room = max_num_tokens - len(decoding)
-    while sum(lengths) > max(0, room):
-        longest = max(lengths)
-        lengths = [min(k, longest - 1) for k in lengths]
-    return lengths
-
-
-def one_prober(lengths: list[int], turn: int) -> list[int]:
-    """A probe step (speculation off, acceptance still measured): only one sequence keeps its
-    draft, taking turns by `turn`, so the probe adds k tokens to the step instead of B k."""
-    drafting = [i for i, k in enumerate(lengths) if k > 0]
-    if not drafting:
-        return lengths
-    chosen = drafting[turn % len(drafting)]
-    return [k if i == chosen else 0 for i, k in enumerate(lengths)]
+            if view.reuse is not None:
+                view.reuse.prefilled(sequence)
+            _commit(view, sequence, [choose(logits[index][-1:], sequence.params, sequence.generator)])
+    # 6. What the step measured, to the cost model.
+    record_step(view.cost_model, record)
 
 
 def _draft(engine: Any, decoding: list[Any], lengths: list[int], shape: TreeShape | None = None) -> list[Any]:
@@ -164,7 +170,7 @@ def _verify_feed(sequence: Any, draft: Any) -> Feed:
     return Feed(sequence.kv, tokens, num_logits=len(tokens))
 
 
-def _accept(scheduler: Any, sequence: Any, draft: Any, logits: Any, aux: Any) -> list[int]:
+def _accept(view: StepView, record: StepRecord, sequence: Any, draft: Any, logits: Any, aux: Any) -> list[int]:
     """Phase 4 for one sequence; returns its committed tokens. # logits: [1 + k, vocab_size]"""
     params, generator = sequence.params, sequence.generator
     k = draft.size if draft is not None else 0
@@ -188,32 +194,32 @@ def _accept(scheduler: Any, sequence: Any, draft: Any, logits: Any, aux: Any) ->
     if path != list(range(len(path))):
         sources = [past + 1 + i for i in path]
         destinations = [past + 1 + j for j in range(len(path))]
-        scheduler.pool.move(sequence.table, sources, destinations)
+        view.pool.move(sequence.table, sources, destinations)
     sequence.kv.length = past + 1 + len(path)
     sequence.stats.num_target_passes += 1
-    if k and tree is None and scheduler.engine.drafter.wants_target_tokens:  # Jacobi guesses (lookahead)
+    if k and tree is None and view.engine.drafter.wants_target_tokens:  # Jacobi guesses (lookahead)
         sequence.session.on_target_tokens(draft_ids, sampling.greedy_tokens(logits), len(path))
     if sequence.session is not None and aux is not None:
         sequence.session.on_verified(aux[[0] + [1 + i for i in path]])
     if k:
         offered = tree.max_depth if tree is not None else k
         sequence.stats.record_draft(offered, len(path), k)
-        scheduler.cost_model.observe_verify(offered, len(path), draft, path)
+        record.verified.append((offered, len(path), draft, path))
         if sequence.policy.update(offered, len(path)):
             sequence.stats.fallback = True
     return [draft_ids[i] for i in path] + [next_token]
 
 
-def _commit(scheduler: Any, sequence: Any, committed: list[int]) -> None:
+def _commit(view: StepView, sequence: Any, committed: list[int]) -> None:
     """Phase 5 for one sequence: stream its tokens; when finished it leaves the batch."""
     try:
         finished = sequence.commit(committed)
     except Exception as error:  # noqa: BLE001 - a detokenizing or sink failure ends this request only
-        scheduler.retire(sequence, RuntimeError(f"internal error: {type(error).__name__}: {error}"))
+        view.retire(sequence, RuntimeError(f"internal error: {type(error).__name__}: {error}"))
         return
     if finished:
-        scheduler.engine.record_finished(sequence.stats)
-        scheduler.retire(sequence)
+        view.engine.record_finished(sequence.stats)
+        view.retire(sequence)
 
 
 def choose(logits: Any, params: Any, generator: Any) -> int:

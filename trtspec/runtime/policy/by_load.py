@@ -8,7 +8,7 @@ A tree pays the same way, only more so: its N nodes cost what a chain of N would
 
 Two sources, in this order:
 1. A measured table, `speculative.draft_len_schedule` ([[batch_size, draft_len], ...] and tree
-   rows, written by `trtspec tune --concurrency 1,2,4,8`; trtspec.runtime.policy.step_shape).
+   rows, written by `trtspec tune --concurrency 1,2,4,8`; trtspec.runtime.policy.plan).
 2. Otherwise, for two or more sequences, a cost model fed by the engine's own measurements
    (`CostModel.choose`): per step it picks, among off, chains of 1..max_draft_len and the engine's
    tree (a dynamic tree also at smaller node budgets: N, N/2, N/4, ... down to its depth), the
@@ -142,7 +142,7 @@ class CostModel:
         self.backoff = 0        # probes come 2^backoff times rarer (choose)
         self.probe = False   # the last best_length was a probe: one sequence drafts (step.py)
         self.min_match = 0   # ... and the match length its chains require (Choice.min_match)
-        self.planned: Choice | None = None  # this step's draft, whoever chose it (draft_shape.plan_step)
+        self.planned: Choice | None = None  # this step's draft, whoever chose it (policy.plan.plan_step)
         self.estimate: float | None = None  # tokens per second `choose` expected of the draft it chose this step
         self.outcomes = 0.0        # decayed sum over steps that drafted `choose`'s pick: realized / estimated rate
         self.outcome_steps = 0.0   # ... and their decayed count

@@ -15,7 +15,7 @@ from typing import Any
 class Choice:
     """One step's draft: off (length 0), a chain of `length` tokens, or a tree (`tree`: a
     TreeShape, or the engine's static Tree; `length` its depth). `probe`: only one sequence
-    drafts it (trtspec.runtime.loop.step.one_prober). `min_match` (chains of an n-gram drafter): only
+    drafts it (trtspec.runtime.policy.plan.one_prober). `min_match` (chains of an n-gram drafter): only
     sequences whose lookup matched at least that many tokens draft (0: every match)."""
 
     length: int
