@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from trtspec.cli._options import config_option, dry_run_option, emit_json, json_option, resolve_spec
+
+if TYPE_CHECKING:
+    from trtspec.serve.deploy import DryRun
 
 EXAMPLES = """\b
 Examples:
@@ -18,16 +20,6 @@ Examples:
   trtspec deploy status --json          # state, restarts, and a one-token probe
   trtspec deploy stop
 """
-
-
-def _engine_dir(spec: Any, engine: str | None) -> Path:
-    from trtspec import artifacts
-    from trtspec.artifacts import Layout
-
-    if engine:
-        return Path(engine)
-    name = artifacts.engine_name(spec.model_name, spec.speculative.mode, spec.build.backend, spec.quantization.fp8)
-    return Layout.from_spec(spec).engine_dir(name)
 
 
 @click.group(invoke_without_command=True, epilog=EXAMPLES)
@@ -56,15 +48,10 @@ def deploy(ctx: click.Context, config_path: str | None, target: str, engine: str
     ctx.obj["config_path"] = config_path
     if ctx.invoked_subcommand is not None:
         return
-    from trtspec import repository
-    from trtspec.artifacts import Layout
-    from trtspec.errors import ServerError
-    from trtspec.serve import launch, server
+    from trtspec.serve import deploy as stage
 
     spec = resolve_spec(config_path, serve__openai_port=openai_port)
-    layout = Layout.from_spec(spec)
-    engine_dir = _engine_dir(spec, engine)
-    engine_path = None if target == "local" else f"{launch.CONTAINER_ENGINES}/{engine_dir.name}"
+    engine_dir = stage.engine_dir(spec, engine)
     if target == "local" and spec.serve.exposed:  # on stderr, so --json output stays one document
         click.secho(f"warning: serve.host {spec.serve.host} {'would listen' if dry_run else 'listens'} beyond this "
                     f"machine and Triton has no authentication: anyone who reaches ports {spec.serve.http_port}, "
@@ -72,119 +59,39 @@ def deploy(ctx: click.Context, config_path: str | None, target: str, engine: str
                     f"{f' and {spec.serve.openai_port} (OpenAI API)' if spec.serve.openai_port else ''} can use the model",
                     fg="yellow", err=True)
     if dry_run:
-        _dry_run(spec, layout, engine_dir, engine_path, target, image, as_json)
+        _print_dry_run(stage.dry_run(spec, engine_dir, target, image), as_json)
         return
-    if target == "local":
-        current = server.status(layout, probe=False)
-        if current["running"] or current.get("supervised"):
-            raise ServerError(f"a trtspec tritonserver is already running (pid {current.get('pid')})",
-                              fix="`trtspec deploy stop` first")
-    files = repository.render(engine_dir, spec, layout.repository, engine_path=engine_path)
-    report: dict[str, Any] = {"target": target, "engine": str(engine_dir), "repository": str(layout.repository),
-                              "files": [str(f) for f in files]}
-    if target == "local":
-        if spec.build.backend == "trtllm":  # the container's probe: the installed release knows every key written
-            from trtspec.serve.probe import check_before_start
-
-            line = check_before_start(engine_dir)
-            if not as_json:
-                click.echo(line)
-        if not as_json:
-            click.echo(f"repository: {layout.repository} ({len(files)} files); starting tritonserver ...")
-        record = server.start_local(spec, layout.repository, layout)
-        report.update(record)
-        report["grpc_url"] = f"{spec.serve.host}:{spec.serve.grpc_port}"
-        if not as_json:
-            openai = f", openai http://{spec.serve.host}:{spec.serve.openai_port}/v1" if spec.serve.openai_port else ""
-            click.echo(f"ready in {record['startup_s']} s (a one-token probe answered): grpc {spec.serve.host}:"
-                       f"{spec.serve.grpc_port}, http {spec.serve.http_port}, metrics {spec.serve.metrics_port}{openai} "
-                       f"(pid {record['pid']}, supervisor {record['supervisor_pid']}, restart: {spec.serve.restart})\n"
-                       f"log: {record['log']}\nnext: trtspec infer \"What is the capital of France?\"")
-    elif target == "docker":
-        from trtspec import subproc
-
-        command = launch.docker_command(spec, layout.repository, engine_dir, image)
-        result = subproc.run(command, timeout=120)
-        report.update(command=subproc.format_command(command), container=result.stdout.strip())
-        if not as_json:
-            click.echo(f"container {result.stdout.strip()[:12]} started; wait for "
-                       f"http://{spec.serve.host}:{spec.serve.http_port}/v2/health/ready")
-    else:
-        report.update(_k8s(spec, layout, engine_dir, image, apply=True))
-        if not as_json:
-            click.echo(f"manifests: {report['manifests']}; {report['applied']}")
+    report = stage.deploy(spec, engine_dir, target, image, on_line=None if as_json else click.echo)
     if as_json:
         emit_json(report)
-
-
-def _k8s(spec: Any, layout: Any, engine_dir: Path, image: str | None, *, apply: bool) -> dict[str, Any]:
-    import shutil
-
-    from trtspec import subproc
-    from trtspec.serve import k8s
-
-    text = k8s.manifests_yaml(k8s.k8s_manifests(spec, engine_dir.name, image))
-    path = layout.server_dir / "k8s" / "trtspec.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    applied = "not applied (kubectl not found): kubectl apply -f " + str(path)
-    if apply and shutil.which("kubectl"):
-        subproc.run(["kubectl", "apply", "-f", str(path)], timeout=120)
-        applied = "applied with kubectl"
-    return {"manifests": str(path), "applied": applied}
-
-
-def _dry_run(spec: Any, layout: Any, engine_dir: Path, engine_path: str | None, target: str, image: str | None,
-             as_json: bool) -> None:
-    """Render into a throwaway directory to check everything, print what deploy would do."""
-    import tempfile
-
-    from trtspec import repository, subproc
-    from trtspec.serve import k8s, launch, server
-
-    with tempfile.TemporaryDirectory() as scratch:
-        files = repository.render(engine_dir, spec, Path(scratch) / "repo", engine_path=engine_path)
-        names = [str(f.relative_to(Path(scratch) / "repo")) for f in files]
-        fills = _fills(Path(scratch) / "repo")
-    if target == "local":
-        binary = server.find_tritonserver()
-        command = subproc.format_command(launch.local_command(spec, binary, layout.repository,
-                                                              layout.backend_dir.resolve()))
-        if spec.serve.openai_port:
-            from trtspec.serve.openai_frontend import command as openai_command
-
-            command += "\n" + subproc.format_command(openai_command(spec))
+    elif target == "local":
+        openai = f", openai http://{spec.serve.host}:{spec.serve.openai_port}/v1" if spec.serve.openai_port else ""
+        click.echo(f"ready in {report['startup_s']} s (a one-token probe answered): grpc {spec.serve.host}:"
+                   f"{spec.serve.grpc_port}, http {spec.serve.http_port}, metrics {spec.serve.metrics_port}{openai} "
+                   f"(pid {report['pid']}, supervisor {report['supervisor_pid']}, restart: {spec.serve.restart})\n"
+                   f"log: {report['log']}\nnext: trtspec infer \"What is the capital of France?\"")
     elif target == "docker":
-        command = subproc.format_command(launch.docker_command(spec, layout.repository, engine_dir, image))
+        click.echo(f"container {report['container'][:12]} started; wait for "
+                   f"http://{spec.serve.host}:{spec.serve.http_port}/v2/health/ready")
     else:
-        command = k8s.manifests_yaml(k8s.k8s_manifests(spec, engine_dir.name, image))
+        click.echo(f"manifests: {report['manifests']}; {report['applied']}")
+
+
+def _print_dry_run(plan: DryRun, as_json: bool) -> None:
+    """What deploy would do (trtspec.serve.deploy.DryRun), as JSON or as lines."""
     if as_json:
-        emit_json({"target": target, "repository": str(layout.repository), "files": names, "command": command,
-                   **({"fill_template": fills} if fills else {})})
+        emit_json(plan.to_dict())
         return
-    click.echo(f"would render {layout.repository}/ from {engine_dir}:")
-    for name in names:
+    click.echo(f"would render {plan.repository}/ from {plan.engine_dir}:")
+    for name in plan.files:
         click.echo(f"  {name}")
-    if fills:
-        click.echo(f"at start, fill_template.sh copies {fills['container_models']} and fills it "
+    if plan.fills:
+        click.echo(f"at start, fill_template.sh copies {plan.fills['container_models']} and fills it "
                    "(only the keys each template has):")
-        for call in fills["calls"]:
+        for call in plan.fills["calls"]:
             click.echo(f"  {call}")
-    click.echo("would run:" if target != "k8s" else "would apply:")
-    click.echo(command)
-
-
-def _fills(repo: Path) -> dict[str, Any] | None:
-    """trtllm-engine: fills.json (per-model key:value lists) and the fill_template.py calls."""
-    import json
-
-    from trtspec.repository import trtllm_engine
-
-    path = repo / trtllm_engine.FILLS_JSON
-    if not path.exists():
-        return None
-    data = json.loads(path.read_text())
-    return {**data, "calls": trtllm_engine.fill_calls(data["models"])}
+    click.echo("would run:" if plan.target != "k8s" else "would apply:")
+    click.echo(plan.command)
 
 
 @deploy.command(epilog="\b\nExamples:\n  trtspec deploy stop\n  trtspec deploy stop -c trtspec.yaml --json")
