@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 import time
 
@@ -101,9 +100,10 @@ def convert(ctx, config_path, mode, fp8, draft_source, head, data, generate_url,
         return
     from rich.console import Console
 
+    from trtspec.convert import launch
     from trtspec.convert.pipeline import planned_kinds, run_convert, summary
 
-    placement, dist = _processes(spec)
+    placement, dist = launch.processes(spec)
     console = Console(stderr=True, quiet=not dist.is_main)
     if not as_json:
         where = f" (EAGLE-3 on {placement.describe()}, {dist.describe()})" if placement else ""
@@ -127,34 +127,28 @@ def convert(ctx, config_path, mode, fp8, draft_source, head, data, generate_url,
     _print_results(results, curve)
 
 
-def _processes(spec):
-    """(placement, Dist) for an EAGLE-3 run (joining torchrun's process group when launched by it)."""
-    from trtspec.convert.eagle3.distributed import Dist, launched_by_torchrun
-    from trtspec.errors import TrtSpecError
-
-    if spec.speculative.mode != "eagle3":
-        if launched_by_torchrun() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
-            raise TrtSpecError("only EAGLE-3 training runs data-parallel", fix="use --nproc-per-node with --mode eagle3")
-        return None, Dist()
-    from trtspec.convert.eagle3.device import placement as resolve_placement
-
-    settings = spec.speculative.eagle3
-    placement = resolve_placement(settings.device, settings.train_dtype)
-    return placement, Dist.from_env(placement.device)
-
-
 def _launch(ctx, spec, nproc_per_node: int, nnodes: int, rdzv_endpoint: str | None, *, dry_run: bool,
             as_json: bool) -> None:
     """Run (or with --dry-run print) the torchrun command that starts this convert as N processes."""
+    from trtspec import subproc
+    from trtspec.convert import launch
+
+    command = launch.torchrun_plan(spec, _forwarded(ctx), nproc_per_node=nproc_per_node, nnodes=nnodes,
+                                   rdzv_endpoint=rdzv_endpoint)
+    if dry_run:
+        if as_json:
+            emit_json({"launcher": "torchrun", "command": command, "command_line": subproc.format_command(command)})
+        else:
+            click.echo(subproc.format_command(command))
+        return
+    launch.run(command)
+
+
+def _forwarded(ctx) -> list[str]:
+    """The options given on this command line, as each worker's `trtspec convert` takes them
+    (the launch options themselves left out)."""
     from click.core import ParameterSource
 
-    from trtspec import subproc
-    from trtspec.convert.eagle3.torchrun import torchrun_command
-    from trtspec.errors import SubprocessError, TrtSpecError
-
-    if spec.speculative.mode != "eagle3":
-        raise TrtSpecError(f"--nproc-per-node trains EAGLE-3 heads; the spec's mode is {spec.speculative.mode}",
-                           fix="add --mode eagle3 (or drop --nproc-per-node)")
     forwarded: list[str] = []
     for param in ctx.command.params:
         if param.name in LAUNCH_OPTIONS or ctx.get_parameter_source(param.name) != ParameterSource.COMMANDLINE:
@@ -164,17 +158,7 @@ def _launch(ctx, spec, nproc_per_node: int, nnodes: int, rdzv_endpoint: str | No
             forwarded.append(param.opts[-1] if value or not param.secondary_opts else param.secondary_opts[0])
         else:
             forwarded += [param.opts[-1], str(value)]
-    command = torchrun_command(forwarded, nproc_per_node=nproc_per_node, nnodes=nnodes, rdzv_endpoint=rdzv_endpoint)
-    if dry_run:
-        if as_json:
-            emit_json({"launcher": "torchrun", "command": command, "command_line": subproc.format_command(command)})
-        else:
-            click.echo(subproc.format_command(command))
-        return
-    returncode = subproc.run_attached(command)
-    if returncode != 0:
-        raise SubprocessError(f"torchrun: the data-parallel convert failed (exit code {returncode}); "
-                              "the failing process's error is printed above")
+    return forwarded
 
 
 class Bars:

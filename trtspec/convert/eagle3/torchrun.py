@@ -8,8 +8,8 @@ becomes `python -m torch.distributed.run --nproc-per-node=8 [--standalone | --nn
 --rdzv-backend=c10d --rdzv-endpoint=head:29400] -m trtspec convert <the same options>`: torchrun
 (PyTorch's own launcher: rendezvous, worker monitoring, a failed worker stops the group) starts
 the processes; each one is an ordinary `trtspec convert` that finds RANK/WORLD_SIZE in its
-environment (trtspec.convert.eagle3.distributed). Pure: builds the command; the CLI runs it through
-trtspec.subproc.
+environment (trtspec.convert.eagle3.distributed). Pure: builds the command; trtspec.convert.launch
+runs it through trtspec.subproc.
 """
 
 from __future__ import annotations
