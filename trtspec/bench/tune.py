@@ -198,6 +198,45 @@ def _tree_of(spec_tree: Any) -> list[int] | None:
     return [spec_tree.topk, spec_tree.depth, spec_tree.num_draft_tokens] if spec_tree is not None else None
 
 
+@dataclass(frozen=True)
+class Choice:
+    """What a measure() result puts into the spec: the draft length (with a schedule, the longest
+    it names; a tree row counts its depth), the static tree, the dynamic tree (only without a
+    schedule) and the schedule."""
+
+    max_draft_len: int
+    eagle_choices: list[list[int]] | None
+    tree: list[int] | None
+    schedule: list[list[int]] | None
+
+    @classmethod
+    def of(cls, result: dict[str, Any]) -> Choice:
+        choice, schedule = result["choice"], result["schedule"]
+        lengths = [row[1] if len(row) == 2 else row[2] for row in (schedule or []) if row[-1]]  # a tree: its depth
+        draft_len = max(lengths or [choice["max_draft_len"]]) if schedule else choice["max_draft_len"]
+        return cls(draft_len, choice["eagle_choices"], choice.get("tree") if not schedule else None, schedule)
+
+
+def record(spec_path: Path, result: dict[str, Any], out: Path, *, set_choices: bool, set_tree: bool,
+           context: dict[str, Any]) -> tuple[Choice, dict[str, Any]]:
+    """The choice from `result` written into the spec (old file kept as .bak) and the report
+    written to <out>/tune.json; (the choice, the report). `context`: engine, num_prompts, repeats,
+    max_tokens and concurrency, as the report lists them."""
+    from trtspec.artifacts import write_json
+    from trtspec.bench.report import clean_json, machine_metadata
+
+    chosen = Choice.of(result)
+    backup = write_choice(spec_path, chosen.max_draft_len, chosen.eagle_choices, set_choices=set_choices,
+                          schedule=chosen.schedule, tree=chosen.tree, set_tree=set_tree)
+    summary = clean_json({"choice": chosen.max_draft_len, "eagle_choices": chosen.eagle_choices, "tree": chosen.tree,
+                          "draft_len_schedule": chosen.schedule, "rows": result["rows"],
+                          "baseline_output_throughput": (result["baseline"] or {}).get("output_throughput"),
+                          **context, "spec": str(spec_path), "backup": str(backup), "machine": machine_metadata()})
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "tune.json", summary)
+    return chosen, summary
+
+
 def write_draft_len(spec_path: str | Path, draft_len: int) -> Path:
     return write_choice(spec_path, draft_len)
 

@@ -203,3 +203,22 @@ def write(spec: Any, spec_path: Path, decision: Decision) -> tuple[Path, Any]:
         extra["draft_len_schedule"] = "null"  # a length fixed at every load replaces an older table
     backup = tuning.write_choice(spec_path, decision.max_draft_len, schedule=decision.schedule, extra=extra)
     return backup, build(load_spec(spec_path))
+
+
+def record(spec: Any, spec_path: Path, result: dict[str, Any], plan: dict[str, Any], out: Path
+           ) -> tuple[Decision, dict[str, Any]]:
+    """Decide from measure()'s `result`, write the spec and rebuild (`write`), and write the
+    report (the dry run's `plan` and what came of it) to <out>/tune.json; (the decision, the report)."""
+    from trtspec.artifacts import write_json
+    from trtspec.bench.report import clean_json, machine_metadata
+
+    decision = decide(spec, result["rows"], result["baselines"])
+    backup, built = write(spec, spec_path, decision)
+    summary = clean_json({**plan, "choice": decision.max_draft_len, "draft_len_schedule": decision.schedule,
+                          "acceptance_gate": dict(zip(("acceptance_window", "acceptance_length_threshold"),
+                                                      decision.gate, strict=True)) if decision.gate else None,
+                          "notes": decision.notes, "prompts_sent": result["prompts_sent"], "rows": result["rows"],
+                          "backup": str(backup), "engine": str(built.engine_dir), "machine": machine_metadata()})
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "tune.json", summary)
+    return decision, summary

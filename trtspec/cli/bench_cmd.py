@@ -224,7 +224,6 @@ def tune(config_path, engine_dir, prompts, draft_lens, trees, tree_shapes, mode,
 
     from rich.console import Console
 
-    from trtspec.artifacts import write_json
     from trtspec.bench import runner
     from trtspec.bench import tune as tuning
     from trtspec.errors import TrtSpecError
@@ -281,22 +280,10 @@ def tune(config_path, engine_dir, prompts, draft_lens, trees, tree_shapes, mode,
         task = progress.add_task(f"tune {engine_path.name}", total=total)
         result = tuning.measure(engine, prompt_set, shapes, max_tokens=spec.bench.max_tokens,
                                 concurrency=concurrency, repeats=repeats, on_request=lambda r: progress.advance(task))
-    choice, schedule = result["choice"], result["schedule"]
-    lengths = [row[1] if len(row) == 2 else row[2] for row in (schedule or []) if row[-1]]  # a tree: its depth
-    draft_len = max(lengths or [choice["max_draft_len"]]) if schedule else choice["max_draft_len"]
-    single_tree = choice.get("tree") if not schedule else None
-    backup = tuning.write_choice(spec_path, draft_len, choice["eagle_choices"], set_choices=eagle3, schedule=schedule,
-                                 tree=single_tree, set_tree=grows_trees)
-    from trtspec.bench.report import clean_json, machine_metadata
-
-    summary = clean_json({"choice": draft_len, "eagle_choices": choice["eagle_choices"], "tree": single_tree,
-                          "draft_len_schedule": schedule, "rows": result["rows"],
-                      "baseline_output_throughput": (result["baseline"] or {}).get("output_throughput"),
-                      "engine": str(engine_path), "num_prompts": len(prompt_set), "repeats": repeats,
-                      "max_tokens": spec.bench.max_tokens, "concurrency": concurrency,
-                      "spec": str(spec_path), "backup": str(backup), "machine": machine_metadata()})
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "tune.json", summary)
+    chosen, summary = tuning.record(spec_path, result, out, set_choices=eagle3, set_tree=grows_trees,
+                                    context={"engine": str(engine_path), "num_prompts": len(prompt_set),
+                                             "repeats": repeats, "max_tokens": spec.bench.max_tokens,
+                                             "concurrency": concurrency})
     if as_json:
         emit_json(summary)
         return
@@ -306,9 +293,10 @@ def tune(config_path, engine_dir, prompts, draft_lens, trees, tree_shapes, mode,
                         f"({len(prompt_set)} prompts x {repeats}, concurrency {','.join(map(str, concurrency))})")
     for name in ("conc", "draft shape", "tokens/s", "speedup", "TPOT ms", "AL", "accept %"):
         table.add_column(name, justify="right")
-    chosen = [tuple(r) for r in schedule] if schedule else [tuple(tuning.schedule_row(choice, choice["concurrency"]))]
+    choice, schedule = result["choice"], chosen.schedule
+    picks = [tuple(r) for r in schedule] if schedule else [tuple(tuning.schedule_row(choice, choice["concurrency"]))]
     for row in result["rows"]:
-        picked = tuple(tuning.schedule_row(row, row["concurrency"])) in chosen
+        picked = tuple(tuning.schedule_row(row, row["concurrency"])) in picks
         mark = " *" if picked and row["eagle_choices"] == choice["eagle_choices"] else ""
         shape = f"tree {json.dumps(row['eagle_choices'])}" if row["eagle_choices"] else f"chain {row['max_draft_len']}"
         shape = f"dynamic tree {','.join(map(str, row['tree']))}" if row.get("tree") else shape
@@ -318,10 +306,10 @@ def tune(config_path, engine_dir, prompts, draft_lens, trees, tree_shapes, mode,
     console = Console() if Console().is_terminal else Console(width=150)
     console.print(table)
     what = f" with eagle_choices {json.dumps(choice['eagle_choices'])}" if choice["eagle_choices"] else ""
-    what += f" with tree {json.dumps(single_tree)}" if single_tree else ""
+    what += f" with tree {json.dumps(chosen.tree)}" if chosen.tree else ""
     what += f", draft_len_schedule {json.dumps(schedule)}" if schedule else ""
-    click.echo(f"Chose max_draft_len {draft_len}{what} (by tokens/s); wrote {spec_path} "
-               f"(old file: {backup}); report {out / 'tune.json'}. Rebuild with `trtspec build` to serve it.")
+    click.echo(f"Chose max_draft_len {chosen.max_draft_len}{what} (by tokens/s); wrote {spec_path} "
+               f"(old file: {summary['backup']}); report {out / 'tune.json'}. Rebuild with `trtspec build` to serve it.")
 
 
 def _tune_served(spec, spec_path: Path, draft_lens, concurrency, prompt_set, repeats: int, raw: bool, out: Path,
@@ -329,9 +317,7 @@ def _tune_served(spec, spec_path: Path, draft_lens, concurrency, prompt_set, rep
     """tune --served (trtspec.bench.tune_served): one deployment per draft length and off."""
     from rich.console import Console
 
-    from trtspec.artifacts import write_json
     from trtspec.bench import tune_served
-    from trtspec.bench.report import clean_json, machine_metadata
 
     total = len(prompt_set) * repeats * (len(draft_lens) + 1) * len(concurrency)
     plan = {"served": True, "backend": spec.build.backend, "deployments": [0, *draft_lens], "concurrency": concurrency,
@@ -348,16 +334,7 @@ def _tune_served(spec, spec_path: Path, draft_lens, concurrency, prompt_set, rep
                                      max_tokens=spec.bench.max_tokens, repeats=repeats, raw=raw,
                                      on_request=lambda r: progress.advance(task),
                                      on_phase=lambda text: progress.update(task, description=f"tune {text}"))
-    decision = tune_served.decide(spec, result["rows"], result["baselines"])
-    backup, built = tune_served.write(spec, spec_path, decision)
-    summary = clean_json({**plan, "choice": decision.max_draft_len, "draft_len_schedule": decision.schedule,
-                          "acceptance_gate": dict(zip(("acceptance_window", "acceptance_length_threshold"),
-                                                      decision.gate, strict=True)) if decision.gate else None,
-                          "notes": decision.notes, "prompts_sent": result["prompts_sent"], "rows": result["rows"],
-                          "backup": str(backup),
-                          "engine": str(built.engine_dir), "machine": machine_metadata()})
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "tune.json", summary)
+    decision, summary = tune_served.record(spec, spec_path, result, plan, out)
     if as_json:
         emit_json(summary)
         return
@@ -369,8 +346,9 @@ def _tune_served(spec, spec_path: Path, draft_lens, concurrency, prompt_set, rep
     schedule = f", draft_len_schedule {decision.schedule}" if decision.schedule else ""
     for note in decision.notes:
         click.echo(f"note: {note}")
-    click.echo(f"Chose max_draft_len {decision.max_draft_len}{schedule}{gate}; wrote {spec_path} (old file: {backup}) "
-               f"and rebuilt {built.engine_dir}; report {out / 'tune.json'}. Redeploy to serve it.")
+    click.echo(f"Chose max_draft_len {decision.max_draft_len}{schedule}{gate}; wrote {spec_path} "
+               f"(old file: {summary['backup']}) and rebuilt {summary['engine']}; report {out / 'tune.json'}. "
+               "Redeploy to serve it.")
 
 
 def _print_dry_run(plan: dict, as_json: bool) -> None:
