@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-BACKENDS = ("cpu", "trtllm", "trtllm-engine")
+from trtspec.backends import NAMES as BACKENDS  # the backend table's names, in its order
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-GPU_BACKENDS = ("trtllm", "trtllm-engine")
+from trtspec.backends import GPU as GPU_BACKENDS  # the backends that target a GPU release
+
 ACCEPTANCE_KEYS = ("spec_decode_acceptance_rate", "spec_decode_acceptance_length",
                    "spec_decode_per_position_acceptance_rates", "tokens_per_target_pass")
 

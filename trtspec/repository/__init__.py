@@ -72,19 +72,11 @@ def render(engine_dir: str | Path, spec: Any, dest: str | Path, *, engine_path: 
 
 def _render_backend(engine: dict[str, Any], spec: Any, engine_path: str, staging: Path,
                     engine_dir: Path) -> list[Path]:
+    from trtspec import backends
+
     backend = engine["backend"]
-    if backend == "cpu":
-        from trtspec.repository import cpu
-
-        return cpu.render(engine, spec, engine_path, staging)
-    if backend == "trtllm":
-        from trtspec.repository import trtllm
-
-        return trtllm.render(engine, spec, engine_path, staging)
-    if backend == "trtllm-engine":
-        from trtspec.repository import trtllm_engine
-
-        return trtllm_engine.render(engine, spec, engine_path, staging, engine_dir)
+    if backend in backends.BACKENDS:  # the table names each backend's renderer
+        return backends.resolve(backends.row(backend).renderer)(engine, spec, engine_path, staging, engine_dir)
     raise IncompatibleArtifactError(f"engine {engine.get('name')}: unknown backend {backend!r}")
 
 

@@ -81,7 +81,8 @@ def model_config(engine: dict[str, Any], spec: Any, engine_path: str) -> dict[st
     }
 
 
-def render(engine: dict[str, Any], spec: Any, engine_path: str, dest: Path) -> list[Path]:
+def render(engine: dict[str, Any], spec: Any, engine_path: str, dest: Path,
+           engine_dir: Path | None = None) -> list[Path]:  # engine_dir: read only by trtllm-engine's renderer
     """Write the cpu repository into `dest` (an empty staging directory); return the files."""
     model_dir = dest / MODEL_NAME
     (model_dir / "1").mkdir(parents=True)

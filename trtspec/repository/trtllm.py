@@ -136,7 +136,8 @@ def check_agreement(config: dict[str, Any], yaml_data: dict[str, Any], engine: d
                                         f"the built max_draft_len {build['max_draft_len']}", fix="rebuild the engine")
 
 
-def render(engine: dict[str, Any], spec: Any, engine_path: str, dest: Path) -> list[Path]:
+def render(engine: dict[str, Any], spec: Any, engine_path: str, dest: Path,
+           engine_dir: Path | None = None) -> list[Path]:  # engine_dir: read only by trtllm-engine's renderer
     import yaml
 
     config = model_config(spec)
