@@ -30,7 +30,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from trtspec import __version__
 from trtspec.errors import TrtSpecError
@@ -208,6 +208,38 @@ def is_up_to_date(directory: Path, inputs: dict[str, Any]) -> bool:
     manifest = read_manifest(directory)
     return manifest is not None and manifest.get("inputs") == json.loads(json.dumps(inputs))
 
+
+
+# What a stage did to one artifact directory. Every stage runs the same idiom: `settled()` first
+# (skipped when the manifest recorded these inputs, planned on a dry run), else write it with
+# `atomic_dir()` and `write_manifest()` and say "written".
+Status = Literal["written", "skipped", "planned"]
+
+
+@dataclass
+class StageResult:
+    """What one stage did to one artifact directory: `status` is "written" | "skipped" (up to date
+    with these inputs) | "planned" (a dry run: nothing written)."""
+
+    kind: str
+    path: Path
+    status: Status
+    manifest: dict[str, Any] | None = None
+    report: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "path": str(self.path), "status": self.status,
+                "weights_sha256": (self.manifest or {}).get("weights_sha256"), "report": self.report}
+
+
+def settled(kind: str, final: Path, inputs: dict[str, Any], *, dry_run: bool) -> StageResult | None:
+    """The stage's answer without writing: skipped when `final` is up to date with `inputs`,
+    planned on a dry run; None when the stage has to write `final`."""
+    if is_up_to_date(final, inputs):
+        return StageResult(kind, final, "skipped", read_manifest(final))
+    if dry_run:
+        return StageResult(kind, final, "planned")
+    return None
 
 @contextlib.contextmanager
 def atomic_dir(final: Path) -> Iterator[Path]:

@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from trtspec import artifacts
-from trtspec.artifacts import Layout
+from trtspec.artifacts import Layout, StageResult
 from trtspec.convert import draft as draft_checks
 from trtspec.convert import fp8, reports
 from trtspec.convert.eagle3.distributed import Dist
 from trtspec.convert.progress import Phase, Reporter
-from trtspec.convert.target import StageResult, copy_checkpoint, load_causal_lm, resolve_target, write_target
+from trtspec.convert.target import copy_checkpoint, load_causal_lm, resolve_target, write_target
 from trtspec.prompts import prompt_texts, prompts_sha256
 
 FP8_EVAL_PROMPTS = 8
@@ -117,12 +117,12 @@ def run_fp8(spec, layout: Layout, source_dir: Path, source_sha: str, calibration
     outputs = {f"{kind}-fp8": inputs}
     if kind == "target":
         outputs["target-fp8-trtllm"] = trtllm_inputs
-    pending = {name: layout.checkpoint(name) for name, key in outputs.items()
-               if not artifacts.is_up_to_date(layout.checkpoint(name), key)}
-    results = [StageResult(name, layout.checkpoint(name), "skipped", artifacts.read_manifest(layout.checkpoint(name)))
-               for name in outputs if name not in pending]
-    if not pending or dry_run:
-        return results + [StageResult(name, path, "planned") for name, path in pending.items()]
+    answers = {name: artifacts.settled(name, layout.checkpoint(name), key, dry_run=dry_run)
+               for name, key in outputs.items()}
+    results = sorted((a for a in answers.values() if a), key=lambda a: a.status != "skipped")  # skipped first
+    pending = {name: layout.checkpoint(name) for name, answer in answers.items() if answer is None}
+    if not pending:  # all up to date, or a dry run
+        return results
     import copy
 
     original, tokenizer = load_causal_lm(source_dir, dtype=spec.model.dtype, trust_remote_code=spec.model.trust_remote_code)
@@ -156,10 +156,8 @@ def run_draft(spec, layout: Layout, target_dir: Path, target_sha: str, calibrati
     pairing = draft_checks.check_pair(target_dir, draft_info.path)
     final = layout.checkpoint("draft")
     inputs = {"source": spec.speculative.draft, "source_sha256": draft_info.sha256, "target_sha256": target_sha}
-    if artifacts.is_up_to_date(final, inputs):
-        results = [StageResult("draft", final, "skipped", artifacts.read_manifest(final))]
-    elif dry_run:
-        results = [StageResult("draft", final, "planned")]
+    if settled := artifacts.settled("draft", final, inputs, dry_run=dry_run):
+        results = [settled]
     else:
         with artifacts.atomic_dir(final) as staging:
             copy_checkpoint(draft_info.path, staging)

@@ -8,31 +8,15 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from trtspec import artifacts
+from trtspec.artifacts import StageResult
 from trtspec.errors import ModelSourceError
 from trtspec.models import ModelInfo, resolve_model
 
 # Files copied from a source checkpoint: config, weights, tokenizer, chat template.
 _KEEP_SUFFIXES = (".json", ".safetensors", ".jinja", ".txt", ".model", ".tiktoken")
-
-
-@dataclass
-class StageResult:
-    """What one convert stage did: `status` is "written" | "skipped" | "planned"."""
-
-    kind: str
-    path: Path
-    status: str
-    manifest: dict[str, Any] | None = None
-    report: dict[str, Any] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "path": str(self.path), "status": self.status,
-                "weights_sha256": (self.manifest or {}).get("weights_sha256"), "report": self.report}
 
 
 def copy_checkpoint(source: Path, destination: Path) -> None:
@@ -50,10 +34,8 @@ def copy_checkpoint(source: Path, destination: Path) -> None:
 def write_target(info: ModelInfo, final: Path, *, source: str, dry_run: bool = False) -> StageResult:
     """Record the resolved target in `final` unless it already holds these exact weights."""
     inputs = {"source": source, "source_sha256": info.sha256}
-    if artifacts.is_up_to_date(final, inputs):
-        return StageResult("target", final, "skipped", artifacts.read_manifest(final))
-    if dry_run:
-        return StageResult("target", final, "planned")
+    if settled := artifacts.settled("target", final, inputs, dry_run=dry_run):
+        return settled
     with artifacts.atomic_dir(final) as staging:
         copy_checkpoint(info.path, staging)
         manifest = artifacts.write_manifest(

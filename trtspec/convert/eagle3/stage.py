@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from trtspec import artifacts
+from trtspec.artifacts import StageResult
 from trtspec.convert import reports
 from trtspec.convert.eagle3 import budget, finetune, prepare
 from trtspec.convert.eagle3 import data as eagle3_data
@@ -29,7 +30,7 @@ from trtspec.convert.eagle3.device import Placement
 from trtspec.convert.eagle3.distributed import Dist
 from trtspec.convert.eagle3.sources import DataSource
 from trtspec.convert.progress import Phase, Reporter, note
-from trtspec.convert.target import StageResult, load_causal_lm
+from trtspec.convert.target import load_causal_lm
 from trtspec.errors import TrtSpecError
 
 # Where and how training runs, and where the answers come from, do not change what the head
@@ -80,10 +81,8 @@ def run_eagle3(spec, layout, target_dir: Path, target_sha: str, source: DataSour
     settings = spec.speculative.eagle3
     final, files = layout.checkpoint("eagle3"), prepare.WorkFiles(layout.checkpoint(".eagle3-work"))
     inputs = eagle3_inputs(spec, target_sha, source)
-    if artifacts.is_up_to_date(final, inputs):
-        return StageResult("eagle3", final, "skipped", artifacts.read_manifest(final))
-    if dry_run:
-        return StageResult("eagle3", final, "planned")
+    if settled := artifacts.settled("eagle3", final, inputs, dry_run=dry_run):
+        return settled
     dist.check_shared_dir(files.root)
     started = time.monotonic()  # the budget's clock: max_minutes is the whole stage
     budget_s = settings.max_minutes * 60

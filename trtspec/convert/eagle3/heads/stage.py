@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from trtspec import artifacts, hub
+from trtspec.artifacts import StageResult
 from trtspec.convert.eagle3.heads import checks, layouts
 from trtspec.convert.eagle3.heads import conventions as conv
 from trtspec.convert.eagle3.heads.canonical import canonical_config, write_canonical
-from trtspec.convert.target import StageResult
 from trtspec.errors import ModelSourceError
 
 
@@ -54,8 +54,8 @@ def run_head_import(spec, layout, target_dir: Path, target_sha: str, *, dry_run:
     path = resolve_head(settings.head)
     inputs = {"target_sha256": target_sha, "head": settings.head, "head_sha256": _files_sha256(path),
               "head_layer_convention": settings.head_layer_convention, "max_seq_len": spec.build.max_seq_len}
-    if artifacts.is_up_to_date(final, inputs):
-        return StageResult("eagle3", final, "skipped", artifacts.read_manifest(final))
+    if skipped := artifacts.settled("eagle3", final, inputs, dry_run=False):
+        return skipped
     if dry_run:  # checked, not written: a dry run refuses what the real run would
         import_head(settings.head, target_dir, max_seq_len=spec.build.max_seq_len,
                     convention=settings.head_layer_convention)
