@@ -113,6 +113,17 @@ MODES: dict[str, ModeRow] = {row.name: row for row in (
                                       "--max_draft_len = the tree's nodes; Triton medusa_choices",
                                       "`medusa`, medusa_choices filled"),
             }, label="heads on the last hidden state", draft_checkpoint=True),
+    ModeRow("mtp", "the checkpoint's own multi-token-prediction module (DeepSeek-V3/R1, GLM-4.5)",
+            f"{_D}.mtp:make", "mtp", {
+                "cpu": _yes("the target's MTP module (read from its safetensors) drafts chains on its own cache"),
+                "trtllm": _yes("speculative_config decoding_type MTP, num_nextn_predict_layers",
+                               "`MTP`, the checkpoint's own layers"),
+                # trtllm-build --speculative_decoding_mode: draft_tokens_external, lookahead_decoding,
+                # medusa, explicit_draft_tokens, eagle (contract trtllm_build; tensorrt_llm/commands/build.py)
+                "trtllm-engine": _no("TensorRT engines have no MTP path (trtllm-build's --speculative_decoding_mode "
+                                     "has none; MTP runs on the PyTorch backend); use build.backend: trtllm",
+                                     "no TensorRT-engine MTP upstream"),
+            }, label="the checkpoint's MTP layers"),
     ModeRow("none", "baseline: plain decoding", None, None, {
         "cpu": _yes("plain decoding"), "trtllm": _yes("no speculative_config"), "trtllm-engine": _yes("no draft"),
     }, label="baseline"),
