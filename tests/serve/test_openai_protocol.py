@@ -39,7 +39,12 @@ def test_completion_defaults_are_openais():
     ({"model": "tiny", "prompt": "a", "seed": -1}, 400, "seed: must be in [0,"),
     ({"model": "tiny", "prompt": "a", "stop": ["1", "2", "3", "4", "5"]}, 400, "at most 4 strings"),
     ({"model": "tiny", "prompt": "a", "logprobs": 2}, 400, "logprobs: not served"),
-    ({"model": "tiny", "prompt": "a", "top_p": 0}, 400, "top_p: must be above 0"),
+    # the engine's ranges (trtspec.sampling_rules), refused here before the model sees them
+    ({"model": "tiny", "prompt": "a", "top_p": 0}, 400, "top_p: must be in (0, 1] (got 0.0)"),
+    ({"model": "tiny", "prompt": "a", "top_p": 1.5}, 400, "top_p: must be in (0, 1] (got 1.5)"),
+    ({"model": "tiny", "prompt": "a", "top_k": -1}, 400, "top_k: must be >= 0, 0 meaning off (got -1)"),
+    ({"model": "tiny", "prompt": "a", "temperature": 1e-7}, 400, "temperature: must be 0 (greedy) or at least 1e-05"),
+    ({"model": "tiny", "prompt": "a", "temperature": 2.5}, 400, "temperature: must be in [0, 2]"),
     ({"prompt": "a"}, 400, "model: required"),
     ([1, 2], 400, "must be a JSON object"),
 ])

@@ -43,9 +43,18 @@ def event_from(result: Any, now: float, decoupled: bool) -> StreamEvent:
     return StreamEvent(text=text, time_s=now, final=final, stats=stats)
 
 
+class ResponseError(ServerError):
+    """An error response from the served model; `detail` is Triton's message as sent (the OpenAI
+    frontend maps it to an HTTP status)."""
+
+    def __init__(self, model: str, detail: str):
+        self.detail = detail
+        super().__init__(f"{model}: {detail}")
+
+
 class StreamReader:
     """One request's responses as StreamEvents, for both clients (trtspec.client.triton, triton_aio):
-    an error response raises ServerError with Triton's message, and where the model streams the
+    an error response raises ResponseError (a ServerError) with Triton's message, and where the model streams the
     text so far (the stock llmapi model) each event keeps only its new part."""
 
     def __init__(self, model: str, decoupled: bool, cumulative: bool):
@@ -56,7 +65,7 @@ class StreamReader:
         """The event of one (result, error) pair; `now`: seconds since the request was sent."""
         if error is not None:
             message = error.message() if callable(getattr(error, "message", None)) else str(error)
-            raise ServerError(f"{self.model}: {message}")
+            raise ResponseError(self.model, message)
         event = event_from(result, now, self.decoupled)
         if self.cumulative:
             event.text, self.so_far = event.text[len(self.so_far):], event.text

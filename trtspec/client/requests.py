@@ -62,29 +62,35 @@ class ServedModel:
                      speculative: bool = True, perf_metrics: bool = True, streaming: bool = True,
                      num_draft_tokens: int | None = None, extra: dict[str, Any] | None = None) -> list[Any]:
         """InferInput objects under the served model's names; values the model lacks are dropped."""
-        import numpy as np
-        import tritonclient.grpc as grpcclient
-
-        batched = int(self.config.get("max_batch_size", 0)) > 0
-        values: dict[str, Any] = {"streaming": streaming, "sampling_param_max_tokens": max_tokens,
+        values: dict[str, Any] = {"text_input": prompt, "streaming": streaming, "sampling_param_max_tokens": max_tokens,
                                   "sampling_param_temperature": temperature, "sampling_param_top_p": top_p,
                                   "sampling_param_top_k": top_k, "sampling_param_seed": seed,
                                   "sampling_param_return_perf_metrics": perf_metrics,
                                   "speculative": None if speculative else False,
-                                  "stream_delta": True if streaming else None}
-        numpy_types = {"BOOL": np.bool_, "INT32": np.int32, "INT64": np.int64, "UINT64": np.uint64,
-                       "FP32": np.float32, "BYTES": np.object_}
+                                  "stream_delta": True if streaming else None, "num_draft_tokens": num_draft_tokens}
+        return self.inputs(values, extra=extra)
+
+    def inputs(self, values: dict[str, Any], *, extra: dict[str, Any] | None = None) -> list[Any]:
+        """The one builder of a request's InferInputs (the bench, infer and OpenAI clients all use it).
+
+        `values`: LLM-API input name -> a Python value, or a list of them for a list input such as
+        `sampling_param_stop`; each is sent under the served model's name for it, typed as the
+        model declares it, with the batch dimension where the model batches. None values and
+        inputs the model lacks are dropped (the stock llmapi model lacks trtspec's additions).
+        `extra`: input name -> value or numpy array, sent as given whether declared or not.
+        """
+        import numpy as np
+        import tritonclient.grpc as grpcclient
+
         input_types = self.input_types
-        text = prompt if isinstance(prompt, bytes) else prompt.encode("utf-8")
-        arrays = {"text_input": np.array([text], dtype=np.object_)}
+        arrays = {}
         for key, value in values.items():
             name = self.name(key)
             if value is not None and name is not None:
-                arrays[name] = _typed(name, value, input_types[name], numpy_types)
-        if num_draft_tokens is not None and "num_draft_tokens" in input_types:
-            arrays["num_draft_tokens"] = np.array([num_draft_tokens], dtype=np.int32)
+                arrays[name] = _typed(name, value, input_types[name])
         for name, value in (extra or {}).items():
             arrays[name] = value if isinstance(value, np.ndarray) else np.array([value])
+        batched = int(self.config.get("max_batch_size", 0)) > 0
         inputs = []
         for name, array in arrays.items():
             if batched:
@@ -96,20 +102,25 @@ class ServedModel:
         return inputs
 
 
+NUMPY_TYPES = {"BOOL": "bool", "INT32": "int32", "INT64": "int64", "UINT64": "uint64", "FP32": "float32"}
 INT_RANGES = {"INT32": (-2**31, 2**31 - 1), "INT64": (-2**63, 2**63 - 1), "UINT64": (0, 2**64 - 1)}
 
 
-def _typed(name: str, value: Any, dtype: str, numpy_types: dict[str, Any]) -> Any:
-    """One value as a one-element array of the input's declared type; an integer out of the
-    type's range is refused here (numpy would raise OverflowError, or wrap)."""
+def _typed(name: str, value: Any, dtype: str) -> Any:
+    """A value (or a list of them) as an array of the input's declared type: text as UTF-8 bytes;
+    an integer out of the type's range is refused here (numpy would raise OverflowError, or wrap)."""
     import numpy as np
 
-    if dtype in INT_RANGES and not isinstance(value, bool):
+    items = value if isinstance(value, list) else [value]
+    if dtype == "BYTES":
+        return np.array([v.encode("utf-8") if isinstance(v, str) else v for v in items], dtype=np.object_)
+    if dtype in INT_RANGES:
         low, high = INT_RANGES[dtype]
-        if not low <= int(value) <= high:
-            raise InvalidRequestError(f"{name}: {value} does not fit the served model's {dtype} input "
-                                      f"({low}..{high})", fix=f"send a value in {low}..{high}")
-    return np.array([value], dtype=numpy_types[dtype])
+        for item in items:
+            if not isinstance(item, bool) and not low <= int(item) <= high:
+                raise InvalidRequestError(f"{name}: {item} does not fit the served model's {dtype} input "
+                                          f"({low}..{high})", fix=f"send a value in {low}..{high}")
+    return np.array(items, dtype=NUMPY_TYPES[dtype])
 
 
 def _np_to_triton(array: Any) -> str:

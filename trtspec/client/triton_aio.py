@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from trtspec.client.events import StreamEvent, StreamReader
+from trtspec.client.requests import ServedModel
 from trtspec.errors import ServerError
 
 
@@ -45,31 +46,45 @@ class AsyncStreams:
                      ) -> AsyncIterator[StreamEvent]:
         """Send one streamed request and yield its responses as they arrive (TritonLLMClient.stream's
         events); leaving early cancels the request on the server."""
-        served, model = self._served, self.client.model
+        served = self._served
         inputs = served.build_inputs(prompt, max_tokens=max_tokens, temperature=temperature, seed=seed,
                                      speculative=speculative, perf_metrics=perf_metrics, streaming=served.decoupled)
+        async for event in stream_events(self._channel, served, self.client.model, inputs,
+                                         timeout_s=self.client.timeout_s):
+            yield event
 
-        async def one_request():
-            yield {"model_name": model, "inputs": inputs, "enable_empty_final_response": served.decoupled}
 
-        call = self._channel.stream_infer(one_request())
-        responses = call.__aiter__()
-        start = time.perf_counter()
-        reader = StreamReader(model, served.decoupled, served.decoupled and served.cumulative_stream)
-        try:
-            while True:
-                try:
-                    async with asyncio.timeout(self.client.timeout_s):  # a timer, not a task a response
-                        result, error = await responses.__anext__()
-                except TimeoutError:
-                    raise ServerError(f"no response from {model} within {self.client.timeout_s:.0f} s") from None
-                except StopAsyncIteration:
-                    raise ServerError(f"{model}: the stream ended before the final response") from None
-                event = reader.read(result, error, time.perf_counter() - start)
-                yield event
-                if event.final:
-                    return
-        finally:
-            # after the final response this only closes the gRPC stream; before it, the server
-            # sees the client go away and frees the request's sequence
-            call.cancel()
+async def stream_events(channel: Any, served: ServedModel, model: str, inputs: list[Any], *,
+                        timeout_s: float | None) -> AsyncGenerator[StreamEvent, None]:
+    """The one asyncio stream loop: send one request on `channel` (a tritonclient.grpc.aio client)
+    and yield its responses as StreamEvents until the final one (bench's AsyncStreams and the OpenAI
+    frontend both use it).
+
+    An error response raises ResponseError; no response within `timeout_s` (None: no limit), or a
+    stream that ends before the final response, raises ServerError; transport errors propagate as
+    tritonclient raises them. Leaving early cancels the request on the server.
+    """
+    async def one_request():
+        yield {"model_name": model, "inputs": inputs, "enable_empty_final_response": served.decoupled}
+
+    call = channel.stream_infer(one_request())
+    responses = call.__aiter__()
+    start = time.perf_counter()
+    reader = StreamReader(model, served.decoupled, served.decoupled and served.cumulative_stream)
+    try:
+        while True:
+            try:
+                async with asyncio.timeout(timeout_s):  # a timer, not a task a response
+                    result, error = await responses.__anext__()
+            except TimeoutError:
+                raise ServerError(f"no response from {model} within {timeout_s:.0f} s") from None
+            except StopAsyncIteration:
+                raise ServerError(f"{model}: the stream ended before the final response") from None
+            event = reader.read(result, error, time.perf_counter() - start)
+            yield event
+            if event.final:
+                return
+    finally:
+        # after the final response this only closes the gRPC stream; before it, the server
+        # sees the client go away and frees the request's sequence
+        call.cancel()

@@ -24,6 +24,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from trtspec.sampling_rules import sampling_problem
+
 COMPLETION_DEFAULT_MAX_TOKENS = 16   # OpenAI's documented default for /v1/completions
 MAX_STOP = 4
 ROLES = ("system", "user", "assistant", "developer")
@@ -104,14 +106,17 @@ def _common(body: Any, served: tuple[str, ...], *, max_key: str, default_max: in
         max_tokens = _number(body, "max_tokens", int, 1, 2**31 - 1, None)
     max_tokens = max_tokens if max_tokens is not None else default_max
     values: dict[str, Any] = {
+        # OpenAI's range for temperature ([0, 2]); within it, the engine's (trtspec.sampling_rules) below
         "sampling_param_temperature": _number(body, "temperature", float, 0, 2, 1.0),
-        "sampling_param_top_p": _number(body, "top_p", float, 0, 1, None),
-        "sampling_param_top_k": _number(body, "top_k", int, 0, 2**31 - 1, None),
+        "sampling_param_top_p": _number(body, "top_p", float, None, None, None),
+        "sampling_param_top_k": _number(body, "top_k", int, None, 2**31 - 1, None),
         "sampling_param_seed": _number(body, "seed", int, 0, 2**64 - 1, None),
         "sampling_param_return_perf_metrics": True,
     }
-    if values["sampling_param_top_p"] == 0:
-        raise _bad("top_p: must be above 0 (got 0)", "top_p")
+    problem = sampling_problem(temperature=values["sampling_param_temperature"],
+                               top_p=values["sampling_param_top_p"], top_k=values["sampling_param_top_k"])
+    if problem:
+        raise _bad(f"{problem[0]}: {problem[1]}", problem[0])
     if max_tokens is not None:
         values["sampling_param_max_tokens"] = max_tokens
     stop = body.get("stop")

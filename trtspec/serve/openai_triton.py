@@ -2,18 +2,23 @@
 
 Every OpenAI request becomes one request to the served model over Triton's gRPC streaming API, so
 the model's in-flight batching, queue limit and request checks apply exactly as to any other
-client. The inputs are typed from the model's own config (trtspec.client.requests.ServedModel);
-responses come back as (text, final, stats) pieces; a Triton error becomes an OpenAIError. A
-request whose HTTP client goes away is cancelled on the server (the gRPC call is cancelled).
+client. The inputs are the one builder's (trtspec.client.requests.ServedModel.inputs), the responses
+the one stream loop's (trtspec.client.triton_aio.stream_events), as (text, final, stats) pieces;
+a Triton error becomes an OpenAIError. A request whose HTTP client goes away is cancelled on the
+server (the gRPC call is cancelled).
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from trtspec.errors import ServerError
 from trtspec.serve.openai_protocol import OpenAIError, triton_error
+
+if TYPE_CHECKING:
+    from trtspec.client.requests import ServedModel
 
 
 @dataclass
@@ -31,15 +36,15 @@ class TritonForwarder:
 
         self.url, self.model = url, model
         self.client = grpcclient.InferenceServerClient(url=url)
-        self._types: dict[str, str] | None = None
+        self._served: ServedModel | None = None
 
-    async def input_types(self) -> dict[str, str]:
-        if self._types is None:
+    async def served(self) -> ServedModel:
+        """The served model's config, read once (its names and types type every request)."""
+        if self._served is None:
             from trtspec.client.requests import ServedModel
 
-            config = (await self.client.get_model_config(self.model, as_json=True))["config"]
-            self._types = ServedModel(config).input_types
-        return self._types
+            self._served = ServedModel((await self.client.get_model_config(self.model, as_json=True))["config"])
+        return self._served
 
     async def ready(self) -> bool:
         try:
@@ -47,67 +52,43 @@ class TritonForwarder:
         except Exception:  # noqa: BLE001 - any transport error means not ready
             return False
 
-    async def _inputs(self, values: dict[str, Any]) -> list[Any]:
-        import numpy as np
-        import tritonclient.grpc.aio as grpcclient
-
-        types = await self.input_types()
-        numpy_types = {"BOOL": np.bool_, "INT32": np.int32, "INT64": np.int64, "UINT64": np.uint64,
-                       "FP32": np.float32, "BYTES": np.object_}
-        inputs = []
-        for name, value in values.items():
-            if name not in types:
-                continue  # a model without trtspec's additions (the stock llmapi model) lacks them
-            items = value if isinstance(value, list) else [value]
-            if types[name] == "BYTES":
-                array = np.array([v.encode("utf-8") if isinstance(v, str) else v for v in items], dtype=np.object_)
-            else:
-                array = np.array(items, dtype=numpy_types[types[name]])
-            tensor = grpcclient.InferInput(name, list(array.shape), types[name])
-            tensor.set_data_from_numpy(array)
-            inputs.append(tensor)
-        return inputs
-
     async def generate(self, values: dict[str, Any]) -> AsyncIterator[Piece]:
-        """The model's responses to one request; the last has final=True (it carries finish_reason)."""
+        """The model's responses to one request; the last has final=True (it carries finish_reason).
+
+        The inputs are ServedModel.inputs' (values the model lacks, such as trtspec's additions on
+        the stock llmapi model, are dropped); the responses are trtspec.client's one stream loop.
+        """
         from tritonclient.utils import InferenceServerException
 
+        from trtspec.client.events import ResponseError
+        from trtspec.client.requests import InvalidRequestError
+        from trtspec.client.triton_aio import stream_events
+
         try:
-            inputs = await self._inputs(values)
+            served = await self.served()
         except InferenceServerException as error:
             raise OpenAIError(503, f"the Triton model is not reachable: {error.message()}") from None
-        request = {"model_name": self.model, "inputs": inputs}
-
-        async def requests():
-            yield request
-
-        call = self.client.stream_infer(requests())
-        finished = False
         try:
-            async for result, failure in call:
-                if failure is not None:
-                    raise triton_error(failure.message() if isinstance(failure, InferenceServerException)
-                                       else str(failure))
-                piece = _piece(result)
-                finished = piece.final
+            inputs = served.inputs(values)
+        except InvalidRequestError as error:
+            raise OpenAIError(400, str(error)) from None
+        events = stream_events(self.client, served, self.model, inputs, timeout_s=None)
+        try:
+            async for event in events:
+                # the cpu model sends finish_reason with its final response: that piece ends the answer
+                piece = Piece(text=event.text, final="finish_reason" in event.stats, stats=event.stats)
                 yield piece
-                if finished:
+                if piece.final:
                     return
-            raise OpenAIError(500, "the Triton model closed the stream before its final response")
+            raise OpenAIError(500, "the Triton model ended the request without a finish reason")
+        except ResponseError as error:
+            raise triton_error(error.detail) from None
+        except ServerError:
+            raise OpenAIError(500, "the Triton model closed the stream before its final response") from None
         except InferenceServerException as error:
             raise triton_error(error.message()) from None
         finally:
-            if not finished:
-                call.cancel()  # the HTTP client went away (or an error): the server drops the request
+            await events.aclose()  # before the final response (the HTTP client went away, or an error): cancelled
 
     async def close(self) -> None:
         await self.client.close()
-
-
-def _piece(result: Any) -> Piece:
-    """One response as a Piece (trtspec.client.events reads the outputs); the last one is the
-    response that carries finish_reason (the model sends it with the final flag)."""
-    from trtspec.client.events import event_from
-
-    event = event_from(result, 0.0, True)
-    return Piece(text=event.text, final="finish_reason" in event.stats, stats=event.stats)

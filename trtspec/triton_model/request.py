@@ -26,7 +26,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from trtspec.runtime.loop.request import temperature_problem
+from trtspec.sampling_rules import sampling_problem
 
 DEFAULT_MAX_TOKENS = 128
 INT32_MAX = 2**31 - 1
@@ -196,15 +196,11 @@ def parse_request(values: dict[str, Any], *, max_seq_len: int, max_prompt_bytes:
         raise InvalidRequest(f"sampling_param_max_tokens: must be below the engine's max_seq_len {max_seq_len} "
                              f"minus the prompt (got {max_tokens})")
     temperature = _scalar(values, "sampling_param_temperature", float, 0.0)
-    problem = temperature_problem(temperature)
-    if problem:
-        raise InvalidRequest(f"sampling_param_temperature: {problem}")
     top_p = _scalar(values, "sampling_param_top_p", float, 1.0)
-    if not 0.0 < top_p <= 1.0:
-        raise InvalidRequest(f"sampling_param_top_p: must be in (0, 1] (got {top_p})")
     top_k = _scalar(values, "sampling_param_top_k", int, 0)
-    if top_k < 0:
-        raise InvalidRequest(f"sampling_param_top_k: must be >= 0, 0 meaning off (got {top_k})")
+    problem = sampling_problem(temperature=temperature, top_p=top_p, top_k=top_k)
+    if problem:
+        raise InvalidRequest(f"sampling_param_{problem[0]}: {problem[1]}")
     seed = _scalar(values, "sampling_param_seed", int, None)
     stop = None
     if values.get("sampling_param_stop") is not None:

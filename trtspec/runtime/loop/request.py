@@ -10,12 +10,14 @@ incomplete UTF-8 character. It knows nothing about models or drafting.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from trtspec.errors import TrtSpecError
 from trtspec.runtime.loop.stats import GenerationStats
+
+# the one statement of the sampling ranges; MIN_TEMPERATURE and temperature_problem stay importable here
+from trtspec.sampling_rules import FIXES, MIN_TEMPERATURE, sampling_problem, temperature_problem  # noqa: F401
 
 
 class InvalidRequestError(TrtSpecError):
@@ -40,24 +42,6 @@ class RequestCancelled(Exception):
     """The caller went away; the engine stopped the request and freed its cache."""
 
 
-# Below this a positive temperature is refused: logits / temperature overflows float32 long before
-# the smallest float (1e-38 gave "probability tensor contains inf/nan"). The value is vLLM's
-# _SAMPLING_EPS (vllm/v1/sample/sampler.py), under which vLLM samples greedily; here the caller
-# is told to send 0 instead, so greedy is never a silent substitute.
-MIN_TEMPERATURE = 1e-5
-
-
-def temperature_problem(temperature: float) -> str | None:
-    """Why a temperature is refused, or None: 0 (greedy) or a finite value >= MIN_TEMPERATURE."""
-    if not math.isfinite(temperature):
-        return f"must be a finite number, 0 for greedy (got {temperature})"
-    if temperature < 0:
-        return f"must be >= 0 (got {temperature})"
-    if 0 < temperature < MIN_TEMPERATURE:
-        return f"must be 0 (greedy) or at least {MIN_TEMPERATURE:g}; smaller values overflow the logits (got {temperature:g})"
-    return None
-
-
 def validate(*, num_prompt_tokens: int, max_input_len: int, max_new_tokens: int, temperature: float,
              top_k: int, top_p: float) -> None:
     if num_prompt_tokens < 1:
@@ -67,13 +51,9 @@ def validate(*, num_prompt_tokens: int, max_input_len: int, max_new_tokens: int,
                                   f"{max_input_len}", fix="shorten the prompt or rebuild with a larger max_input_len")
     if max_new_tokens < 1:
         raise InvalidRequestError(f"max_new_tokens must be at least 1 (got {max_new_tokens})")
-    problem = temperature_problem(temperature)
+    problem = sampling_problem(temperature=temperature, top_p=top_p, top_k=top_k)
     if problem:
-        raise InvalidRequestError(f"temperature {problem}", fix="use 0 for greedy")
-    if top_k < 0:
-        raise InvalidRequestError(f"top_k must be >= 0 (got {top_k})", fix="use 0 to disable top-k")
-    if not 0.0 < top_p <= 1.0:
-        raise InvalidRequestError(f"top_p must be in (0, 1] (got {top_p})", fix="use 1.0 to disable top-p")
+        raise InvalidRequestError(f"{problem[0]} {problem[1]}", fix=FIXES[problem[0]])
 
 
 @dataclass
