@@ -26,19 +26,31 @@ from trtspec.builders.planner import ModelShape, Plan, PlanSettings, plan_memory
 GPU_BACKENDS = backends.GPU
 
 
-@dataclass
-class BuildResult:
+@dataclass(kw_only=True)
+class BuildResult(artifacts.StageResult):
+    """The engine stage's StageResult (kind "engine", path the engine directory; planned on a dry
+    run, skipped when up to date) with what build rendered, planned, checked and has to say."""
+
     name: str
-    engine_dir: Path
     engine: dict[str, Any]
     files: dict[str, str] = field(default_factory=dict)   # extra rendered files: name -> content
     plan: Plan | None = None
     smoke: dict[str, Any] | None = None
     verify: dict[str, Any] | None = None
     commands: list[str] = field(default_factory=list)
-    dry_run: bool = False
-    skipped: bool = False
     messages: list[str] = field(default_factory=list)
+
+    @property
+    def engine_dir(self) -> Path:
+        return self.path
+
+    @property
+    def dry_run(self) -> bool:
+        return self.status == "planned"
+
+    @property
+    def skipped(self) -> bool:
+        return self.status == "skipped"
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "engine_dir": str(self.engine_dir), "dry_run": self.dry_run,
@@ -114,7 +126,8 @@ def build(spec: Any, *, dry_run: bool = False, verify: bool = False, force: bool
     name = engine_name(spec)
     engine_dir = layout.engine_dir(name)
     inputs = ej.resolve_inputs(spec, layout)
-    result = BuildResult(name=name, engine_dir=engine_dir, engine={}, dry_run=dry_run)
+    result = BuildResult(kind="engine", path=engine_dir, status="planned" if dry_run else "written", name=name,
+                         engine={})
     contract = contracts.for_spec(spec) if backend.gpu else None
     if backend.gpu:
         from trtspec.builders import upstream
@@ -128,8 +141,8 @@ def build(spec: Any, *, dry_run: bool = False, verify: bool = False, force: bool
 
     # what this machine could do changes the result too (Steps.machine_inputs)
     manifest_inputs = {**_manifest_inputs(spec, inputs), **steps.machine_inputs(result)}
-    if not force and artifacts.is_up_to_date(engine_dir, manifest_inputs):
-        result.skipped = True
+    if not force and (skipped := artifacts.settled("engine", engine_dir, manifest_inputs, dry_run=False)):
+        result.status, result.manifest = skipped.status, skipped.manifest
         result.messages.append(f"{engine_dir} is up to date with these inputs; nothing to do (--force rebuilds)")
         return result
 
@@ -141,7 +154,7 @@ def build(spec: Any, *, dry_run: bool = False, verify: bool = False, force: bool
             (staging / "build.sh").chmod(0o755)
         artifacts.write_json(staging / artifacts.ENGINE_JSON, result.engine)
         steps.finish(spec, staging, result, contract, verify, engine_dir)
-        artifacts.write_manifest(staging, "engine", inputs=manifest_inputs, backend=backend.name,
-                                 mode=spec.speculative.mode, smoke=result.smoke,
-                                 plan_fits=result.plan.fits if result.plan else None)
+        result.manifest = artifacts.write_manifest(staging, "engine", inputs=manifest_inputs, backend=backend.name,
+                                                   mode=spec.speculative.mode, smoke=result.smoke,
+                                                   plan_fits=result.plan.fits if result.plan else None)
     return result
