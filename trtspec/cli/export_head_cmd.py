@@ -29,24 +29,10 @@ layer ids are written in each reader's own convention, the tensors bit for bit.
 @json_option
 def export_head(config_path, fmt, directory, force, as_json) -> None:
     """Write the EAGLE-3 head of checkpoints/eagle3 in another tool's layout."""
-    from trtspec import artifacts
-    from trtspec.artifacts import Layout
-    from trtspec.convert.eagle3.heads.export import export_head as write
-    from trtspec.errors import TrtSpecError
+    from trtspec.convert.eagle3.heads.export import export_checkpoint
 
-    spec = resolve_spec(config_path)
-    layout = Layout.from_spec(spec)
-    head, target = layout.checkpoint("eagle3"), layout.checkpoint("target")
-    if not (head / "config.json").is_file() or not (target / "config.json").is_file():
-        raise TrtSpecError(f"no EAGLE-3 head in {head} (or no target in {target})",
-                           fix="run `trtspec convert --mode eagle3` (with --head SOURCE to import one) first")
     out = Path(directory)
-    if out.exists() and not force:
-        raise TrtSpecError(f"{out} already exists", fix="pass --force to replace it, or choose another directory")
-    with artifacts.atomic_dir(out) as staging:
-        summary = write(head, staging, fmt, target_config=artifacts.read_json(target / "config.json"),
-                        verifier=spec.model.source, max_draft_len=spec.speculative.max_draft_len)
-    summary["path"] = str(out)
+    summary = export_checkpoint(resolve_spec(config_path), out, fmt, force=force)
     if as_json:
         emit_json(summary)
         return

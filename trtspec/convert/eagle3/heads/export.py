@@ -74,6 +74,26 @@ def export_head(canonical_dir: Path, out_dir: Path, fmt: str, *, target_config: 
             "forward": forward, "notes": notes}
 
 
+
+def export_checkpoint(spec: Any, out: Path, fmt: str, *, force: bool = False) -> dict[str, Any]:
+    """`trtspec export-head`: checkpoints/eagle3 of the spec's workdir written to `out` in `fmt`
+    (atomically: a failed export leaves `out` as it was); the summary, with its path."""
+    from trtspec import artifacts
+    from trtspec.errors import TrtSpecError
+
+    layout = artifacts.Layout.from_spec(spec)
+    head, target = layout.checkpoint("eagle3"), layout.checkpoint("target")
+    if not (head / "config.json").is_file() or not (target / "config.json").is_file():
+        raise TrtSpecError(f"no EAGLE-3 head in {head} (or no target in {target})",
+                           fix="run `trtspec convert --mode eagle3` (with --head SOURCE to import one) first")
+    if out.exists() and not force:
+        raise TrtSpecError(f"{out} already exists", fix="pass --force to replace it, or choose another directory")
+    with artifacts.atomic_dir(out) as staging:
+        summary = export_head(head, staging, fmt, target_config=artifacts.read_json(target / "config.json"),
+                              verifier=spec.model.source, max_draft_len=spec.speculative.max_draft_len)
+    summary["path"] = str(out)
+    return summary
+
 def _with_t2d(tensors: dict[str, Any], vocab: int) -> dict[str, Any]:
     """The tensors plus t2d (bool membership of each target token) where d2t reduces the vocabulary."""
     import torch
