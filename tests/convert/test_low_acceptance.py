@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from trtspec.artifacts import StageResult
 from trtspec.cli.convert_cmd import _print_results
 from trtspec.convert.reports import LOW_ACCEPTANCE_LENGTH, SLOWER_THAN_PLAIN, low_acceptance_warning
-from trtspec.artifacts import StageResult
 
 
 def test_warning_below_the_threshold_only():
