@@ -22,7 +22,8 @@ FORMAT = "trtspec-engine/1"
 # TensorRT-LLM's names for the speculative modes (build_config.speculative_decoding_mode).
 SPECULATIVE_DECODING_MODES = {"eagle3": "eagle3", "draft-target": "draft_tokens_external",
                               "ngram": "ngram", "lookahead": "lookahead_decoding", "none": "none",
-                              "layerskip": "layerskip"}  # cpu only: TensorRT-LLM has no early exit
+                              "layerskip": "layerskip",  # cpu only: TensorRT-LLM has no early exit
+                              "medusa": "medusa", "mtp": "mtp"}
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ class BuildInputs:
     target: Checkpoint             # what the engine serves (the FP8 checkpoint when --fp8)
     base_target: Checkpoint        # the unquantized target (what drafts are paired against)
     draft: Checkpoint | None
-    draft_kind: str | None         # "eagle3" | "draft-model" | None
+    draft_kind: str | None         # "eagle3" | "draft-model" | "medusa" | None
 
 
 def _from_dir(path: Path, kind: str) -> Checkpoint:
@@ -83,6 +84,11 @@ def resolve_inputs(spec: Any, layout: Layout | None = None) -> BuildInputs:
         draft, draft_kind = _from_dir(head_dir, "eagle3"), "eagle3"
     elif mode == "draft-target":
         draft, draft_kind = _resolve_draft(spec, layout, fp8), "draft-model"
+    elif mode == "medusa":
+        heads_dir = layout.checkpoint("medusa")
+        if not heads_dir.is_dir():
+            raise ModelSourceError(f"{heads_dir}: no Medusa heads", fix="run `trtspec convert --mode medusa` first")
+        draft, draft_kind = _from_dir(heads_dir, "medusa"), "medusa"
     if draft is not None:
         check_pair(base, target, draft)
     return BuildInputs(target=target, base_target=base, draft=draft, draft_kind=draft_kind)
@@ -129,13 +135,37 @@ def check_pair(base_target: Checkpoint, target: Checkpoint, draft: Checkpoint) -
                 fix="use a draft trained with the target's tokenizer")
 
 
+def medusa_shape(spec: Any) -> tuple[int, int]:
+    """(heads, ResBlocks per head): checkpoints/medusa's config.json when convert wrote it, else
+    speculative.medusa's counts or convert's defaults."""
+    from trtspec.spec.medusa import DEFAULT_HEADS, DEFAULT_LAYERS
+
+    settings = spec.speculative.medusa
+    config = Layout.from_spec(spec).checkpoint("medusa") / "config.json"
+    if config.is_file():
+        written = artifacts.read_json(config)
+        return int(written["medusa_num_heads"]), int(written["medusa_num_layers"])
+    return settings.num_heads or DEFAULT_HEADS, settings.num_layers or DEFAULT_LAYERS
+
+
+def medusa_choices(spec: Any) -> list[list[int]]:
+    """The Medusa tree engines are built for: speculative.medusa.choices, else the default cut to
+    the heads' depth."""
+    return spec.speculative.medusa.tree(medusa_shape(spec)[0])
+
+
 def engine_max_draft_len(spec: Any) -> int:
     """Draft tokens the engines are built for: 0 without speculation; TensorRT engines for
     lookahead (W, N, G) take (N-2 if N>1 else 0) + (W-1+G)(N-1) (LookaheadSpec.max_draft_len);
-    else speculative.max_draft_len (the cpu engine's lookahead chains too)."""
+    Medusa, its tree's nodes (a TensorRT-LLM Medusa engine's draft tokens are the medusa_choices
+    nodes: convert_checkpoint.py's --max_medusa_token_len defaults to 63 for the 63-node default
+    tree mc_sim_7b_63); else speculative.max_draft_len
+    (the cpu engine's lookahead chains too)."""
     s = spec.speculative
     if s.mode == "none":
         return 0
+    if s.mode == "medusa":
+        return len(medusa_choices(spec))
     if s.mode == "lookahead" and spec.build.backend == "trtllm-engine":
         return s.lookahead.max_draft_len
     return s.max_draft_len
@@ -174,6 +204,8 @@ def engine_json(spec: Any, name: str, inputs: BuildInputs, *, target_path: str =
                     **({"exit_layer": s.layerskip.exit_layer} if s.mode == "layerskip" else {}),
                     **({"lookahead": [s.lookahead.window, s.lookahead.ngram, s.lookahead.verification_set]}
                        if s.mode == "lookahead" else {}),
+                    **({"medusa_choices": medusa_choices(spec)} if s.mode == "medusa" else {}),
+                    **({"mtp_layers": s.mtp.num_layers} if s.mode == "mtp" else {}),
                     **({"tree": [s.tree.topk, s.tree.depth, s.tree.num_draft_tokens],
                         "tree_min_path_prob": s.tree.min_path_prob} if s.tree else {})},
         **backend_keys,

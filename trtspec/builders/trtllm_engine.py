@@ -11,7 +11,11 @@ releases); FP8 uses `quantize.py --qformat fp8` and `--gemm_plugin fp8`; `--use_
 is enabled only with an FP8 KV cache; `--gather_generation_logits` only when draft logits are
 used; `--gather_context_logits` never with drafts. Lookahead (W, N, G) builds the target with
 `--speculative_decoding_mode lookahead_decoding --max_draft_len (N-2 if N>1 else 0) + (W-1+G)(N-1)`
-(examples/lookahead/README.md); EAGLE-3, n-gram and layerskip are refused here.
+(examples/lookahead/README.md). Medusa converts the target with its heads as upstream's
+examples/medusa does (`convert_checkpoint.py --medusa_model_dir`, instead of quantize.py) and
+builds it with `--speculative_decoding_mode medusa --max_draft_len <the tree's nodes>`; FP8 Medusa
+engines are refused (quantize.py's Medusa flags are not in the contract). EAGLE-3, n-gram and
+layerskip are refused here.
 """
 
 from __future__ import annotations
@@ -21,15 +25,16 @@ from pathlib import Path
 from typing import Any
 
 from trtspec import subproc
-from trtspec.builders import upstream
+from trtspec.builders import engine_json, upstream
 from trtspec.builders.contracts import Contract
 from trtspec.errors import IncompatibleArtifactError
 from trtspec.spec.schema import BACKEND_REFUSALS
 
 QUANTIZE_SCRIPT = "/app/examples/quantization/quantize.py"   # where the trtllm containers keep the examples
+MEDUSA_SCRIPT = "/app/examples/medusa/convert_checkpoint.py"
 BUILD_TIMEOUT_S = 3 * 3600
 # the target engine's --speculative_decoding_mode per trtspec mode (build.py choices, contract)
-TARGET_DECODING = {"draft-target": "draft_tokens_external", "lookahead": "lookahead_decoding"}
+TARGET_DECODING = {"draft-target": "draft_tokens_external", "lookahead": "lookahead_decoding", "medusa": "medusa"}
 
 
 def refuse_unsupported(mode: str) -> None:
@@ -47,6 +52,21 @@ def _quantize(model_dir: str, output_dir: str, spec: Any) -> list[str]:
         command += ["--kv_cache_dtype", "fp8"]
     command += ["--calib_size", str(q.calibration_size), "--tp_size", str(b.tp_size), "--pp_size", str(b.pp_size)]
     return command
+
+
+def _medusa_convert(model_dir: str, heads_dir: str, output_dir: str, spec: Any) -> list[str]:
+    """The target and its heads as one TensorRT-LLM checkpoint (examples/medusa/convert_checkpoint.py)."""
+    from trtspec.builders.engine_json import engine_max_draft_len, medusa_shape
+
+    if spec.quantization.fp8:
+        raise IncompatibleArtifactError("trtspec does not write FP8 Medusa engines (quantize.py's --medusa_model_dir "
+                                        "flags are not in its contract)", fix="build mode medusa without quantization.fp8")
+    heads, layers = medusa_shape(spec)
+    b = spec.build
+    return ["python3", MEDUSA_SCRIPT, "--model_dir", model_dir, "--medusa_model_dir", heads_dir,
+            "--output_dir", output_dir, "--dtype", "bfloat16", "--num_medusa_heads", str(heads),
+            "--num_medusa_layers", str(layers), "--max_medusa_token_len", str(engine_max_draft_len(spec)),
+            "--medusa_hidden_act", "silu", "--tp_size", str(b.tp_size), "--pp_size", str(b.pp_size)]
 
 
 def _trtllm_build(checkpoint_dir: str, output_dir: str, spec: Any, *, speculative: str | None,
@@ -74,7 +94,9 @@ def engine_commands(spec: Any, contract: Contract, *, use_draft_logits: bool = F
     refuse_unsupported(spec.speculative.mode)
     draft_target = spec.speculative.mode == "draft-target"
     decoding = TARGET_DECODING.get(spec.speculative.mode)
-    commands = [_quantize("hf/target", "checkpoints/target", spec)]
+    medusa = spec.speculative.mode == "medusa"
+    commands = [_medusa_convert("hf/target", "hf/draft", "checkpoints/target", spec) if medusa
+                else _quantize("hf/target", "checkpoints/target", spec)]
     if draft_target:
         commands.append(_quantize("hf/draft", "checkpoints/draft", spec))
     commands.append(_trtllm_build("checkpoints/target", "target", spec, speculative=decoding,
@@ -104,6 +126,9 @@ def check_engine_command(command: list[str], contract: Contract) -> None:
                 raise IncompatibleArtifactError(f"EAGLE engines allow max_draft_len <= {table['eagle_max_draft_len']}")
         if flags.get("--use_fp8_context_fmha") == "enable" and flags.get("--gemm_plugin") != "fp8":
             raise IncompatibleArtifactError("--use_fp8_context_fmha enable needs an FP8 checkpoint")
+    elif command[1] == MEDUSA_SCRIPT:
+        table = contract.data["medusa_convert"]
+        upstream.check_command(command, table["flags"], where=table["source"])
     else:
         upstream.check_command(command, contract.quantize["flags"], where=contract.quantize["source"])
 
@@ -147,6 +172,7 @@ def engine_section(spec: Any, contract: Contract, commands: list[list[str]], bui
     """
     draft_target = spec.speculative.mode == "draft-target"
     lookahead = spec.speculative.lookahead if spec.speculative.mode == "lookahead" else None
+    medusa = spec.speculative.mode == "medusa"
     return {
         "tensorrt_llm_version": contract.version,
         "container": contract.image,
@@ -154,9 +180,11 @@ def engine_section(spec: Any, contract: Contract, commands: list[list[str]], bui
         "tokenizer_dir": "hf/target",
         # the C++ backend reads the lookahead_* parameters only under decoding_mode lookahead
         # (tensorrtllm_backend model_instance_state.cc; reference heads-and-methods.md section 5)
-        "decoding_mode": "lookahead" if lookahead else "top_k_top_p",
+        "decoding_mode": "lookahead" if lookahead else "medusa" if medusa else "top_k_top_p",
         **({"lookahead": {"window_size": lookahead.window, "ngram_size": lookahead.ngram,
                           "verification_set_size": lookahead.verification_set}} if lookahead else {}),
+        # the tree the C++ backend reads from Triton's medusa_choices parameter (repository/trtllm_engine)
+        **({"medusa_choices": engine_json.medusa_choices(spec)} if medusa else {}),
         "speculative_decoding_mode": TARGET_DECODING.get(spec.speculative.mode),
         "num_draft_tokens": spec.speculative.max_draft_len if draft_target else 0,
         "use_draft_logits": use_draft_logits,

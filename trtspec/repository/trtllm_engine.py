@@ -60,7 +60,7 @@ UNSET = {
     "lora_cache_max_adapter_size": "no LoRA", "lora_cache_optimal_adapter_size": "no LoRA",
     "lora_prefetch_dir": "no LoRA",
     "max_attention_window_size": "full attention (engine default)",
-    "medusa_choices": "Medusa is not a trtspec mode",
+    "medusa_choices": "set only for mode medusa (the engine's tree, brace syntax)",
     "eagle_choices": "EAGLE is refused on trtllm-engine (EAGLE-3 needs the LLM API)",
     "gpu_weights_percent": "weights stay on the GPU",
     "sink_token_length": "no attention sinks",
@@ -80,7 +80,7 @@ def plan(engine: dict[str, Any], spec: Any, engine_path: str, engine_dir: Path) 
     build = engine["build_config"]
     root = PurePosixPath(engine_path)
     draft_target = engine["mode"] == "draft-target"
-    if engine["mode"] not in ("draft-target", "lookahead", "none"):
+    if engine["mode"] not in ("draft-target", "lookahead", "medusa", "none"):
         raise IncompatibleArtifactError(f"mode {engine['mode']} has no TensorRT-engine repository",
                                         fix="use build.backend: trtllm")
     engines = section.get("engines") or {"target": "target", "draft": "draft" if draft_target else None}
@@ -114,7 +114,21 @@ def plan(engine: dict[str, Any], spec: Any, engine_path: str, engine_dir: Path) 
         "draft_target": draft_target,
         "instance_count": spec.serve.instance_count,
         "lookahead": section.get("lookahead"),  # {window_size, ngram_size, verification_set_size} or None
+        "medusa_choices": medusa_braces(_medusa_tree(engine, section)) if engine["mode"] == "medusa" else None,
     }
+
+
+def _medusa_tree(engine: dict[str, Any], section: dict[str, Any]) -> list[list[int]]:
+    if not section.get("medusa_choices"):
+        raise IncompatibleArtifactError(f"engine {engine.get('name')}: engine.json has no medusa_choices",
+                                        fix="rebuild it with this trtspec (`trtspec build --force`)")
+    return section["medusa_choices"]
+
+
+def medusa_braces(choices: list[list[int]]) -> str:
+    """Triton's medusa_choices syntax, "{0}, {0, 0}, {1}" (tensorrtllm_backend docs/model_config.md@v0.19.0
+    L178-182: "in the format of e.g. "{0, 0, 0}, {0, 1}""), unlike the CLI's Python lists."""
+    return ", ".join("{" + ", ".join(str(int(i)) for i in path) + "}" for path in choices)
 
 
 def multi_gpu_mode(draft_target: bool, world: int) -> str:
@@ -158,6 +172,8 @@ def _llm_fills(values: dict[str, Any], *, draft: bool) -> dict[str, Any]:
         # model-level (W, N, G), read under decoding_mode lookahead (config.pbtxt lookahead_*)
         **({f"lookahead_{key}": value for key, value in values["lookahead"].items()}
            if values.get("lookahead") and not draft else {}),
+        # the engine's tree; without it the backend only warns and takes mc_sim_7b_63 (model_instance_state.cc)
+        **({"medusa_choices": values["medusa_choices"]} if values.get("medusa_choices") and not draft else {}),
     }
 
 

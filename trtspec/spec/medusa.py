@@ -10,6 +10,7 @@ from trtspec.spec.section import Section
 # The default tree for heads of any depth (cut to num_heads levels): 9 nodes. Medusa's own
 # mc_sim_7b_63 has 63, sized for a GPU where a wider verify pass costs nothing; on a CPU every node
 # is a row of the target's verify pass.
+DEFAULT_HEADS, DEFAULT_LAYERS = 4, 1   # what convert trains when num_heads / num_layers are empty
 DEFAULT_CHOICES = ((0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0), (0, 0, 1), (0, 0, 0, 0))
 
 

@@ -11,6 +11,10 @@ are the Sequential's indices (reference heads-and-methods.md section 3):
                    `medusa_heads.{h}.{L}.weight` (modelopt/torch/speculative/plugins/hf_medusa.py),
                    config.json `medusa` {num_medusa_heads, num_medusa_layers} where it was saved
 
+Both train head k on token t+k+2 from position t (FasterDecoding's medusa_labels = labels[..., 2 + k:];
+ModelOpt's labels come shifted by one, plugins/hf_streaming_dataset.py `labels[..., :-1] =
+input_ids[..., 1:]`, and hf_medusa.py shifts them once more per head), so their heads mean the same.
+
 The canonical form is FasterDecoding's safetensors layout, which is also what TensorRT-LLM's
 examples/medusa/convert_checkpoint.py reads from --medusa_model_dir (tensorrt_llm/models/medusa/
 weight.py load_medusa_hf), and what the cpu engine's drafter loads. Counts come from the tensors,

@@ -18,8 +18,8 @@ from trtspec.convert.medusa import layouts
 from trtspec.convert.progress import Phase, Reporter
 from trtspec.convert.target import StageResult
 from trtspec.errors import ModelSourceError, SpecError
+from trtspec.spec.medusa import DEFAULT_HEADS, DEFAULT_LAYERS
 
-DEFAULT_HEADS, DEFAULT_LAYERS = 4, 1
 HEAD_FILES = ("*.json", "*.safetensors", "*.pt")
 
 

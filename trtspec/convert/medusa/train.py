@@ -96,8 +96,10 @@ def resblocks(x, weights: list[tuple[Any, Any]]):
 
 
 def train_heads(data: Features, lm_head_weight, *, num_heads: int, num_layers: int, seconds: float, seed: int = 0,
+                steps: int | None = None,
                 on_step: Callable[[int, float], Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(canonical tensors, report) after training the ResBlocks for about `seconds`."""
+    """(canonical tensors, report) after training the ResBlocks for about `seconds` (or exactly
+    `steps` steps: the same heads on every run, as tests need)."""
     import torch
     import torch.nn.functional as F
 
@@ -111,8 +113,8 @@ def train_heads(data: Features, lm_head_weight, *, num_heads: int, num_layers: i
               for _ in range(num_heads)]
     optimizer = torch.optim.AdamW([t for head in params for pair in head for t in pair], lr=LEARNING_RATE,
                                   weight_decay=0.0)
-    started, steps, loss_value = time.monotonic(), 0, float("nan")
-    while steps == 0 or time.monotonic() - started < seconds:
+    started, done, loss_value = time.monotonic(), 0, float("nan")
+    while done == 0 or (done < steps if steps is not None else time.monotonic() - started < seconds):
         batch = train_rows[torch.randint(split, (min(BATCH_ROWS, split),), generator=generator)]
         x, labels = data.hidden[batch], data.labels[batch]
         loss = sum((DECAY ** k) * F.cross_entropy(F.linear(resblocks(x, params[k]), projection), labels[:, k],
@@ -121,15 +123,15 @@ def train_heads(data: Features, lm_head_weight, *, num_heads: int, num_layers: i
         optimizer.zero_grad()
         loss.backward()  # type: ignore[union-attr]
         optimizer.step()
-        steps, loss_value = steps + 1, float(loss.detach())  # type: ignore[union-attr]
+        done, loss_value = done + 1, float(loss.detach())  # type: ignore[union-attr]
         if on_step:
-            on_step(steps, loss_value)
+            on_step(done, loss_value)
     tensors = init_heads(projection, num_heads, num_layers)
     for h, head in enumerate(params):
         for layer, (weight, bias) in enumerate(head):
             tensors[f"{h}.{layer}.linear.weight"] = weight.detach().clone()
             tensors[f"{h}.{layer}.linear.bias"] = bias.detach().clone()
-    report = {"steps": steps, "seconds": round(time.monotonic() - started, 1), "final_loss": round(loss_value, 4),
+    report = {"steps": done, "seconds": round(time.monotonic() - started, 1), "final_loss": round(loss_value, 4),
               "train_rows": split, "held_out_rows": rows - split,
               "held_out_top1": held_out_top1(data, split, params, projection)}
     return tensors, report
