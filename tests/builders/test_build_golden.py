@@ -90,6 +90,8 @@ def test_trtllm_options_use_only_contract_fields(workspace, in_tmp, version):
     assert ("tokens_per_block" in options["kv_cache_config"]) == (version == "1.2.1")
     spec_cfg = options["speculative_config"]
     assert spec_cfg["decoding_type"] == "Eagle" and spec_cfg["decoding_type"] in api["dispatch"]["names"]
+    # a string the contract records as rejected by the release (1.2.1: "Eagle3") is never also accepted
+    assert not set(api["dispatch"].get("not_accepted", {})) & set(api["dispatch"]["names"])
     assert spec_cfg["max_draft_len"] == 4
     assert spec_cfg["speculative_model_dir"] == str((engine_dir / "draft").resolve())
     assert set(spec_cfg) <= set(api["decoding"]["eagle3"]["fields"])
