@@ -58,7 +58,7 @@ def test_bad_spec_gives_one_line_per_problem_and_exit_2(in_tmp):
 
 def test_debug_env_shows_the_traceback(in_tmp, monkeypatch):
     monkeypatch.setenv("TRTSPEC_DEBUG", "1")
-    (in_tmp / "bad.yaml").write_text("speculative:\n  mode: medusa\n")
+    (in_tmp / "bad.yaml").write_text("speculative:\n  mode: warp\n")
     result = CliRunner().invoke(main, ["spec", "check", "-c", "bad.yaml"])
     assert result.exit_code != 0
     assert result.exception is not None and type(result.exception).__name__ == "SpecError"

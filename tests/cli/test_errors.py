@@ -15,6 +15,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from trtspec import modes
 from trtspec.cli import main
 from trtspec.cli._errors import as_cli_error
 
@@ -145,8 +146,8 @@ def test_spec_problem_lines(in_tmp, text, expected):
     (["--bogus"], "error: no such option '--bogus'; see 'trtspec --help'"),
     (["generate", "--temprature", "1", "hi"], "error: no such option '--temprature'; did you mean '--temperature'?"),
     (["generate"], "error: missing argument 'PROMPT'; see 'trtspec generate --help'"),
-    (["build", "--mode", "medusa"],
-     "error: --mode: 'medusa' is not one of 'eagle3', 'draft-target', 'ngram', 'lookahead', 'layerskip', 'none'; "
+    (["build", "--mode", "warp"],
+     f"error: --mode: 'warp' is not one of {', '.join(repr(name) for name in modes.NAMES)}; "
      "see 'trtspec build --help'"),
     (["infer", "--max-tokens", "many", "hi"], "error: --max-tokens: 'many' is not a valid integer; "
                                               "see 'trtspec infer --help'"),
