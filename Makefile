@@ -43,7 +43,7 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow and not e2e"
 
 lint: $(STAMP)
-	$(BIN)/ruff check trtspec tests scripts
+	$(BIN)/ruff check trtspec tests scripts benchmarks
 
 # mypy on the packages and modules [tool.mypy] in pyproject.toml lists (those that pass; growing)
 typecheck: $(STAMP)

@@ -12,14 +12,14 @@
 #
 # `prepare` also puts the trtspec package of commit $PREVIOUS (default 878e027: oneDNN or MKL per
 # layer, before the row kernel) in .devcarry/previous, the "before".
-# `run` writes to $OUT (at most 8 files come back): lscpu.txt, linear.txt (bench_linear_kernels.py:
+# `run` writes to $OUT (at most 8 files come back): lscpu.txt, linear.txt (benchmarks/linear_kernels.py:
 # oneDNN and MKL per layer shape at 1/4/8/16 threads, times and row invariance; then
-# bench_linear_sequence.py: all 211 layers in sequence on the row kernel, oneDNN and MKL at 16
+# benchmarks/linear_sequence.py: all 211 layers in sequence on the row kernel, oneDNN and MKL at 16
 # threads, 1/8/64 rows), forwards.txt
-# (bench_decode_forward.py: engine at 1/8/16 threads and HF at 1/16, each engine line preceded by
+# (benchmarks/decode_forward.py: engine at 1/8/16 threads and HF at 1/16, each engine line preceded by
 # the kernels its layers chose; at 16 also every layer forced on oneDNN, the "before"), threads.txt
-# (bench_threads.py: tokens/s at 8/16 threads x batch 1/8, the previous engine the same, HF at 16;
-# one round), and ceiling.txt (bench_scaling_ceiling.py at 16 threads). About 9 minutes on the 16-core Xeon;
+# (benchmarks/threads.py: tokens/s at 8/16 threads x batch 1/8, the previous engine the same, HF at 16;
+# one round), and ceiling.txt (benchmarks/scaling_ceiling.py at 16 threads). About 9 minutes on the 16-core Xeon;
 # each step has its own time limit so a slow one cannot eat the others. The device's own torch
 # (2.11+cu130 when last run) is used; transformers and tokenizers travel at this venv's versions.
 set -uo pipefail
@@ -51,18 +51,18 @@ run() {
   python3 -c "import torch; print('torch', torch.__version__, torch.get_num_threads(), 'threads')"
   python3 scripts/random_smollm2.py --like .devcarry/smollm2 2>/dev/null || exit 5
   local variant
-  timeout 90 python3 scripts/bench_linear_kernels.py --threads 1,4,8,16 > "$OUT/linear.txt" 2>&1; tail -4 "$OUT/linear.txt"
-  timeout 60 python3 scripts/bench_linear_sequence.py --threads 16 --rows 1,8,64 --rounds 3 --kernels rowdot,onednn,mkl \
+  timeout 90 python3 -m benchmarks linear-kernels --threads 1,4,8,16 > "$OUT/linear.txt" 2>&1; tail -4 "$OUT/linear.txt"
+  timeout 60 python3 -m benchmarks linear-sequence --threads 16 --rows 1,8,64 --rounds 3 --kernels rowdot,onednn,mkl \
     >> "$OUT/linear.txt" 2>&1; tail -5 "$OUT/linear.txt"
   for variant in "engine 1" "hf 1" "engine 8" "engine 16" "engine 16 --onednn-linear" "hf 16" "engine 16 --profile"; do
     echo "=== $variant (load $(cut -d' ' -f1 /proc/loadavg))" >> "$OUT/forwards.txt"
     # shellcheck disable=SC2086
-    timeout 60 python3 scripts/bench_decode_forward.py $variant >> "$OUT/forwards.txt" 2>&1
+    timeout 60 python3 -m benchmarks decode-forward $variant >> "$OUT/forwards.txt" 2>&1
     tail -1 "$OUT/forwards.txt"
   done
-  timeout 220 python3 scripts/bench_threads.py --threads 8,16 --hf-threads 16 --rounds 1 --max-tokens 32 \
+  timeout 220 python3 -m benchmarks threads --threads 8,16 --hf-threads 16 --rounds 1 --max-tokens 32 \
     --previous "$PWD/.devcarry/previous" > "$OUT/threads.txt" 2>&1; tail -14 "$OUT/threads.txt"
-  OMP_NUM_THREADS=16 timeout 100 python3 scripts/bench_scaling_ceiling.py --concurrency 1,8,16 --repeats 1 \
+  OMP_NUM_THREADS=16 timeout 100 python3 -m benchmarks scaling-ceiling --concurrency 1,8,16 --repeats 1 \
     --requests-per-slot 4 --max-tokens 48 > "$OUT/ceiling.txt" 2>&1; tail -6 "$OUT/ceiling.txt"
 }
 

@@ -14,7 +14,7 @@ PAGES = ("BENCHMARKS.md", "BENCHMARKS-log.md", "BENCHMARKS-engine.md")
 # `BENCHMARKS.md ("A")`, `BENCHMARKS.md "A"`
 NAME = r'"([\w`][^"]*)"'
 CITATION = re.compile(r'(BENCHMARKS(?:-log|-engine)?\.md)\)?,?\s*\(?((?:' + NAME + r'(?:,?\s*(?:and\s+)?)?)+)')
-CITING = ("trtspec", "docs", "scripts", "tests")
+CITING = ("trtspec", "docs", "scripts", "benchmarks", "tests")
 SUFFIXES = {".py", ".md", ".cpp", ".h", ".sh", ".txt", ".yaml"}
 
 

@@ -1,6 +1,6 @@
 """scripts/device_cpu_scaling.sh runs on the device machine only (its 16-core CPU): here, that it
-parses, that every script and flag it calls exists, and that its parts run on a tiny model
-(random_smollm2.py's cache, bench_decode_forward.py's variants, bench_linear_kernels.py)."""
+parses, that every script, comparison (python -m benchmarks NAME) and flag it calls exists, and that
+its parts run on a tiny model (random_smollm2.py's cache, decode-forward's variants, linear-kernels)."""
 
 from __future__ import annotations
 
@@ -21,9 +21,14 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "device_cpu_scaling.sh"
 
 
-def _python(script: str, *args: str, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / script), *args], capture_output=True, text=True,
+def _python(*argv: str, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    """`python ARGV` in the repository root: a script of scripts/ or `-m benchmarks NAME`."""
+    return subprocess.run([sys.executable, *argv], capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, **(env or {})}, cwd=ROOT)
+
+
+def _harness(name: str, *args: str, **kwargs) -> subprocess.CompletedProcess:
+    return _python("-m", "benchmarks", name, *args, **kwargs)
 
 
 def test_script_parses_and_refuses_an_unknown_verb():
@@ -33,29 +38,35 @@ def test_script_parses_and_refuses_an_unknown_verb():
 
 
 def _calls() -> list[list[str]]:
-    """argv (after `python3`) of every script the run step calls, the forward variants expanded."""
+    """argv (after `python3`) of every script and comparison the run step calls, the forward
+    variants expanded."""
     text = SCRIPT.read_text().replace("\\\n", " ")
-    calls = [shlex.split(match) for match in re.findall(r"python3 (scripts/\S+\.py[^>\n]*)", text)]
+    calls = [shlex.split(match) for match in re.findall(r"python3 ((?:scripts/\S+\.py|-m benchmarks \S+)[^>\n]*)", text)]
     variants = re.search(r"for variant in (.*?); do", text, re.S).group(1)
-    calls += [["scripts/bench_decode_forward.py", *shlex.split(v)] for v in shlex.split(variants)]
+    calls += [["-m", "benchmarks", "decode-forward", *shlex.split(v)] for v in shlex.split(variants)]
     return [c for c in calls if "$variant" not in c]
+
+
+def _program(call: list[str]) -> list[str]:
+    """The part of a call that names what runs: [script] or ["-m", "benchmarks", NAME]."""
+    return call[:3] if call[0] == "-m" else call[:1]
 
 
 def test_every_called_script_takes_the_flags_it_is_given():
     calls = _calls()
-    assert {Path(c[0]).name for c in calls} >= {"random_smollm2.py", "bench_linear_kernels.py",
-                                                "bench_decode_forward.py", "bench_threads.py",
-                                                "bench_scaling_ceiling.py"}
+    assert {" ".join(_program(c)) for c in calls} >= {
+        "scripts/random_smollm2.py", "-m benchmarks linear-kernels", "-m benchmarks decode-forward",
+        "-m benchmarks threads", "-m benchmarks scaling-ceiling"}
     helps: dict[str, str] = {}
     for call in calls:
-        script = Path(call[0]).name
-        assert (ROOT / "scripts" / script).is_file(), script
-        if script not in helps:
-            result = _python(script, "--help", timeout=60)
+        program = " ".join(_program(call))
+        assert call[0] == "-m" or (ROOT / call[0]).is_file(), program
+        if program not in helps:
+            result = _python(*_program(call), "--help", timeout=60)
             assert result.returncode == 0, result.stderr
-            helps[script] = result.stdout
-        for flag in (a.split("=")[0] for a in call[1:] if a.startswith("--")):
-            assert re.search(rf"{re.escape(flag)}\b", helps[script]), f"{script} has no {flag}"
+            helps[program] = result.stdout
+        for flag in (a.split("=")[0] for a in call[len(_program(call)):] if a.startswith("--")):
+            assert re.search(rf"{re.escape(flag)}\b", helps[program]), f"{program} has no {flag}"
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +74,7 @@ def random_cache(tmp_path_factory):
     """A TRTSPEC_CACHE whose smollm2 is random_smollm2.py's output, shaped like a tiny Llama."""
     like = make_tiny_llama(tmp_path_factory.mktemp("like"), vocab_size=1100)
     cache = tmp_path_factory.mktemp("cache")
-    result = _python("random_smollm2.py", "--like", str(like), env={"TRTSPEC_CACHE": str(cache)})
+    result = _python("scripts/random_smollm2.py", "--like", str(like), env={"TRTSPEC_CACHE": str(cache)})
     assert result.returncode == 0, result.stderr
     return cache
 
@@ -75,7 +86,7 @@ def test_random_smollm2_writes_a_marked_cache_and_never_over_a_real_one(random_c
     real = tmp_path / "models" / "smollm2"
     real.mkdir(parents=True)
     (real / "manifest.json").write_text(json.dumps({"kind": "model"}))  # the real model's cache has no note
-    result = _python("random_smollm2.py", "--like", str(target), env={"TRTSPEC_CACHE": str(tmp_path)})
+    result = _python("scripts/random_smollm2.py", "--like", str(target), env={"TRTSPEC_CACHE": str(tmp_path)})
     assert result.returncode != 0 and "holds the real SmolLM2" in result.stderr
     assert sorted(p.name for p in real.iterdir()) == ["manifest.json"]
 
@@ -83,7 +94,7 @@ def test_random_smollm2_writes_a_marked_cache_and_never_over_a_real_one(random_c
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", [["engine", "1", "--onednn-linear"], ["hf", "1"]])
 def test_decode_forward_variants_print_their_result(random_cache, variant):
-    result = _python("bench_decode_forward.py", *variant, env={"TRTSPEC_CACHE": str(random_cache)})
+    result = _harness("decode-forward", *variant, env={"TRTSPEC_CACHE": str(random_cache)})
     assert result.returncode == 0, result.stderr[-2000:]
     if "--onednn-linear" in variant:  # the "before": every layer on oneDNN, whatever load chose
         kernels = [x for x in result.stdout.splitlines() if x.startswith("linear kernels")][-1]
@@ -95,7 +106,7 @@ def test_decode_forward_variants_print_their_result(random_cache, variant):
 
 @pytest.mark.slow
 def test_linear_kernels_table_has_both_kernels_for_every_layer():
-    result = _python("bench_linear_kernels.py", "--threads", "1")
+    result = _harness("linear-kernels", "--threads", "1")
     assert result.returncode == 0, result.stderr[-2000:]
     rows = [line.split("|")[1:-1] for line in result.stdout.splitlines() if re.match(r"\| \d+ x \d+", line)]
     assert len(rows) == 10 and {r[2].strip() for r in rows} == {"onednn", "mkl"}
@@ -104,7 +115,7 @@ def test_linear_kernels_table_has_both_kernels_for_every_layer():
 
 @pytest.mark.skipif(not native.available(), reason="the row kernel cannot be built here")
 def test_linear_sequence_table_compares_the_row_kernel_with_onednn():
-    result = _python("bench_linear_sequence.py", "--threads", "1", "--rows", "1,8", "--rounds", "1", "--layers", "1")
+    result = _harness("linear-sequence", "--threads", "1", "--rows", "1,8", "--rounds", "1", "--layers", "1")
     assert result.returncode == 0, result.stderr[-2000:]
     rows = [line.split("|")[1:-1] for line in result.stdout.splitlines() if re.match(r"\| \d+ \|", line)]
     assert [r[0].strip() for r in rows] == ["1", "8"]

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """How fast `trtspec convert --mode eagle3` can make its training answers on this machine.
 
 Greedy answers to the first N packaged training prompts, two ways over the same float32 target:
@@ -6,7 +5,7 @@ transformers' `generate` in batches (convert's path for a GPU or bfloat16 target
 cpu engine with K answers in flight (convert's path on the CPU, convert/eagle3/engine_answers.py).
 Each variant runs in its own process, one after another; prints answer tokens per second.
 
-    .venv/bin/python scripts/bench_answers.py --model ~/.cache/trtspec/models/smollm2 \\
+    .venv/bin/python -m benchmarks answers --model ~/.cache/trtspec/models/smollm2 \\
         --num-prompts 64 --answer-tokens 128 generate:64 engine:16 engine:32 engine:64
 """
 
@@ -15,11 +14,9 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
-import sys
 import time
-from pathlib import Path
 
-PROMPTS = Path(__file__).resolve().parents[1] / "trtspec" / "data" / "train_prompts.jsonl"
+from benchmarks.common import ROOT, harness_command, train_texts
 
 
 def main() -> int:
@@ -35,9 +32,9 @@ def main() -> int:
         print(json.dumps(run_one(args.one, args.model, args.num_prompts, args.answer_tokens)))
         return 0
     for variant in args.variants:
-        out = subprocess.run([sys.executable, __file__, "--model", args.model, "--num-prompts", str(args.num_prompts),
-                              "--answer-tokens", str(args.answer_tokens), "--one", variant],
-                             check=True, capture_output=True, text=True).stdout
+        out = subprocess.run(harness_command("answers", "--model", args.model, "--num-prompts", str(args.num_prompts),
+                                             "--answer-tokens", str(args.answer_tokens), "--one", variant),
+                             check=True, capture_output=True, text=True, cwd=ROOT).stdout
         print(out.strip().splitlines()[-1])
     return 0
 
@@ -54,7 +51,7 @@ def run_one(variant: str, model_dir: str, num_prompts: int, answer_tokens: int) 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     tokenizer.pad_token = tokenizer.pad_token or tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    prompts = [json.loads(line)["prompt"] for line in PROMPTS.read_text().splitlines()][:num_prompts]
+    prompts = train_texts(num_prompts)
     samples = [Sample(i, Conversation(i, ({"role": "user", "content": p},)), sampled=False)
                for i, p in enumerate(prompts)]
     clock = time.perf_counter()

@@ -1,14 +1,13 @@
-#!/usr/bin/env python
 """SmolLM2's 211 linear layers called one after another, as a forward calls them, on each kernel
 the engine can run them on: milliseconds for all of them at several row counts.
 
-Why: scripts/bench_linear_kernels.py times one layer's weight again and again, so it sits in the
+Why: benchmarks/linear_kernels.py times one layer's weight again and again, so it sits in the
 cache; in a decode step every layer's weights come from memory (SmolLM2's are 0.5 GB), which is
 where the row kernel (trtspec.runtime.kernels.rowdot) and oneDNN differ most. Random weights with
 SmolLM2's shapes (30 x q, k, v, o, gate, up, down, then lm_head); the kernels run in turn, each
 round all of them at one row count; medians over rounds.
 
-    .venv/bin/python scripts/bench_linear_sequence.py --threads 2 --rows 1,8,64,256 --rounds 5
+    .venv/bin/python -m benchmarks linear-sequence --threads 2 --rows 1,8,64,256 --rounds 5
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Acceptance length and tokens/s against plain decoding for the modes without a second model.
 
-    OMP_NUM_THREADS=1 TRTSPEC_CPU_LINEAR=rowdot python scripts/bench_self_drafting.py \
+    OMP_NUM_THREADS=1 TRTSPEC_CPU_LINEAR=rowdot python -m benchmarks self-drafting \
         '["lookahead", {"lookahead": [4, 3, 4]}]' '["layerskip", {"exit_layer": 8}]'
 
 Each argument is one variant, [mode, engine options] (Engine.from_checkpoints keywords; drafting
@@ -18,17 +18,23 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
+
+from benchmarks.common import dev_rows, smollm2
 
 
-def main(variants: list[tuple[str, dict]]) -> None:
+def main() -> None:
+    if not sys.argv[1:] or sys.argv[1] in ("-h", "--help"):
+        print(__doc__)
+        return
+    measure([tuple(json.loads(arg)) for arg in sys.argv[1:]])
+
+
+def measure(variants: list[tuple[str, dict]]) -> None:
     from trtspec.runtime import Engine
 
-    model = Path(os.environ.get("TRTSPEC_CACHE", Path.home() / ".cache" / "trtspec")) / "models" / "smollm2"
-    lines = (Path(__file__).resolve().parents[1] / "trtspec" / "data" / "bench_prompts.jsonl").read_text()
+    model = smollm2()
     by_category: dict[str, list[str]] = {}
-    for line in lines.splitlines():
-        row = json.loads(line)
+    for row in dev_rows():
         by_category.setdefault(row["category"], []).append(row["prompt"])
     prompts = [p for ps in by_category.values() for p in ps[:int(os.environ.get("PER_CAT", "1"))]]
     tokens = int(os.environ.get("TOK", "48"))
@@ -56,4 +62,4 @@ def main(variants: list[tuple[str, dict]]) -> None:
 
 
 if __name__ == "__main__":
-    main([tuple(json.loads(arg)) for arg in sys.argv[1:]])
+    main()

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Where the cpu engine's time goes under load: steps that carry prompt rows vs decode-only steps.
 
 In process, plain decoding, each request streamed by its own caller thread (concurrency c); every
@@ -7,7 +6,7 @@ tokens/s, the share of forward time in steps with prompt rows, the median decode
 the mean batch. Rounds alternate the concurrencies; with --compare-reuse every round also runs the
 engine with `kv_cache_reuse` off beside it (the same weights) and prints on / off.
 
-    .venv/bin/python scripts/bench_prefill_share.py --engine engines/smollm2-ngram-cpu \\
+    .venv/bin/python -m benchmarks prefill-share --engine engines/smollm2-ngram-cpu \\
         --prompts heldback.jsonl --concurrency 1,8 --requests 15,48 --rounds 2 --compare-reuse
 """
 

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """What concurrency c over 1 can reach on this machine, and what pulls a closed loop below it:
 plain greedy decoding in process on SmolLM2 (float32, the held-back dev prompts).
 
@@ -17,10 +16,10 @@ splits it in process into factors that multiply back to it:
   to 1's: a prompt step counts as a decode step that also carries prompt rows, so the product
   differs from the measured ratio by what that approximation misses.
 
-scripts/bench_prefill_share.py times a similar split per forward for its kv_cache_reuse A/B; this
+benchmarks/prefill_share.py times a similar split per forward for its kv_cache_reuse A/B; this
 one adds the ceiling and multiplies the factors back into the ratio.
 
-    .venv/bin/python scripts/bench_scaling_ceiling.py --concurrency 1,8 --repeats 3
+    .venv/bin/python -m benchmarks scaling-ceiling --concurrency 1,8 --repeats 3
 
 Needs the SmolLM2 cache (`trtspec models fetch smollm2`). Measure on an otherwise idle machine.
 """
@@ -32,8 +31,8 @@ import json
 import statistics
 import time
 
-from bench_engine_batching import closed_loop, trtspec_contender  # the modules beside this script
-from bench_step_costs import heldback_engine
+from benchmarks.batching import closed_loop, trtspec_contender
+from benchmarks.step_costs import heldback_engine
 
 GENERATED = 32  # positions past the prompt in the ceiling's fixed contexts (half of 64 new tokens)
 

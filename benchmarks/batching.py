@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """In-process batching benchmark on SmolLM2: trtspec's engine (plain and speculative) against
 transformers' own continuous batching (ContinuousBatchingManager), same prompts, greedy.
 
@@ -14,7 +13,7 @@ differs).
 transformers runs on a model loaded as transformers loads it (plain nn.Linear, its paged SDPA
 attention); trtspec on its own engine (prepacked weights, its paged attention), n-gram drafter.
 
-    .venv/bin/python scripts/bench_engine_batching.py --concurrency 1,8 --max-tokens 64 --repeats 3 \\
+    .venv/bin/python -m benchmarks batching --concurrency 1,8 --max-tokens 64 --repeats 3 \\
         --out reports/batching.json
 """
 
@@ -30,8 +29,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from trtspec.bench.metrics import percentile  # the one trtspec bench reports: linear between ranks
-from trtspec.prompts import packaged_prompt_file
+from benchmarks.common import dev_rows, median_ratio, percentile, smollm2
 
 
 def closed_loop(run_one, prompts: list[list[int]], concurrency: int) -> tuple[float, list[dict]]:
@@ -147,16 +145,15 @@ def main() -> int:
 
     import torch
 
-    from trtspec.models import resolve_model
     from trtspec.runtime import Engine
 
     if args.threads:
         torch.set_num_threads(args.threads)
     concurrencies = [int(c) for c in args.concurrency.split(",")]
-    path = resolve_model("smollm2", quiet=True).path
+    path = smollm2()
     engine = Engine.from_checkpoints(path, mode="ngram", max_draft_len=4, ngram_min=2, ngram_max=3,
                                      max_batch_size=args.max_batch_size)
-    rows = [json.loads(line) for line in packaged_prompt_file("bench").read_text().splitlines() if line.strip()]
+    rows = dev_rows()
     if args.num_prompts:
         rows = rows[: args.num_prompts]
     prompts = [engine.encode(row["prompt"]) for row in rows]
@@ -208,9 +205,7 @@ def summarize(results, concurrencies, repeats) -> dict:
     ratios = []
     by = {(row["contender"], row["concurrency"]): row for row in table}
     def ratio(a, b, concurrency):
-        pairs = zip(by[(a, concurrency)]["output_tok_s_by_repeat"], by[(b, concurrency)]["output_tok_s_by_repeat"],
-                    strict=True)
-        return statistics.median(x / y for x, y in pairs)
+        return median_ratio(by[(a, concurrency)]["output_tok_s_by_repeat"], by[(b, concurrency)]["output_tok_s_by_repeat"])
 
     for concurrency in concurrencies:
         same = _agreement(results, "trtspec plain", "trtspec speculative", concurrency)

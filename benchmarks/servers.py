@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Two Triton servers of the cpu backend, measured in one run: before/after a change, same prompts.
 
 Each named server gets every prompt at each concurrency, speculative and (with --baseline) not,
@@ -6,7 +5,7 @@ in ABBA-interleaved blocks (trtspec.bench.load), so machine noise hits all of th
 output tokens/s (median over repeats) per server, variant and concurrency, TPOT and TTFT, and
 each server's tokens/s over the first one's (median of per-repeat ratios).
 
-    .venv/bin/python scripts/bench_engine_serving.py --server before=127.0.0.1:18611 \\
+    .venv/bin/python -m benchmarks servers --server before=127.0.0.1:18611 \\
         --server after=127.0.0.1:18711 --concurrency 1 --baseline --repeats 3 --out reports/before-after.json
 """
 
@@ -15,9 +14,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 from pathlib import Path
+
+from benchmarks.common import median_ratio
 
 
 def main() -> int:
@@ -71,8 +71,7 @@ def main() -> int:
             cell = by[(label, concurrency)]
             kind = label.split(" ", 1)[1]
             reference = by[(f"{first} {kind}", concurrency)]
-            ratio = statistics.median(a / b for a, b in zip(cell["output_throughput_by_repeat"],
-                                                             reference["output_throughput_by_repeat"], strict=True))
+            ratio = median_ratio(cell["output_throughput_by_repeat"], reference["output_throughput_by_repeat"])
             rows.append({"variant": label, "concurrency": concurrency, "output_throughput": cell["output_throughput"],
                          "by_repeat": cell["output_throughput_by_repeat"], "median_tpot_ms": cell["median_tpot_ms"],
                          "median_ttft_ms": cell["median_ttft_ms"], "p99_ttft_ms": cell["p99_ttft_ms"],

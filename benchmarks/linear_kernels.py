@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """SmolLM2's linear layers on oneDNN's prepacked weights (what the engine uses) and on F.linear
 (MKL, what HF uses), at several thread counts: microseconds a call at 1, 2 and 8 rows, and the
 fewest rows from which every row rounds as in a 32-row call (the engine's batch-invariance probe,
@@ -10,7 +9,7 @@ alike on no row count at 2 threads on the AVX2 EPYC: choosing a kernel and a thr
 layer needs both columns on the machine at hand. Random weights; one process, calls in this
 thread; medians of 5 batches of calls.
 
-    .venv/bin/python scripts/bench_linear_kernels.py --threads 1,2
+    .venv/bin/python -m benchmarks linear-kernels --threads 1,2
 """
 
 from __future__ import annotations

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """How often the cpu engine's greedy answers in bfloat16 (model.dtype bfloat16: linear layers on the
 bfloat16 row kernel) equal its float32 answers, which are transformers' float32 answers bit for bit.
 
@@ -7,7 +6,7 @@ after the other); reported: answers identical in full, the tokens that match bef
 difference (mean over prompts, as a share of the tokens), and where the first difference falls.
 Prompts: the dev set's held-back lines (16-30, never used for tuning), every category.
 
-    .venv/bin/python scripts/bench_dtype_agreement.py --max-tokens 64 --json
+    .venv/bin/python -m benchmarks dtype-agreement --max-tokens 64 --json
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ import json
 import statistics
 import time
 
-from trtspec.prompts import packaged_prompt_file
+from benchmarks.common import dev_rows, smollm2
 
 
 def first_difference(a: list[int], b: list[int]) -> int | None:
@@ -33,12 +32,10 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--json", action="store_true", help="one JSON object on the last line")
     args = parser.parse_args()
-
-    from trtspec.models import resolve_model
     from trtspec.runtime import Engine
 
-    rows = [json.loads(line) for line in packaged_prompt_file("bench").read_text().splitlines()[15:] if line.strip()]
-    path = resolve_model("smollm2", quiet=True).path
+    rows = dev_rows(held_back=True)
+    path = smollm2()
     answers: dict[str, list[list[int]]] = {}
     seconds: dict[str, float] = {}
     for dtype in ("float32", "bfloat16"):

@@ -1,21 +1,20 @@
-#!/usr/bin/env python
 """Benchmark the cpu engine on SmolLM2: speculative vs plain, against HF transformers, same run.
 
 For every dev prompt (chat template applied once, the same token ids for every contender), in
 interleaved order: the engine without speculation, the engine per drafter, HF greedy
 `generate`, HF `generate(prompt_lookup_num_tokens=...)`, and with a draft model (--draft-layers,
---draft-model; bench_engine_draft.py) HF `generate(assistant_model=...)`. Greedy, --max-tokens new tokens,
+--draft-model; peers_draft.py) HF `generate(assistant_model=...)`. Greedy, --max-tokens new tokens,
 EOS ignored by none: each contender stops where the target stops. Reports tokens/s per
 category, speedups, mean acceptance length, and the theoretical speedup (Leviathan et al. 2023)
 from measured acceptance and measured draft/verify costs.
 
-    /tmp/venv/bin/python scripts/bench_engine.py --threads 1 --repeats 3 --out reports/bench-engine.json
-    /tmp/venv/bin/python scripts/bench_engine.py --eagle3 work/checkpoints/eagle3   # + EAGLE-3
-    /tmp/venv/bin/python scripts/bench_engine.py --draft-layers 24 --draft-len 1   # + draft model, HF assisted
-    /tmp/venv/bin/python scripts/bench_engine.py --draft-sweep 4,8,16,24 --threads 1  # pick the draft's depth
-    /tmp/venv/bin/python scripts/bench_engine.py --render reports/bench-engine.json  # tables again
-    /tmp/venv/bin/python scripts/bench_engine.py --replay reports/bench-engine.json  # n-gram settings, no model
-    /tmp/venv/bin/python scripts/bench_engine.py --verify-cost --threads 1  # cost of a pass by width
+    /tmp/venv/bin/python -m benchmarks peers --threads 1 --repeats 3 --out reports/bench-engine.json
+    /tmp/venv/bin/python -m benchmarks peers --eagle3 work/checkpoints/eagle3   # + EAGLE-3
+    /tmp/venv/bin/python -m benchmarks peers --draft-layers 24 --draft-len 1   # + draft model, HF assisted
+    /tmp/venv/bin/python -m benchmarks peers --draft-sweep 4,8,16,24 --threads 1  # pick the draft's depth
+    /tmp/venv/bin/python -m benchmarks peers --render reports/bench-engine.json  # tables again
+    /tmp/venv/bin/python -m benchmarks peers --replay reports/bench-engine.json  # n-gram settings, no model
+    /tmp/venv/bin/python -m benchmarks peers --verify-cost --threads 1  # cost of a pass by width
 
 HF's contenders run on a model loaded as transformers loads it; the engine's on its own
 (prepacked, see trtspec/runtime/forward/prepack.py) unless --no-prepack or --hf-on-engine-model.
@@ -32,10 +31,9 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-import bench_engine_draft  # the modules beside this script
-from bench_engine_offline import replay, verify_cost
-
-from trtspec.prompts import packaged_prompt_file
+from benchmarks import peers_draft
+from benchmarks.common import dev_rows, smollm2
+from benchmarks.peers_offline import replay, verify_cost
 
 
 def leviathan_speedup(alpha: float, gamma: float, cost_ratio: float) -> float:
@@ -75,7 +73,7 @@ def main() -> int:
     parser.add_argument("--cost-slope", type=float, default=0.035, help="replay: see --cost-fixed")
     parser.add_argument("--verify-cost", action="store_true",
                         help="only time one target pass over 1 + k tokens (k = 0..10), F.linear vs prepacked")
-    bench_engine_draft.add_arguments(parser)
+    peers_draft.add_arguments(parser)
     args = parser.parse_args()
     if args.replay:
         print(replay(json.loads(args.replay.read_text()), cost_fixed=args.cost_fixed, cost_slope=args.cost_slope))
@@ -87,20 +85,19 @@ def main() -> int:
         return 0
 
     if args.draft_sweep:
-        print(bench_engine_draft.sweep(args))
+        print(peers_draft.sweep(args))
         return 0
     if args.verify_cost:
         print(verify_cost(args.threads or 1))
         return 0
     import torch
 
-    from trtspec.models import resolve_model
     from trtspec.runtime import Engine
     from trtspec.runtime.checkpoints.parts import load_causal_lm
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    path = resolve_model("smollm2", quiet=True).path
+    path = smollm2()
     prepack = not args.no_prepack
     engines = {"ngram": Engine.from_checkpoints(path, mode="ngram", max_draft_len=args.max_draft_len,
                                                 ngram_min=args.ngram_min, ngram_max=args.ngram_max, prepack=prepack)}
@@ -111,7 +108,7 @@ def main() -> int:
     tokenizer = base.tokenizer
     # HF's contenders run what a transformers user gets: the checkpoint as from_pretrained loads it.
     model = base.target if args.hf_on_engine_model else load_causal_lm(path)
-    rows = [json.loads(line) for line in packaged_prompt_file("bench").read_text().splitlines() if line.strip()]
+    rows = dev_rows()
     order = args.categories.split(",")
     rows = sorted((r for r in rows if r["category"] in order), key=lambda r: order.index(r["category"]))
     if args.limit:
@@ -140,7 +137,7 @@ def main() -> int:
         contenders[f"engine-{name}"] = (lambda e: lambda ids: engine_run(e, ids, True))(engine)
     contenders["hf-greedy"] = lambda ids: hf(ids)
     contenders["hf-prompt-lookup"] = lambda ids: hf(ids, prompt_lookup_num_tokens=args.hf_lookup)
-    bench_engine_draft.add_contenders(contenders, args, path, prepack=prepack, hf=hf, engine_run=engine_run)
+    peers_draft.add_contenders(contenders, args, path, prepack=prepack, hf=hf, engine_run=engine_run)
 
     warm = base.encode(rows[0]["prompt"])
     for run in contenders.values():  # warm-up: first-call allocations, lazy imports

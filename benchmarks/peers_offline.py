@@ -1,4 +1,4 @@
-"""Offline analyses for scripts/bench_engine.py that need no benchmark run.
+"""Offline analyses for benchmarks/peers.py that need no benchmark run.
 
 - `verify_cost`: the time of one cached target pass by verify width, F.linear vs prepacked weights;
 - `replay`: exact tokens per target pass of the n-gram drafter for any setting, replayed over the
@@ -8,12 +8,11 @@
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from collections import defaultdict
 
-from trtspec.prompts import packaged_prompt_file
+from benchmarks.common import dev_rows, smollm2
 
 
 def verify_cost(threads: int, context: int = 400, widths=(0, 1, 2, 3, 4, 6, 8, 10), rounds: int = 12) -> str:
@@ -23,12 +22,11 @@ def verify_cost(threads: int, context: int = 400, widths=(0, 1, 2, 3, 4, 6, 8, 1
     import torch
     from transformers import DynamicCache
 
-    from trtspec.models import resolve_model
     from trtspec.runtime.checkpoints.parts import load_causal_lm
     from trtspec.runtime.forward.prepack import prepack_linears
 
     torch.set_num_threads(threads)
-    path = resolve_model("smollm2", quiet=True).path
+    path = smollm2()
     models = {"F.linear": load_causal_lm(path), "prepacked": load_causal_lm(path)}
     prepack_linears(models["prepacked"])
     times: dict = defaultdict(list)
@@ -71,11 +69,10 @@ def replay(data: dict, settings=REPLAY_SETTINGS, cost_fixed: float = 0.0, cost_s
     """
     from transformers import AutoTokenizer
 
-    from trtspec.models import resolve_model
     from trtspec.runtime.drafters.ngram import NgramSession
 
-    tokenizer = AutoTokenizer.from_pretrained(str(resolve_model("smollm2", quiet=True).path))
-    rows = [json.loads(line) for line in packaged_prompt_file("bench").read_text().splitlines() if line.strip()]
+    tokenizer = AutoTokenizer.from_pretrained(str(smollm2()))
+    rows = dev_rows()
     first_repeat = [r for r in data["results"] if r.get("repeat", 0) == 0]
     cases = []
     for record, row in zip(first_repeat, _rows_in_run_order(rows, first_repeat, data), strict=True):

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Where the engine's time goes at concurrency 1 and c: plain greedy decoding in process (closed
 loop, SmolLM2, the held-back dev prompts), each cell's step time split into the linear layers,
 attention and the rest, and what concurrency c over 1 would read if attention and the rest cost
@@ -12,8 +11,8 @@ others: kernel (compiled, trtspec.runtime.forward.attention_kernel; the engine's
 strided (torch's products, decode groups in lanes: trtspec.runtime.forward.attention_strided) and
 per-sequence (torch's products per sequence: Group).
 
-    .venv/bin/python scripts/bench_step_costs.py --concurrency 1,8 --repeats 2 --requests-per-slot 8
-    .venv/bin/python scripts/bench_step_costs.py --attention kernel,strided --concurrency 1,8,16
+    .venv/bin/python -m benchmarks step-costs --concurrency 1,8 --repeats 2 --requests-per-slot 8
+    .venv/bin/python -m benchmarks step-costs --attention kernel,strided --concurrency 1,8,16
 
 Needs the SmolLM2 cache (`trtspec models fetch smollm2`).
 """
@@ -25,9 +24,8 @@ import json
 import statistics
 import time
 
-from bench_engine_batching import closed_loop, trtspec_contender  # the modules beside this script
-
-from trtspec.prompts import packaged_prompt_file
+from benchmarks.batching import closed_loop, trtspec_contender
+from benchmarks.common import dev_rows, smollm2
 
 
 class StepTimer:
@@ -78,12 +76,11 @@ _LANES_SPACING: dict = {}  # attention_strided.spacing as shipped, kept while it
 def heldback_engine(max_batch_size: int):
     """SmolLM2's plain engine (the shared chat start kept, nothing else) and the held-back dev
     prompts (the last 15) as its token ids."""
-    from trtspec.models import resolve_model
     from trtspec.runtime import Engine
 
-    engine = Engine.from_checkpoints(resolve_model("smollm2", quiet=True).path, mode="none",
+    engine = Engine.from_checkpoints(smollm2(), mode="none",
                                      max_batch_size=max_batch_size, kv_cache_reuse_mib=0)
-    rows = [json.loads(line) for line in packaged_prompt_file("bench").read_text().splitlines()[15:] if line.strip()]
+    rows = dev_rows(held_back=True)
     return engine, [engine.encode(row["prompt"]) for row in rows]
 
 

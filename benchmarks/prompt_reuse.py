@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Kept prompts (build.kv_cache_reuse_mib) against the shared chat start alone and no reuse, in
 process, plain greedy decoding, on two workloads where requests share more than the template:
 
@@ -14,20 +13,19 @@ kept (kv_cache_reuse on, kv_cache_reuse_mib as built), start (on, kv_cache_reuse
 template's shared start only), off (kv_cache_reuse false). Prints per workload, concurrency and
 variant: tokens/s per round, the median per-round ratio to `start`, and the prompt tokens copied.
 
-    .venv/bin/python scripts/bench_prompt_reuse.py --engine engines/smollm2-ngram-cpu \\
+    .venv/bin/python -m benchmarks prompt-reuse --engine engines/smollm2-ngram-cpu \\
         --concurrency 1,8 --requests 8,32 --rounds 3 --max-tokens 32
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from trtspec.prompts import packaged_prompt_file
+from benchmarks.common import dev_rows
 
 SYSTEM = ("You are the support assistant of a small bookshop. Answer the customer's question in plain "
           "language, in at most three sentences. Be friendly but brief. If the question is about an order, "
@@ -54,7 +52,7 @@ def main() -> int:
     base = load_engine(args.engine)
     engines = {"kept": base, "start": base.variant(kv_cache_reuse_mib=0),
                "off": base.variant(kv_cache_reuse=False)}
-    texts = [json.loads(line)["prompt"] for line in packaged_prompt_file("bench").read_text().splitlines() if line.strip()]
+    texts = [row["prompt"] for row in dev_rows()]
     tokenizer = base.tokenizer
     counter = iter(range(10**9))  # request numbers: never the same user turn twice in the system workload
     first_answers: dict[str, list[int]] = {}

@@ -1,15 +1,14 @@
-#!/usr/bin/env python
 """Where a decode forward's attention time goes: the compiled calls (rope_write: rotation and cache
 write; paged_attend: the attention itself), the per-forward Python that prepares them
 (Layout.build, KernelRows.build) and, with --again, each layer's attention called a second time at
 once (its keys and values then in cache: what memory adds to the first call).
 
-scripts/bench_decode_forward.py's engine steps (SmolLM2, 8 sequences of 96-103 random prompt
+benchmarks/decode_forward.py's engine steps (SmolLM2, 8 sequences of 96-103 random prompt
 tokens, one token a sequence, rolled back), at batch 1 and 8, medians of 15 forwards, 2 threads.
 Timers are perf_counter pairs around each call; the forward total includes them.
 
-    .venv/bin/python scripts/bench_attention_split.py
-    .venv/bin/python scripts/bench_attention_split.py --again
+    .venv/bin/python -m benchmarks attention-split
+    .venv/bin/python -m benchmarks attention-split --again
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ import statistics
 import threading
 import time
 
-import bench_decode_forward  # the module beside this script
+from benchmarks import decode_forward
 
 PARTS = ("rope_write", "paged_attend", "Layout.build", "KernelRows.build", "attention again")
 
@@ -72,12 +71,12 @@ def main() -> None:
     options = argparse.Namespace(onednn_linear=False, mkl_linear=False, small_linear_threads=0,
                                  attention_one_thread=False, measured_linear_threads=False)
     torch.set_num_threads(2)
-    step, setup = bench_decode_forward.engine_steps(2, options)
+    step, setup = decode_forward.engine_steps(2, options)
     table = {}
 
     def work():  # one thread, as the engine's loop
         setup()
-        for batch in bench_decode_forward.BATCHES:
+        for batch in decode_forward.BATCHES:
             samples = []
             for _ in range(args.forwards):
                 for part in PARTS:

@@ -1,6 +1,6 @@
 """What the OpenAI-compatible API adds over tritonclient: TTFT p50 and tokens/s, same server, same requests.
 
-    python scripts/bench_openai_overhead.py --grpc 127.0.0.1:8001 --openai http://127.0.0.1:9000/v1 \
+    python -m benchmarks openai-overhead --grpc 127.0.0.1:8001 --openai http://127.0.0.1:9000/v1 \
         --model smollm2 --concurrency 1 8 --repeats 3 --requests 16 --max-tokens 64
 
 One running `trtspec deploy` with serve.openai_port. Each round sends the same chat prompts (the
@@ -20,11 +20,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from benchmarks.common import dev_rows, percentile
+
 
 def _prompts(count: int) -> list[str]:
-    from trtspec.prompts import prompt_texts
-
-    prompts = prompt_texts(None, "bench")
+    prompts = [row["prompt"] for row in dev_rows()]
     return [prompts[i % len(prompts)] for i in range(count)]
 
 
@@ -52,7 +52,7 @@ def _round(send: Any, prompts: list[str], concurrency: int) -> dict[str, float]:
     with ThreadPoolExecutor(concurrency) as pool:
         results = list(pool.map(send, prompts))
     wall = time.perf_counter() - start
-    return {"ttft_p50_s": statistics.median(r[0] for r in results), "tokens_per_s": sum(r[1] for r in results) / wall,
+    return {"ttft_p50_s": percentile([r[0] for r in results], 50), "tokens_per_s": sum(r[1] for r in results) / wall,
             "tokens": sum(r[1] for r in results)}
 
 

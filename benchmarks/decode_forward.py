@@ -1,10 +1,9 @@
-#!/usr/bin/env python
 """One decode forward's cost at fixed contexts, batch 1 and 8: the engine or HF transformers, at
 one thread count, in this process (run one process per figure: a torch process keeps its
 OpenMP teams). Prints one RESULT line (medians of 9 forwards) and, with --profile, the per-op
 table of 5 forwards at --profile-batch (1 or 8).
 
-Why: tokens/s (scripts/bench_threads.py) says which contender is slower; this says where a
+Why: tokens/s (benchmarks/threads.py) says which contender is slower; this says where a
 step's time goes, with variants that swap one part:
   --onednn-linear         every linear layer on oneDNN's prepacked weights, as before the kernel
                           was chosen per layer at load (trtspec.runtime.forward.linear_choice)
@@ -18,8 +17,8 @@ step's time goes, with variants that swap one part:
 Contexts: 8 sequences of 96-103 random prompt tokens; every forward appends one token per
 sequence and is then rolled back, so each forward sees the same contexts.
 
-    OMP_NUM_THREADS=16 .venv/bin/python scripts/bench_decode_forward.py engine 16 --profile
-    .venv/bin/python scripts/bench_decode_forward.py hf 16
+    OMP_NUM_THREADS=16 .venv/bin/python -m benchmarks decode-forward engine 16 --profile
+    .venv/bin/python -m benchmarks decode-forward hf 16
 """
 
 from __future__ import annotations
@@ -30,6 +29,8 @@ import threading
 import time
 from collections import Counter
 
+from benchmarks.common import smollm2
+
 PROMPT_TOKENS = 96
 BATCHES = (1, 8)
 
@@ -38,14 +39,13 @@ def engine_steps(threads: int, args) -> tuple:
     """(step(batch) -> seconds, setup run in the worker thread) for the engine's paged forward."""
     import torch
 
-    from trtspec.models import resolve_model
     from trtspec.runtime.cache.paged import BlockTable, KVPool, SeqKV
     from trtspec.runtime.cores import threads as omp
     from trtspec.runtime.engine import Engine
     from trtspec.runtime.forward import attention
     from trtspec.runtime.forward.batch import Feed, forward
 
-    model = Engine.from_checkpoints(resolve_model("smollm2", quiet=True).path, mode="none").target
+    model = Engine.from_checkpoints(smollm2(), mode="none").target
     linears = [m for m in model.modules() if type(m).__name__ == "PackedLinear"]
     if args.onednn_linear:
         for layer in linears:
@@ -144,9 +144,7 @@ def hf_steps(threads: int, args) -> tuple:
     import torch
     from transformers import AutoModelForCausalLM, DynamicCache
 
-    from trtspec.models import resolve_model
-
-    path = resolve_model("smollm2", quiet=True).path
+    path = smollm2()
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
     caches: dict = {}
 

@@ -1,11 +1,11 @@
 """Acceptance of one EAGLE-3 head through every layout and every export (cpu engine, greedy).
 
-  TRTSPEC_CPU_LINEAR=rowdot OMP_NUM_THREADS=1 .venv/bin/python scripts/bench_heads_layouts.py \\
+  TRTSPEC_CPU_LINEAR=rowdot OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks heads-layouts \\
       RUN_DIR OUT_DIR [PROMPTS [TOKENS]]
 
 RUN_DIR is where `trtspec convert --mode eagle3` ran (work/checkpoints/{target,eagle3}). The head is
 written as each tool writes it (tests/convert/heads/tool_layouts.py), imported, exported in each
-format and imported again, then measured on the first PROMPTS (8) of ../shared/prompts/dev-prompts.jsonl
+format and imported again, then measured on the first PROMPTS (8) of the packaged dev prompts
 for TOKENS (32) greedy tokens, chains of 4; then the same float32 tensors under each first-layer
 function. One JSON line per head; figures in docs/CONVERT.md ("EAGLE-3 heads you already have").
 """
@@ -17,11 +17,18 @@ import shutil
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.common import dev_rows
 
 
-def main(run: Path, out: Path, prompts_count: int, tokens: int) -> None:
+def main() -> None:
+    args = sys.argv[1:]
+    if len(args) < 2 or args[0] in ("-h", "--help"):
+        print(__doc__)
+        return
+    measure_head(Path(args[0]), Path(args[1]), int(args[2]) if len(args) > 2 else 8, int(args[3]) if len(args) > 3 else 32)
+
+
+def measure_head(run: Path, out: Path, prompts_count: int, tokens: int) -> None:
     import torch
     from safetensors.torch import load_file
 
@@ -32,8 +39,7 @@ def main(run: Path, out: Path, prompts_count: int, tokens: int) -> None:
 
     torch.set_num_threads(1)
     target, head = run / "work/checkpoints/target", run / "work/checkpoints/eagle3"
-    lines = (ROOT.parent / "shared" / "prompts" / "dev-prompts.jsonl").read_text().splitlines()
-    prompts = [json.loads(line)["prompt"] for line in lines if line.strip()][:prompts_count]
+    prompts = [row["prompt"] for row in dev_rows(limit=prompts_count)]
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
 
@@ -79,5 +85,4 @@ def main(run: Path, out: Path, prompts_count: int, tokens: int) -> None:
 
 
 if __name__ == "__main__":
-    args = sys.argv[1:]
-    main(Path(args[0]), Path(args[1]), int(args[2]) if len(args) > 2 else 8, int(args[3]) if len(args) > 3 else 32)
+    main()

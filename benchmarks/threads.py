@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Plain greedy decoding tokens/s at 1 and 2 threads (--threads: any counts) x batch 1 and 8: this
 engine, HF transformers' `generate`, (with --previous) an older checkout's engine and (with
 --bfloat16) this engine with model.dtype bfloat16; each figure its own process.
@@ -10,9 +9,9 @@ figure's median over rounds. Batch 8 is 8 caller threads calling `Engine.generat
 engine batches them in flight); HF runs batch 1 only (its `generate` does not batch callers).
 Prompts: the first held-out summarize prompts of the dev set (lines 16-30 are held back from tuning).
 
-    .venv/bin/python scripts/bench_threads.py --rounds 3 --max-tokens 48 --previous /tmp/trtspec-90883af
-    .venv/bin/python scripts/bench_threads.py --rounds 3 --bfloat16
-    .venv/bin/python scripts/bench_threads.py --threads 1,2,4,8,16 --hf-threads 1,16   # a 16-core machine
+    .venv/bin/python -m benchmarks threads --rounds 3 --max-tokens 48 --previous /tmp/trtspec-90883af
+    .venv/bin/python -m benchmarks threads --rounds 3 --bfloat16
+    .venv/bin/python -m benchmarks threads --threads 1,2,4,8,16 --hf-threads 1,16   # a 16-core machine
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from trtspec.prompts import packaged_prompt_file
+from benchmarks.common import dev_rows
 
 CHILD = r"""
 import json, sys, threading, time
@@ -71,7 +70,7 @@ print(json.dumps({"tokens": tokens, "seconds": time.perf_counter() - start, "trt
 
 
 def held_out_summaries(count: int) -> list[str]:
-    rows = [json.loads(line) for line in packaged_prompt_file("bench").read_text().splitlines()[15:] if line.strip()]
+    rows = dev_rows(held_back=True)
     return [r["prompt"] for r in rows if r["category"] == "summarize"][:count]
 
 

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """In-process draft-shape benchmark on SmolLM2 with an EAGLE-3 head: plain decoding, chains,
 a static tree (eagle_choices), dynamic (EAGLE-2) trees and the load policy's own choice, at each
 concurrency, greedy.
@@ -24,7 +23,7 @@ tokens are checked equal to plain's.
 rank of the target's token among the head's logits at draft depths 1..D (top-1 / top-4 / top-8 hit
 rates: how much a tree can add over a chain).
 
-    .venv/bin/python scripts/bench_trees.py --head work/checkpoints/eagle3 --concurrency 1 \\
+    .venv/bin/python -m benchmarks trees --head work/checkpoints/eagle3 --concurrency 1 \\
         --num-prompts 8 --max-tokens 48 --repeats 3 plain chain:4 choices tree:4,4,16
 """
 
@@ -38,6 +37,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from benchmarks.common import median_ratio, smollm2
 from trtspec.prompts import packaged_prompt_file
 
 CHOICES = ((0,), (1,), (2,), (3,), (0, 0), (0, 1), (1, 0), (0, 0, 0), (0, 0, 1), (0, 0, 0, 0))
@@ -152,7 +152,7 @@ def measure(engines: dict, ids: list[list[int]], args) -> dict:
             runs = results[(c, variant)]
             row = {k: round(statistics.median(r[k] for r in runs), 3) for k in runs[0]}
             if base:  # the median of the per-repeat ratios (both taken in the same repeat)
-                row["vs_plain"] = round(statistics.median(r["tok_s"] / b for r, b in zip(runs, base, strict=True)), 3)
+                row["vs_plain"] = round(median_ratio([r["tok_s"] for r in runs], base), 3)
             row["steps_by_shape"] = dict(sorted(steps_by_shape.get((c, variant), {}).items()))
             summary[f"concurrency {c} {variant}"] = row
     return summary
@@ -216,10 +216,9 @@ def main() -> None:
 
     import torch
 
-    from trtspec.models import resolve_model
     from trtspec.runtime import Engine
 
-    base = Engine.from_checkpoints(resolve_model("smollm2", quiet=True).path, mode="eagle3", draft_dir=args.head)
+    base = Engine.from_checkpoints(smollm2(), mode="eagle3", draft_dir=args.head)
     ids = [base.encode(p) for p in pick_prompts(args.prompts, args.num_prompts)]
     if args.hit_rates:
         result = {"hit_rates": hit_rates(base, ids, args.hit_rates, args.max_tokens)}

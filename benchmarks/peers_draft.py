@@ -1,4 +1,4 @@
-"""The external draft-model rows of scripts/bench_engine.py: the engine's draft-target mode and
+"""The external draft-model rows of benchmarks/peers.py: the engine's draft-target mode and
 HF `generate(assistant_model=...)`, on the same draft checkpoint, prompts and token ids.
 
 No smaller model with SmolLM2's tokenizer exists offline, so `--draft-layers N` makes one from
@@ -20,6 +20,8 @@ Contenders added (all greedy, outputs checked against the engine's plain greedy 
 from __future__ import annotations
 
 from pathlib import Path
+
+from benchmarks.common import dev_rows, smollm2
 
 HF_DEFAULT_KEYS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
 
@@ -50,7 +52,7 @@ def draft_dir(args, target_path: Path) -> Path | None:
 def add_contenders(contenders: dict, args, target_path: Path, *, prepack: bool, hf, engine_run) -> None:
     """Add engine-draft, hf-assisted (and hf-assisted-default) to `contenders`, in place.
 
-    `hf(ids, **generate_kwargs)` and `engine_run(engine, ids, speculative)` are bench_engine's
+    `hf(ids, **generate_kwargs)` and `engine_run(engine, ids, speculative)` are peers.py's
     runners. HF's assistant is loaded as transformers loads it, like HF's target; with
     --hf-on-engine-model it is the engine's (prepacked) draft model, like HF's target then.
     """
@@ -88,21 +90,18 @@ def sweep(args) -> str:
     the plain engine, then per N the draft-target engine with --draft-len; the draft cost c is
     draft time per draft token over the plain decode step time, both from the engine's stats.
     """
-    import json
     import time
 
     import torch
 
-    from trtspec.models import resolve_model
-    from trtspec.prompts import packaged_prompt_file
     from trtspec.runtime import Engine
     from trtspec.runtime.loop.stats import GenerationStats
     from trtspec.testing.truncate import truncate_llama, truncated_cache_dir
 
     torch.set_num_threads(args.threads or 1)
-    path = resolve_model("smollm2", quiet=True).path
+    path = smollm2()
     rows, seen = [], set()
-    for row in (json.loads(line) for line in packaged_prompt_file("bench").read_text().splitlines() if line.strip()):
+    for row in dev_rows():
         if row["category"] not in seen:
             seen.add(row["category"])
             rows.append(row)
