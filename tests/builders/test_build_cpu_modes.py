@@ -1,4 +1,4 @@
-"""`trtspec build --backend cpu` for the modes without a second model (layerskip, lookahead):
+"""`trtspec build --backend cpu` for the modes without a second model (layerskip, lookahead, mtp):
 the bundle carries the mode's settings, the smoke generation runs, the loaded engine drafts so."""
 
 from __future__ import annotations
@@ -38,3 +38,22 @@ def test_cpu_build_of_a_self_drafting_mode_smoke_generates(mode, speculative, ru
         prompt = [5, 6, 7, 8, 5, 6, 7, 8, 5, 6]
         assert loaded.generate(prompt, max_new_tokens=20).token_ids == \
             loaded.generate(prompt, max_new_tokens=20, speculative=False).token_ids
+
+
+def test_cpu_build_of_mtp_drafts_with_the_checkpoint_s_own_module(in_tmp):
+    from trtspec.runtime import load_engine
+    from trtspec.testing.tiny import make_tiny_causal_lm
+
+    target = make_tiny_causal_lm(in_tmp / "deepseek", "deepseek_v3", mtp=True)
+    config = write_workspace(in_tmp, target, speculative={"mtp": {"num_layers": 1}})
+    result = CliRunner().invoke(main, ["build", "-c", str(config), "--backend", "cpu", "--mode", "mtp"])
+    assert result.exit_code == 0, result.output
+    engine_dir = in_tmp / "engines" / "tiny-mtp-cpu"
+    engine = json.loads((engine_dir / "engine.json").read_text())
+    assert engine["mode"] == "mtp" and engine["draft"] is None and engine["runtime"]["mtp_layers"] == 1
+    assert artifacts.read_manifest(engine_dir)["smoke"]["status"] == "ok"
+    with load_engine(engine_dir) as loaded:
+        assert loaded.drafter.kind == "mtp"
+        prompt = list(range(10, 30))
+        assert loaded.generate(prompt, max_new_tokens=12).token_ids == \
+            loaded.generate(prompt, max_new_tokens=12, speculative=False).token_ids

@@ -222,6 +222,9 @@ def _stand_in_tensorrt_llm(monkeypatch, dispatch: dict[str, str], literal_decodi
             "__annotations__": {"decoding_type": ClassVar[str]}, "decoding_type": "Draft_Target"}),
         "NGramDecodingConfig": type("NGramDecodingConfig", (DecodingBaseConfig,), {
             "__annotations__": {"decoding_type": ClassVar[str]}, "decoding_type": "NGram"}),
+        "MTPDecodingConfig": type("MTPDecodingConfig", (DecodingBaseConfig,), {
+            "__annotations__": {"decoding_type": ClassVar[str], "num_nextn_predict_layers": int},
+            "decoding_type": "MTP", "num_nextn_predict_layers": 1}),
     }
 
     def from_dict(data):
@@ -244,7 +247,7 @@ def _stand_in_tensorrt_llm(monkeypatch, dispatch: dict[str, str], literal_decodi
 
 
 RELEASE_1_1 = {"Eagle": "EagleDecodingConfig", "DraftTarget": "DraftTargetDecodingConfig",
-               "NGram": "NGramDecodingConfig"}
+               "NGram": "NGramDecodingConfig", "MTP": "MTPDecodingConfig"}
 
 
 def test_introspection_accepts_what_the_release_dispatches(monkeypatch):
@@ -253,7 +256,8 @@ def test_introspection_accepts_what_the_release_dispatches(monkeypatch):
     # the class's own decoding_type differs from the YAML key for draft-target, as in 1.1's llm_args.py
     assert report == {"eagle3": "Eagle -> EagleDecodingConfig (Eagle)",
                       "draft-target": "DraftTarget -> DraftTargetDecodingConfig (Draft_Target)",
-                      "ngram": "NGram -> NGramDecodingConfig (NGram)"}
+                      "ngram": "NGram -> NGramDecodingConfig (NGram)",
+                      "mtp": "MTP -> MTPDecodingConfig (MTP)"}
 
 
 def test_introspection_refuses_a_string_the_release_rejects(monkeypatch):

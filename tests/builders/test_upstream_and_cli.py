@@ -22,7 +22,7 @@ def test_llm_api_fields_come_from_the_contract_without_tensorrt_llm():
     fields = upstream.llm_api_fields(DEFAULT)
     if upstream.tensorrt_llm_version() is None:
         assert fields["source"].startswith("contract 1.2.1: NVIDIA/TensorRT-LLM/tensorrt_llm/llmapi/llm_args.py@v1.2.1")
-    assert set(fields["decoding"]) == {"Eagle", "DraftTarget", "NGram"}
+    assert set(fields["decoding"]) == {"Eagle", "DraftTarget", "NGram", "MTP"}
 
 
 @pytest.mark.parametrize("options, message", [

@@ -1,5 +1,7 @@
-"""lookahead and layerskip served by a real tritonserver: greedy text through Triton, alone and
-from concurrent clients, equals the bundle's plain (non-speculative) greedy text in process."""
+"""lookahead, layerskip, mtp (a tiny DeepSeek-V3 with its MTP module) and medusa (tiny heads in
+FasterDecoding's layout, imported by convert) served by a real
+tritonserver: greedy text through Triton, alone and from concurrent clients, equals the bundle's
+plain (non-speculative) greedy text in process."""
 
 from __future__ import annotations
 
@@ -15,13 +17,26 @@ MAX_TOKENS = 24
 
 
 @pytest.mark.parametrize("speculative", [{"mode": "lookahead", "lookahead": {"window": 4, "ngram": 3}},
-                                         {"mode": "layerskip", "layerskip": {"exit_layer": 2}}],
-                         ids=["lookahead", "layerskip"])
+                                         {"mode": "layerskip", "layerskip": {"exit_layer": 2}},
+                                         {"mode": "mtp"}, {"mode": "medusa"}],
+                         ids=["lookahead", "layerskip", "mtp", "medusa"])
 def test_served_greedy_equals_the_plain_baseline(tmp_path, tiny_llama, speculative):
     from tests.serve.conftest import serving_tiny
     from trtspec.runtime import load_engine
+    from trtspec.testing.tiny import make_tiny_causal_lm
 
-    with serving_tiny(tmp_path, tiny_llama, speculative_fields=speculative) as (_, client, engine_dir):
+    target = tiny_llama
+    if speculative["mode"] == "mtp":  # MLA + MoE, the MTP module appended as DeepSeek lays it out
+        target = make_tiny_causal_lm(tmp_path / "deepseek", "deepseek_v3", mtp=True)
+    if speculative["mode"] == "medusa":  # heads trained on the target's answers, imported as convert does
+        from tests.serve.conftest import make_spec
+        from trtspec.convert.pipeline import run_convert
+        from trtspec.testing.tiny_medusa import make_tiny_medusa
+
+        heads = make_tiny_medusa(target, tmp_path / "heads", num_heads=3)
+        speculative = {"mode": "medusa", "medusa": {"heads": str(heads)}}
+        run_convert(make_spec(tmp_path, target, speculative=speculative))
+    with serving_tiny(tmp_path, target, speculative_fields=speculative) as (_, client, engine_dir):
         with load_engine(engine_dir) as engine:
             assert engine.mode == speculative["mode"]
             baseline = {p: engine.generate(p, max_new_tokens=MAX_TOKENS, speculative=False, chat=False).text

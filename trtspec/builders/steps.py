@@ -141,6 +141,8 @@ def _llm_api_package(spec: Any, contract: Any, name: str, inputs: ej.BuildInputs
     from trtspec.builders import eagle3_head, trtllm, upstream
 
     capture = None
+    if spec.speculative.mode == "mtp":  # the MTP modules are the served target's own
+        trtllm.refuse_without_mtp(inputs.target.path)
     if inputs.draft_kind == "eagle3":
         capture = eagle3_head.layers_to_capture(inputs.draft.config, inputs.base_target.config, contract)
     draft = "draft" if inputs.draft is not None else None

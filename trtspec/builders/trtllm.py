@@ -58,6 +58,8 @@ def llm_api_options(spec: Any, contract: Contract, *, target: str, draft: str | 
         if s.mode == "ngram":
             speculative.update(max_matching_ngram_size=s.ngram_max, is_keep_all=True, is_use_oldest=True,
                                is_public_pool=False)
+        elif s.mode == "mtp":
+            speculative.update(mtp_options(spec))
         else:
             speculative[contract.llm_api["speculative_model_field"]] = draft
         if layers_to_capture:
@@ -71,6 +73,34 @@ def llm_api_options(spec: Any, contract: Contract, *, target: str, draft: str | 
         # "Two-model based speculation implementations do not support overlap scheduler" (TRT-LLM docs).
         options["disable_overlap_scheduler"] = True
     return options
+
+
+def mtp_options(spec: Any) -> dict[str, Any]:
+    """MTPDecodingConfig's fields for the spec (contract llm_api.decoding.mtp): no draft directory,
+    the MTP modules are the target's own. num_nextn_predict_layers is the release's draft length
+    (from_dict sets max_draft_len to it; a one-module checkpoint runs MTP Eagle, the module reused
+    that many times), so it is speculative.max_draft_len, max_draft_len written equal for the older
+    copy whose from_dict does not tie them. Relaxed acceptance stays off, its release defaults
+    written out: it accepts a thinking-phase draft within relaxed_topk / relaxed_delta of the
+    target's top token, which is not the target's own output, and trtspec promises that."""
+    s = spec.speculative
+    if s.mtp.num_layers and s.mtp.num_layers > 1 and s.mtp.num_layers != s.max_draft_len:
+        raise TrtSpecError(f"speculative.mtp.num_layers {s.mtp.num_layers}: TensorRT-LLM runs several MTP modules "
+                           f"one per draft position (MTP vanilla), so max_draft_len must be {s.mtp.num_layers} "
+                           f"(got {s.max_draft_len})", fix=f"set speculative.max_draft_len: {s.mtp.num_layers}")
+    return {"num_nextn_predict_layers": s.max_draft_len, "max_draft_len": s.max_draft_len,
+            "use_relaxed_acceptance_for_thinking": False, "relaxed_topk": 1, "relaxed_delta": 0.0}
+
+
+def refuse_without_mtp(target: Path) -> None:
+    """One line where the target checkpoint the package serves carries no MTP module (an FP8 export
+    made through transformers drops them, as transformers' loader does)."""
+    from trtspec.errors import IncompatibleArtifactError
+    from trtspec.runtime.drafters.mtp import MISSING_FIX, mtp_weights_missing
+
+    missing = mtp_weights_missing(target)
+    if missing:
+        raise IncompatibleArtifactError(missing, fix=MISSING_FIX)
 
 
 def schedule_and_gate(spec: Any, contract: Contract) -> dict[str, Any]:

@@ -1,5 +1,6 @@
-"""`speculative.layerskip` and `speculative.lookahead`: the settings of two drafting methods
-that need no second model (trtspec.modes: their rows; reference heads-and-methods.md sections 5-6)."""
+"""`speculative.layerskip`, `speculative.lookahead` and `speculative.mtp`: the settings of three
+drafting methods that need no second model (trtspec.modes: their rows; reference
+heads-and-methods.md sections 4-6)."""
 
 from __future__ import annotations
 
@@ -45,3 +46,13 @@ class LookaheadSpec(Section):
         examples/lookahead/README.md; calculate_speculative_resource)."""
         n, w, g = self.ngram, self.window, self.verification_set
         return (n - 2 if n > 1 else 0) + (w - 1 + g) * (n - 1)
+
+
+class MtpSpec(Section):
+    num_layers: int | None = Field(None, ge=1, le=16)
+    """mode mtp: the target checkpoint's MTP modules to draft with (`model.layers.{num_hidden_layers}`
+    on). Empty: the checkpoint's num_nextn_predict_layers (the released DeepSeek-V3/R1 and GLM-4.5
+    carry 1). One module is reused for every draft position, by the cpu engine and by TensorRT-LLM
+    (MTP Eagle), so speculative.max_draft_len sets the draft length: the trtllm backend writes it as
+    MTPDecodingConfig.num_nextn_predict_layers, the release's name for it. The cpu engine drafts
+    with one module only."""

@@ -1,10 +1,9 @@
 """The trtspec spec: one validated description of the whole pipeline.
 
-`validate_spec()` validates once, at the boundary (`trtspec.spec.loading.load_spec` reads the
-YAML and calls it), and turns every pydantic problem into one `field.path: problem (got value);
-fix` line inside a SpecError (trtspec.spec.checks writes the lines; an unknown key names the
-closest real one). Deeper code trusts the Spec it is given. Checks that need the model itself (for example tp_size
-dividing the KV heads) live with the code that loads the model.
+`validate_spec()` validates once, at the boundary (`trtspec.spec.loading.load_spec` reads the YAML and
+calls it), and turns every pydantic problem into one `field.path: problem (got value); fix` line inside a
+SpecError (trtspec.spec.checks writes the lines; an unknown key names the closest real one). Deeper code
+trusts the Spec it is given. Checks that need the model itself (tp_size dividing the KV heads) live with it.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ from trtspec.errors import SpecError
 from trtspec.spec.checks import format_problem, host_problem, is_loopback, problem_line
 from trtspec.spec.eagle3_training import Eagle3Training
 from trtspec.spec.medusa import MedusaSpec
-from trtspec.spec.methods import LayerSkipSpec, LookaheadSpec
+from trtspec.spec.methods import LayerSkipSpec, LookaheadSpec, MtpSpec
 from trtspec.spec.section import Section
 
 DEFAULT_CONFIG = "trtspec.yaml"
@@ -106,8 +105,7 @@ def _tree_rows_problems(schedule: list[list[int]], mode: str, eagle_choices: Any
 
 class SpeculativeSpec(Section):
     mode: Mode = "ngram"
-    """eagle3 | draft-target | ngram | lookahead | layerskip | medusa | none (baseline, no speculation);
-    what each backend does with each: README.md, the mode x backend table (trtspec.modes)."""
+    """A row of trtspec.modes (none: baseline, no speculation); what each backend does: README.md's table."""
     max_draft_len: int = Field(4, ge=1, le=64)
     """Most draft tokens proposed per step; engines are built for this many."""
     draft: str | None = None
@@ -153,6 +151,8 @@ class SpeculativeSpec(Section):
     """Lookahead decoding: Jacobi guesses and an n-gram pool (mode lookahead)."""
     medusa: MedusaSpec = Field(default_factory=MedusaSpec)
     """Medusa heads and their draft tree (mode medusa)."""
+    mtp: MtpSpec = Field(default_factory=MtpSpec)
+    """The checkpoint's own multi-token-prediction modules (mode mtp)."""
 
 
 class QuantizationSpec(Section):

@@ -49,6 +49,31 @@ def mtp_layer_count(config: dict[str, Any]) -> int:
     return int(config.get("num_nextn_predict_layers") or config.get("num_mtp_layers") or 0)
 
 
+def mtp_weights_missing(path: str | Path) -> str | None:
+    """Why the checkpoint at `path` cannot draft with its MTP module (one phrase), or None. Reads
+    config.json and the safetensors key names only (the index's weight_map, or the file headers)."""
+    from safetensors import safe_open
+
+    path = Path(path)
+    config = json.loads((path / "config.json").read_text())
+    count, key = mtp_layer_count(config), f"model.layers.{config.get('num_hidden_layers')}.eh_proj.weight"
+    index_file = path / "model.safetensors.index.json"
+    if index_file.is_file():
+        present = key in json.loads(index_file.read_text())["weight_map"]
+    else:
+        present = False
+        for file in sorted(path.glob("*.safetensors")):
+            with safe_open(str(file), framework="pt") as tensors:
+                present = present or key in tensors.keys()  # noqa: SIM118 (safe_open is not a mapping)
+    if count and present:
+        return None
+    return (f"{path}: mode mtp needs the checkpoint's MTP weights ({key.removesuffix('.eh_proj.weight')}.eh_proj "
+            f"and the rest), and it has none (num_nextn_predict_layers {count})")
+
+
+MISSING_FIX = "use a checkpoint that ships its MTP layers (DeepSeek-V3/R1, GLM-4.5), or another mode"
+
+
 def read_mtp_weights(path: str | Path, index: int) -> dict[str, Any]:
     """The tensors of `model.layers.{index}.*` in the checkpoint at `path`, the prefix stripped.
     Reads only the shards that hold them (model.safetensors.index.json), and only those keys."""
@@ -105,17 +130,15 @@ def build_mtp_module(target: Any, path: str | Path, num_layers: int | None = Non
     layers = int(config_dict["num_hidden_layers"])
     available = mtp_layer_count(config_dict)
     wanted = available if num_layers is None else num_layers
-    state = read_mtp_weights(path, layers) if available else {}
-    if not available or "eh_proj.weight" not in state:
-        raise IncompatibleArtifactError(
-            f"{path}: mode mtp needs the checkpoint's MTP weights (model.layers.{layers}.eh_proj and the rest), "
-            f"and it has none (num_nextn_predict_layers {available})",
-            fix="use a checkpoint that ships its MTP layers (DeepSeek-V3/R1, GLM-4.5), or another mode")
+    missing = mtp_weights_missing(path)
+    if missing:
+        raise IncompatibleArtifactError(missing, fix=MISSING_FIX)
     if not 1 <= wanted <= min(available, 1):
         raise IncompatibleArtifactError(
             f"speculative.mtp.num_layers {wanted}: the cpu engine drafts with one MTP module, reused for every "
             f"draft position (TensorRT-LLM's MTP Eagle path); the checkpoint has {available}",
             fix="set speculative.mtp.num_layers to 1, or leave it empty")
+    state = read_mtp_weights(path, layers)
     decoder = (target.get_decoder() or target.model)
     config = copy.deepcopy(target.config)
     if isinstance(getattr(config, "layer_types", None), list):  # index-keyed fields cover the new index too
