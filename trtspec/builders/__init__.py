@@ -65,7 +65,10 @@ def engine_name(spec: Any) -> str:
 
 def plan_for(spec: Any, target_config: dict[str, Any], draft_config: dict[str, Any] | None = None) -> Plan:
     """The memory plan for the spec's engines, given the target's (and draft's/head's) config.json."""
-    target = ModelShape.from_config(target_config)
+    mtp_layers = 0
+    if spec.speculative.mode == "mtp":  # the checkpoint's MTP modules load with the target
+        mtp_layers = spec.speculative.mtp.num_layers or int(target_config.get("num_nextn_predict_layers") or 0)
+    target = ModelShape.from_config(target_config, extra_layers=mtp_layers)
     mode = spec.speculative.mode
     draft, role = None, "draft"
     if mode == "eagle3":

@@ -52,16 +52,43 @@ class ModelShape:
     has_embedding: bool = True      # an EAGLE-3 head borrows the target's embedding
     attn_input_mult: int = 1        # an EAGLE-3 layer attends over [embedding, hidden] (2x hidden)
     extra_params: int = 0           # e.g. the EAGLE-3 fc that fuses three target hidden states
+    # Mixture of experts (DeepSeek-V3/R1, GLM-4.5): `moe_layers` of the layers (the last ones) hold
+    # `experts` routed and `shared_experts` always-on experts of `moe_intermediate_size` each, and a router.
+    moe_layers: int = 0
+    experts: int = 0
+    shared_experts: int = 0
+    moe_intermediate_size: int = 0
+    experts_per_token: int = 0      # routed experts each token runs
+    # Multi-head latent attention (DeepSeek-V3/R1): (q_lora_rank, kv_lora_rank, qk_nope_head_dim,
+    # qk_rope_head_dim, v_head_dim); the cache holds one latent of kv_lora_rank + qk_rope_head_dim per
+    # token and layer (TensorRT-LLM's MLA cache), whole on every tensor-parallel rank.
+    mla: tuple[int, int, int, int, int] | None = None
 
     @classmethod
-    def from_config(cls, config: dict[str, Any]) -> ModelShape:
+    def from_config(cls, config: dict[str, Any], extra_layers: int = 0) -> ModelShape:
+        """`extra_layers`: decoder layers loaded beyond num_hidden_layers (MTP modules, each one
+        more MoE layer plus its eh_proj and norms)."""
         heads = config["num_attention_heads"]
         hidden = config["hidden_size"]
-        return cls(num_layers=config["num_hidden_layers"], hidden_size=hidden,
+        layers = config["num_hidden_layers"] + extra_layers
+        experts = int(config.get("n_routed_experts") or config.get("num_experts") or 0)
+        moe = {}
+        if experts:
+            dense = int(config.get("first_k_dense_replace") or 0)
+            moe = {"moe_layers": layers - dense, "experts": experts,
+                   "shared_experts": int(config.get("n_shared_experts") or 0),
+                   "moe_intermediate_size": int(config["moe_intermediate_size"]),
+                   "experts_per_token": int(config.get("num_experts_per_tok") or 0)}
+        mla = None
+        if config.get("kv_lora_rank"):
+            mla = (int(config.get("q_lora_rank") or 0), int(config["kv_lora_rank"]), int(config["qk_nope_head_dim"]),
+                   int(config["qk_rope_head_dim"]), int(config["v_head_dim"]))
+        return cls(num_layers=layers, hidden_size=hidden,
                    intermediate_size=config["intermediate_size"], vocab_size=config["vocab_size"],
                    num_heads=heads, num_kv_heads=config.get("num_key_value_heads") or heads,
                    head_dim=config.get("head_dim") or hidden // heads,
-                   tie_word_embeddings=bool(config.get("tie_word_embeddings", False)))
+                   tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
+                   extra_params=extra_layers * 2 * hidden * hidden, mla=mla, **moe)
 
     @classmethod
     def eagle3_head(cls, target: ModelShape, head_config: dict[str, Any] | None = None) -> ModelShape:
@@ -79,10 +106,25 @@ class ModelShape:
     @property
     def layer_linear_params(self) -> int:
         """Weights of the matmuls in all decoder layers (what FP8 quantizes)."""
-        h, d = self.hidden_size, self.head_dim
-        attn = self.attn_input_mult * h * d * (self.num_heads + 2 * self.num_kv_heads) + self.num_heads * d * h
-        mlp = 3 * h * self.intermediate_size
-        return self.num_layers * (attn + mlp) + self.extra_params
+        h, d, heads = self.hidden_size, self.head_dim, self.num_heads
+        if self.mla is not None:
+            q_lora, kv_lora, nope, rope, v = self.mla
+            query = h * q_lora + q_lora * heads * (nope + rope) if q_lora else h * heads * (nope + rope)
+            attn = query + h * (kv_lora + rope) + kv_lora * heads * (nope + v) + heads * v * h
+        else:
+            attn = self.attn_input_mult * h * d * (heads + 2 * self.num_kv_heads) + heads * d * h
+        dense_mlp = 3 * h * self.intermediate_size
+        moe_mlp = 3 * h * self.moe_intermediate_size * (self.experts + self.shared_experts) + h * self.experts
+        dense_layers = self.num_layers - self.moe_layers
+        return self.num_layers * attn + dense_layers * dense_mlp + self.moe_layers * moe_mlp + self.extra_params
+
+    @property
+    def kv_width(self) -> int:
+        """Cached elements per token and layer, before tensor parallelism: keys and values of
+        every KV head, or MLA's one latent."""
+        if self.mla is not None:
+            return self.mla[1] + self.mla[3]
+        return 2 * self.num_kv_heads * self.head_dim
 
     @property
     def embedding_params(self) -> int:
@@ -195,13 +237,18 @@ def _component(role: str, shape: ModelShape, s: PlanSettings, blocks: int, quant
         vocab_params = max(shape.embedding_params, shape.lm_head_params)
     weights = (shape.layer_linear_params * linear_bytes // (s.tp_size * s.pp_size)
                + vocab_params * s.weight_bytes // s.tp_size + shape.norm_params * s.weight_bytes)
-    kv_heads_per_gpu = max(1, math.ceil(shape.num_kv_heads / s.tp_size))
     layers_per_gpu = math.ceil(shape.num_layers / world_layers)
-    kv_token = 2 * layers_per_gpu * kv_heads_per_gpu * shape.head_dim * (1 if s.fp8_kv_cache else 2)
+    if shape.mla is not None:  # the latent is not split by heads: every rank caches all of it
+        width = shape.kv_width
+    else:
+        width = 2 * max(1, math.ceil(shape.num_kv_heads / s.tp_size)) * shape.head_dim
+    kv_token = layers_per_gpu * width * (1 if s.fp8_kv_cache else 2)
     tokens = max(s.max_num_tokens, s.max_batch_size * (s.max_draft_len + 1))
     h = shape.hidden_size
+    live_mlp = (shape.moe_intermediate_size * (shape.experts_per_token + shape.shared_experts) if shape.experts
+                else shape.intermediate_size)
     per_token = (4 * h + (shape.num_heads + 2 * shape.num_kv_heads) * shape.head_dim // s.tp_size
-                 + 2 * shape.intermediate_size // s.tp_size)
+                 + 2 * live_mlp // s.tp_size)
     logits = s.max_batch_size * (s.max_draft_len + 1) * shape.vocab_size // s.tp_size * LOGITS_BYTES
     return ComponentPlan(role=role, params=shape.params, weight_bytes=weights, kv_bytes_per_token=kv_token,
                          kv_bytes_per_sequence=kv_token * blocks * s.tokens_per_block,
