@@ -16,7 +16,7 @@ from trtspec.spec.template import render_template
 MALFORMED = [
     ("model:\n  sorce: smollm2\n", "model.sorce", "unknown key"),
     ("speculativ:\n  mode: ngram\n", "speculativ", "unknown key"),
-    ("speculative:\n  mode: medusa\n", "speculative.mode", "must be one of"),
+    ("speculative:\n  mode: warp\n", "speculative.mode", "must be one of"),
     ("speculative:\n  max_draft_len: 0\n", "speculative.max_draft_len", "greater than or equal to 1"),
     ("speculative:\n  max_draft_len: many\n", "speculative.max_draft_len", "valid integer"),
     ("build:\n  backend: tensorrt\n", "build.backend", "must be one of"),
