@@ -74,8 +74,9 @@ class Reference:
         self.eh_proj = raw["eh_proj"]
 
     @torch.no_grad()
-    def chain(self, tokens: list[int], steps: int) -> list[int]:
-        """The module's greedy chain after `tokens` (the last one the target's pending token)."""
+    def chain(self, tokens: list[int], steps: int, logits: list | None = None) -> list[int]:
+        """The module's greedy chain after `tokens` (the last one the target's pending token);
+        each step's logits appended to `logits` when given."""
         model = self.target.model
         hidden = model(torch.tensor([tokens[:-1]])).last_hidden_state  # H_0..H_{L-2}, after the final norm
         inputs, drafted = list(tokens[1:]), []
@@ -87,7 +88,10 @@ class Reference:
             out = self.block(x, attention_mask=None, position_ids=positions,
                              position_embeddings=model.rotary_emb(x, positions))
             h = self.norms["shared_head.norm"](out[0] if isinstance(out, tuple) else out)
-            token = int(self.target.lm_head(h[0, -1]).argmax())
+            row = self.target.lm_head(h[0, -1])
+            if logits is not None:
+                logits.append(row)
+            token = int(row.argmax())
             drafted.append(token)
             inputs.append(token)
             hidden = torch.cat([hidden, h[:, -1:]], dim=1)  # the chain feeds the module's own h back
@@ -125,10 +129,21 @@ def test_drafts_equal_the_mtp_function_after_one_and_many_accepted_tokens(mtp_en
     from trtspec.runtime.drafters.base import Draft
 
     reference = Reference(mtp_engine.path)
-    _, recorded = _record_proposals(mtp_engine, PROMPT, 12)
+    forwards, forward = [], mtp_engine.drafter.forward
+    mtp_engine.drafter.forward = lambda feeds: forwards.append(forward(feeds)) or forwards[-1]
+    try:
+        _, recorded = _record_proposals(mtp_engine, PROMPT, 12)
+    finally:
+        del mtp_engine.drafter.forward
     assert len(recorded) >= 4
     for tokens, draft in recorded[:4]:
         assert draft == reference.chain(tokens, len(draft))
+    # the numbers themselves, not only their argmax: the first proposal's three forwards (the
+    # prompt's catch-up, then one chain position each) give the function's logits
+    expected: list = []
+    reference.chain(recorded[0][0], 3, expected)
+    for (logits, _), want in zip((f[0] for f in forwards[:3]), expected, strict=True):
+        torch.testing.assert_close(logits[-1], want, atol=2e-4, rtol=0)
     # oracle drafts (the target's own continuation): 3 tokens accepted a step, so the module
     # catches up on several verified rows at once; its own drafts, made before the oracle's
     # replace them, still equal the function
