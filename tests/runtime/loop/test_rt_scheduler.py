@@ -51,7 +51,7 @@ def test_eagle3_tree_under_load_equals_alone(tiny_llama, modelopt_eagle3):
 
 
 @pytest.mark.parametrize("drafter", ["draft-model", "eagle3-dynamic-tree", "draft-model-dynamic-tree", "layerskip",
-                                     "lookahead", "lookahead-verification-set", "medusa"])
+                                     "lookahead", "lookahead-verification-set", "medusa", "mtp"])
 def test_sampling_with_a_full_batch_follows_the_target_distribution(drafter, tiny_llama, tiny_llama_draft, request):
     """Chi-square: the third generated token of 1,600 seeded requests, run 8 at a time with a
     draft model's chains or EAGLE-2 dynamic trees from the head or from a draft model (multi-candidate
@@ -84,6 +84,11 @@ def test_sampling_with_a_full_batch_follows_the_target_distribution(drafter, tin
         heads = make_tiny_medusa(tiny_llama, request.getfixturevalue("tmp_path") / "medusa", num_heads=3)
         engine = Engine.from_checkpoints(tiny_llama, mode="medusa", draft_dir=heads, max_draft_len=8,
                                          draft_len_schedule=[[1, 8]], **common)
+    elif drafter == "mtp":  # a tiny DeepSeek-V3 (MLA, MoE) drafting with its own seeded MTP module
+        from trtspec.testing.tiny import make_tiny_causal_lm
+
+        target = make_tiny_causal_lm(request.getfixturevalue("tmp_path") / "deepseek", "deepseek_v3", mtp=True)
+        engine = Engine.from_checkpoints(target, mode="mtp", max_draft_len=3, draft_len_schedule=[[1, 3]], **common)
     elif drafter == "draft-model-dynamic-tree":  # the target drafting for itself: its top-3 tokens are
         # the target's own likeliest, so children are accepted and rejected at every depth
         engine = Engine.from_checkpoints(tiny_llama, mode="draft-target", draft_dir=tiny_llama, max_draft_len=3,
