@@ -60,7 +60,8 @@ def make_tiny_medusa(target: str | Path, path: str | Path, *, layout: str = "fas
 
         model = AutoModelForCausalLM.from_pretrained(str(target), dtype=torch.float32)
         mtsp.convert(model, [("medusa", {"medusa_num_heads": heads, "medusa_num_layers": layers})])
-        model.medusa_heads.load_state_dict(tensors, strict=True)
+        medusa_heads: Any = model.medusa_heads  # the ModuleList ModelOpt's convert added
+        medusa_heads.load_state_dict(tensors, strict=True)
         save_file({k: v.contiguous().clone() for k, v in model.state_dict().items()}, str(path / "model.safetensors"))
         (path / "config.json").write_text(json.dumps({**model.config.to_dict(), "medusa": model.config.medusa}))
         return path
