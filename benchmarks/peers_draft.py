@@ -3,7 +3,7 @@ HF `generate(assistant_model=...)`, on the same draft checkpoint, prompts and to
 
 No smaller model with SmolLM2's tokenizer exists offline, so `--draft-layers N` makes one from
 SmolLM2 itself: its first N decoder layers read out through the final norm and tied lm_head
-(trtspec.testing.truncate, cached under ~/.cache/trtspec/models/smollm2-first<N>), an untrained
+(trtspec.convert.first_layers, cached under ~/.cache/trtspec/models/smollm2-first<N>), an untrained
 early-exit draft. `--draft-model DIR` takes any checkpoint with SmolLM2's tokenizer instead.
 
 Contenders added (all greedy, outputs checked against the engine's plain greedy output):
@@ -43,9 +43,9 @@ def add_arguments(parser) -> None:
 def draft_dir(args, target_path: Path) -> Path | None:
     """The draft checkpoint the arguments name (building the truncated copy if asked), or None."""
     if args.draft_layers:
-        from trtspec.testing.truncate import truncate_llama, truncated_cache_dir
+        from trtspec.convert.first_layers import cache_dir, first_layers
 
-        return truncate_llama(target_path, truncated_cache_dir("smollm2", args.draft_layers), args.draft_layers)
+        return first_layers(target_path, cache_dir("smollm2", args.draft_layers), args.draft_layers)
     return args.draft_model
 
 
@@ -94,9 +94,9 @@ def sweep(args) -> str:
 
     import torch
 
+    from trtspec.convert.first_layers import cache_dir, first_layers
     from trtspec.runtime import Engine
     from trtspec.runtime.loop.stats import GenerationStats
-    from trtspec.testing.truncate import truncate_llama, truncated_cache_dir
 
     torch.set_num_threads(args.threads or 1)
     path = smollm2()
@@ -123,7 +123,7 @@ def sweep(args) -> str:
              "", "| layers N | mean acceptance length | acceptance rate | draft cost c | verify / plain step | "
              "tok/s | speedup | identical |", "|---" * 8 + "|"]
     for layers in (int(n) for n in args.draft_sweep.split(",")):
-        draft = truncate_llama(path, truncated_cache_dir("smollm2", layers), layers)
+        draft = first_layers(path, cache_dir("smollm2", layers), layers)
         engine = Engine.from_checkpoints(path, mode="draft-target", draft_dir=draft, max_draft_len=args.draft_len)
         rate, stats, outputs = run(engine, True)
         cost = stats.draft_time_s / max(1, stats.num_draft_tokens) / plain_step

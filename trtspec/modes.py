@@ -96,11 +96,13 @@ MODES: dict[str, ModeRow] = {row.name: row for row in (
     ModeRow("layerskip", "self-speculation: the target's first E layers, its norm and head",
             f"{_D}.layerskip:make", "layerskip", {
                 "cpu": _yes("the target's first exit_layer layers draft on their own cache, no second model"),
-                "trtllm": _no("TensorRT-LLM has no early-exit drafting; use mode draft-target with a draft "
-                              "model (a first-layers copy of the target is one)", "no early-exit drafting upstream"),
-                "trtllm-engine": _no("TensorRT-LLM has no early-exit drafting; use mode draft-target with a "
-                                     "draft model (a first-layers copy of the target is one)",
-                                     "no early-exit drafting upstream"),
+                # TensorRT-LLM has no early-exit drafting: convert writes the first E layers as a draft
+                # model (convert/first_layers.py) and the build writes draft-target with it
+                "trtllm": _yes("as draft-target: speculative_config decoding_type DraftTarget with convert's "
+                               "first-E-layers copy of the target", "as draft-target with a first-E-layers copy"),
+                "trtllm-engine": _yes("as draft-target: draft_tokens_external with convert's first-E-layers copy "
+                                      "of the target as the draft engine; BLS drafts",
+                                      "as draft-target with a first-E-layers copy; BLS"),
             }, label="the target's first layers"),
     ModeRow("medusa", "Medusa heads on the target's last hidden state (trained by convert, or imported)",
             f"{_D}.medusa:make", "medusa", {

@@ -24,6 +24,8 @@ MATRIX = [
     ("trtllm-engine", "draft-target", True, True, None), ("trtllm-engine", "none", False, False, None),
     ("trtllm", "eagle3", True, True, "1.1.0"), ("trtllm", "draft-target", False, False, "1.1.0"),
     ("trtllm", "ngram", False, False, "1.1.0"), ("trtllm-engine", "draft-target", True, False, "1.1.0"),
+    # layerskip on the GPU backends: draft-target with convert's first-2-layers copy of the target
+    ("trtllm", "layerskip", False, False, None), ("trtllm-engine", "layerskip", False, False, None),
 ]
 
 
@@ -38,9 +40,15 @@ def workspace(in_tmp, tiny_llama, tiny_llama_draft, fp8_target, gpu_target, gpu_
     def make(backend: str, mode: str, fp8: bool, fp8_kv: bool, **build):
         # GPU backends build the 8-layer target (TensorRT-LLM's default EAGLE-3 capture needs >= 6)
         target, quantized = (tiny_llama, fp8_target) if backend == "cpu" else (gpu_target, gpu_fp8_target)
+        if mode == "layerskip":  # convert writes the first-layers draft for the spec's GPU backend
+            build = {**build, "backend": backend}
         config = write_workspace(in_tmp, target, draft=tiny_llama_draft, eagle3=(mode == "eagle3"),
                                  fp8_target=quantized if fp8 else None,
-                                 quantization={"fp8_kv_cache": fp8_kv}, **({"build": build} if build else {}))
+                                 quantization={"fp8_kv_cache": fp8_kv}, **({"build": build} if build else {}),
+                                 **({"speculative": {"layerskip": {"exit_layer": 2}}} if mode == "layerskip" else {}))
+        if mode == "layerskip":
+            converted = CliRunner().invoke(main, ["convert", "-c", str(config), "--mode", mode], catch_exceptions=False)
+            assert converted.exit_code == 0, converted.output
         replacements = {str(in_tmp.resolve()): "<WORK>", str(in_tmp): "<WORK>", str(target): "<TARGET>",
                         str(tiny_llama_draft): "<DRAFT>"}
         return config, replacements

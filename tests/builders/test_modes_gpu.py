@@ -57,8 +57,6 @@ def test_other_modes_leave_the_lookahead_parameters_unset(tiny_llama, in_tmp):
 
 @pytest.mark.parametrize(("mode", "backend", "words"), [
     ("lookahead", "trtllm", "TensorRT backend only"),
-    ("layerskip", "trtllm", "no early-exit drafting"),
-    ("layerskip", "trtllm-engine", "no early-exit drafting"),
 ])
 def test_gpu_refusals_are_one_line(tiny_llama, mode, backend, words):
     from trtspec.errors import SpecError

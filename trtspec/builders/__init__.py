@@ -73,7 +73,7 @@ def plan_for(spec: Any, target_config: dict[str, Any], draft_config: dict[str, A
     draft, role = None, "draft"
     if mode == "eagle3":
         draft, role = ModelShape.eagle3_head(target, draft_config), "EAGLE-3 head"
-    elif mode == "draft-target" and draft_config:
+    elif mode in ("draft-target", "layerskip") and draft_config:  # layerskip: its first-layers copy (GPU)
         draft = ModelShape.from_config(draft_config)
     return plan_memory(target, PlanSettings.from_spec(spec), draft, role)
 
@@ -84,7 +84,8 @@ def plan_inputs(spec: Any) -> Plan:
     No weights are read or hashed: a 70B deployment is planned before its 140 GB are downloaded.
     The target's shape comes from work/checkpoints/target/config.json when convert has run, else
     from the model source's config.json; an EAGLE-3 head from work/checkpoints/eagle3/config.json,
-    else ModelOpt's default one-layer head.
+    else ModelOpt's default one-layer head; mode layerskip's draft (a GPU backend's first-layers copy), the
+    target's config with E layers, as convert writes it.
     """
     layout = Layout.from_spec(spec)
     target_config = _config_only(layout.checkpoint("target"), spec.model.source, spec)
@@ -93,6 +94,11 @@ def plan_inputs(spec: Any) -> Plan:
         draft_config = artifacts.read_json(layout.checkpoint("eagle3") / "config.json")
     elif spec.speculative.mode == "draft-target":
         draft_config = _config_only(layout.checkpoint("draft"), spec.speculative.draft, spec)
+    elif spec.speculative.mode == "layerskip":  # the config.json convert writes for the GPU backends' draft
+        from trtspec.convert.first_layers import exit_layer, first_layers_config
+
+        draft_config = first_layers_config(target_config, exit_layer(spec.speculative.layerskip.exit_layer,
+                                                                     target_config))
     return plan_for(spec, target_config, draft_config)
 
 
@@ -125,9 +131,11 @@ def build(spec: Any, *, dry_run: bool = False, verify: bool = False, force: bool
     steps = backends.resolve(backend.steps)()
     layout = Layout.from_spec(spec)
     # before any weight is read: what the backend cannot build is one line
-    steps.refuse(spec, lambda: _config_only(layout.checkpoint("target"), spec.model.source, spec))
+    requested = spec
+    steps.refuse(spec, target_config := lambda: _config_only(layout.checkpoint("target"), spec.model.source, spec))
     name = engine_name(spec)
     engine_dir = layout.engine_dir(name)
+    spec = steps.written_spec(spec, layout, target_config)  # GPU layerskip: draft-target; `requested` is kept
     inputs = ej.resolve_inputs(spec, layout)
     result = BuildResult(kind="engine", path=engine_dir, status="planned" if dry_run else "written", name=name,
                          engine={})
@@ -139,11 +147,13 @@ def build(spec: Any, *, dry_run: bool = False, verify: bool = False, force: bool
         result.plan = plan_for(spec, inputs.base_target.config, inputs.draft.config if inputs.draft else None)
         require_fit(result.plan)
     steps.render(spec, contract, name, inputs, engine_dir, result)
+    if spec is not requested:
+        ej.record_requested(result, requested, inputs)
     if dry_run:
         return result
 
     # what this machine could do changes the result too (Steps.machine_inputs)
-    manifest_inputs = {**_manifest_inputs(spec, inputs), **steps.machine_inputs(result)}
+    manifest_inputs = {**_manifest_inputs(requested, inputs), **steps.machine_inputs(result)}
     if not force and (skipped := artifacts.settled("engine", engine_dir, manifest_inputs, dry_run=False)):
         result.status, result.manifest = skipped.status, skipped.manifest
         result.messages.append(f"{engine_dir} is up to date with these inputs; nothing to do (--force rebuilds)")
@@ -158,6 +168,6 @@ def build(spec: Any, *, dry_run: bool = False, verify: bool = False, force: bool
         artifacts.write_json(staging / artifacts.ENGINE_JSON, result.engine)
         steps.finish(spec, staging, result, contract, verify, engine_dir)
         result.manifest = artifacts.write_manifest(staging, "engine", inputs=manifest_inputs, backend=backend.name,
-                                                   mode=spec.speculative.mode, smoke=result.smoke,
+                                                   mode=requested.speculative.mode, smoke=result.smoke,
                                                    plan_fits=result.plan.fits if result.plan else None)
     return result

@@ -5,7 +5,10 @@ target falls back to `resolve_model(spec.model.source)` when checkpoints/target 
 or EAGLE-3 head whose manifest names another target (target_sha256) is refused with
 IncompatibleArtifactError. `engine_json()` renders the contract every backend writes; backends
 add their own keys beside it (`trtllm`, `trtllm_engine`). Paths inside engine.json are relative to
-the engine directory.
+the engine directory. Mode layerskip on a GPU backend is written as draft-target
+(`layerskip_as_draft_target`: TensorRT-LLM has no early-exit drafting, so convert's first-E-layers
+copy of the target drafts); engine.json's `mode` is then what was written, `requested_mode` and
+`layerskip` what was asked (`record_requested`), so every later stage reads draft-target.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ FORMAT = "trtspec-engine/1"
 # TensorRT-LLM's names for the speculative modes (build_config.speculative_decoding_mode).
 SPECULATIVE_DECODING_MODES = {"eagle3": "eagle3", "draft-target": "draft_tokens_external",
                               "ngram": "ngram", "lookahead": "lookahead_decoding", "none": "none",
-                              "layerskip": "layerskip",  # cpu only: TensorRT-LLM has no early exit
+                              "layerskip": "layerskip",  # cpu; the GPU backends write draft-target
                               "medusa": "medusa", "mtp": "mtp"}
 
 
@@ -133,6 +136,37 @@ def check_pair(base_target: Checkpoint, target: Checkpoint, draft: Checkpoint) -
             raise IncompatibleArtifactError(
                 f"{draft.path}: draft vocab_size {draft_vocab} differs from the target's {target_vocab}",
                 fix="use a draft trained with the target's tokenizer")
+
+
+def layerskip_as_draft_target(spec: Any, layout: Layout, target_config: dict[str, Any]) -> Any:
+    """The spec a GPU backend writes for mode layerskip: draft-target, the draft convert's copy of the
+    target's first E layers (work/checkpoints/draft); refused in one line where convert has not
+    written that copy for this E."""
+    from trtspec.convert.first_layers import exit_layer
+
+    layers = exit_layer(spec.speculative.layerskip.exit_layer, target_config)
+    draft_dir = layout.checkpoint("draft")
+    recorded = (artifacts.read_manifest(draft_dir) or {}).get("inputs") or {}
+    if (recorded.get("source"), recorded.get("num_layers")) != ("first-layers", layers):
+        raise ModelSourceError(f"{draft_dir}: no copy of the target's first {layers} layers, which mode layerskip "
+                               f"drafts with on build.backend {spec.build.backend}",
+                               fix="run `trtspec convert` with this spec first (it writes the copy)")
+    speculative = spec.speculative.model_copy(update={"mode": "draft-target", "draft": str(draft_dir)})
+    return spec.model_copy(update={"speculative": speculative})
+
+
+def record_requested(result: Any, spec: Any, inputs: BuildInputs) -> None:
+    """engine.json and the build's one line for a spec written as another mode (layerskip as draft-target)."""
+    assert inputs.draft is not None and inputs.draft.manifest is not None  # layerskip_as_draft_target checked
+    layers = inputs.draft.manifest["inputs"]["num_layers"]
+    note = (f"layerskip on {spec.build.backend}: TensorRT-LLM has no early-exit drafting; drafting with a "
+            f"first-{layers}-layers copy of the target as a draft model (draft-target)")
+    engine, at = result.engine, list(result.engine).index("mode") + 1
+    extra = {"requested_mode": spec.speculative.mode,
+             "layerskip": {"exit_layer": layers, "num_hidden_layers": inputs.base_target.config.get("num_hidden_layers"),
+                           "written_as": engine["mode"], "note": note}}
+    result.engine = dict(list(engine.items())[:at] + list(extra.items()) + list(engine.items())[at:])
+    result.messages.append(note)
 
 
 def medusa_shape(spec: Any) -> tuple[int, int]:

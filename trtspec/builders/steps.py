@@ -1,6 +1,7 @@
 """What each backend does at each step of `trtspec build` (trtspec.builders.build runs the steps).
 
-The steps, in order: `refuse` (before any weight is read), `render` (engine.json, extra files,
+The steps, in order: `refuse` (before any weight is read), `written_spec` (the spec whose engines
+are written: the GPU backends write mode layerskip as draft-target), `render` (engine.json, extra files,
 commands and messages, all in memory: a dry run stops after it), `machine_inputs` (what this
 machine could do, part of the manifest's inputs so that a re-run redoes what it can do now),
 `place` (the checkpoints into the staging directory) and `finish` (the smoke test, the check or
@@ -21,6 +22,10 @@ class Steps:
 
     def refuse(self, spec: Any, target_config: Callable[[], dict[str, Any]]) -> None:
         """Refuse in one line what this backend cannot build; `target_config()` reads config.json only."""
+
+    def written_spec(self, spec: Any, layout: Any, target_config: Callable[[], dict[str, Any]]) -> Any:
+        """The spec whose engines this backend writes; the requested one unless it has no such mode."""
+        return spec
 
     def render(self, spec: Any, contract: Any, name: str, inputs: ej.BuildInputs, engine_dir: Path,
                result: Any) -> None:
@@ -65,7 +70,14 @@ class CpuSteps(Steps):
             result.messages.append(f"smoke generation skipped: {result.smoke['reason']}")
 
 
-class LlmApiSteps(Steps):
+class _GpuSteps(Steps):
+    def written_spec(self, spec: Any, layout: Any, target_config: Callable[[], dict[str, Any]]) -> Any:
+        if spec.speculative.mode == "layerskip":  # no early-exit drafting upstream: a first-layers draft
+            return ej.layerskip_as_draft_target(spec, layout, target_config())
+        return spec
+
+
+class LlmApiSteps(_GpuSteps):
     def render(self, spec: Any, contract: Any, name: str, inputs: ej.BuildInputs, engine_dir: Path,
                result: Any) -> None:
         from trtspec.builders.trtllm import tree_note
@@ -92,7 +104,7 @@ class LlmApiSteps(Steps):
             result.verify = trtllm.verify(staging, result.engine["trtllm"]["llm_api_options"], contract)
 
 
-class EngineSteps(Steps):
+class EngineSteps(_GpuSteps):
     def refuse(self, spec: Any, target_config: Callable[[], dict[str, Any]]) -> None:
         from trtspec.builders import trtllm_engine
 

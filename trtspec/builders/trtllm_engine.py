@@ -14,8 +14,8 @@ used; `--gather_context_logits` never with drafts. Lookahead (W, N, G) builds th
 (examples/lookahead/README.md). Medusa converts the target with its heads as upstream's
 examples/medusa does (`convert_checkpoint.py --medusa_model_dir`, instead of quantize.py) and
 builds it with `--speculative_decoding_mode medusa --max_draft_len <the tree's nodes>`; FP8 Medusa
-engines are refused (quantize.py's Medusa flags are not in the contract). EAGLE-3, n-gram and
-layerskip are refused here.
+engines are refused (quantize.py's Medusa flags are not in the contract). EAGLE-3, n-gram and MTP
+are refused here; layerskip arrives as draft-target (engine_json.layerskip_as_draft_target).
 """
 
 from __future__ import annotations

@@ -7,7 +7,9 @@
                                then needs no re-calibration)
   eagle3                       speculative.mode eagle3 (trained, fine-tuned, or imported with
                                speculative.eagle3.head and no data: eagle3/heads/)
-  draft (+ draft-fp8)          speculative.mode draft-target
+  draft (+ draft-fp8)          speculative.mode draft-target; and layerskip on a GPU backend: the
+                               target's first E layers (first_layers.py), which the build serves
+                               as draft-target (the cpu engine drafts from the target itself)
   medusa                       speculative.mode medusa (trained on the target's answers, or
                                imported with speculative.medusa.heads: medusa/)
 ngram and none need no checkpoint beyond the target.
@@ -37,7 +39,7 @@ def planned_kinds(spec) -> list[str]:
         kinds += ["target-fp8", "target-fp8-trtllm"]
     if spec.speculative.mode == "eagle3":
         kinds.append("eagle3")
-    if spec.speculative.mode == "draft-target":
+    if spec.speculative.mode == "draft-target" or _first_layers_draft(spec):
         kinds += ["draft"] + (["draft-fp8"] if spec.quantization.fp8 else [])
     if spec.speculative.mode == "medusa":
         kinds.append("medusa")
@@ -69,6 +71,9 @@ def run_convert(spec, *, report: Reporter | None = None, dry_run: bool = False, 
         if spec.speculative.mode == "draft-target":
             results += run_draft(spec, layout, target[0], target[1], calibration, fp8_eval,
                                  report=report, dry_run=dry_run)
+        if _first_layers_draft(spec):
+            results += run_first_layers(spec, layout, target[0], target[1], calibration, fp8_eval,
+                                        report=report, dry_run=dry_run)
     target_dir, target_sha = dist.broadcast(target)
     if spec.speculative.mode == "medusa" and dist.is_main:  # imported or trained: convert/medusa
         from trtspec.convert.medusa.stage import run_medusa
@@ -169,6 +174,39 @@ def run_draft(spec, layout: Layout, target_dir: Path, target_sha: str, calibrati
     if spec.quantization.fp8:
         source = final if results[0].status != "planned" else draft_info.path
         results += run_fp8(spec, layout, source, draft_info.sha256, calibration, eval_prompts, kind="draft",
+                           report=report, dry_run=dry_run, target_sha=target_sha)
+    return results
+
+
+def _first_layers_draft(spec) -> bool:
+    """mode layerskip on a GPU backend, which drafts with a first-layers copy (no early exit upstream)."""
+    from trtspec import backends
+
+    return spec.speculative.mode == "layerskip" and backends.row(spec.build.backend).gpu
+
+
+def run_first_layers(spec, layout: Layout, target_dir: Path, target_sha: str, calibration: list[str],
+                     eval_prompts: list[str], *, report: Reporter | None, dry_run: bool) -> list[StageResult]:
+    """The target's first E layers as `draft` (+ `draft-fp8` with FP8), as run_draft records a draft."""
+    from trtspec.convert.first_layers import exit_layer, write_first_layers
+
+    layers = exit_layer(spec.speculative.layerskip.exit_layer, artifacts.read_json(target_dir / "config.json"))
+    final = layout.checkpoint("draft")
+    inputs = {"source": "first-layers", "num_layers": layers, "target_sha256": target_sha}
+    if settled := artifacts.settled("draft", final, inputs, dry_run=dry_run):
+        results = [settled]
+    else:
+        with artifacts.atomic_dir(final) as staging:
+            kept = write_first_layers(target_dir, staging, layers)
+            manifest = artifacts.write_manifest(
+                staging, "draft", source=f"first {layers} layers of {target_dir}", resolved_path=str(target_dir),
+                target_sha256=target_sha, weights_sha256=artifacts.weights_sha256(staging), inputs=inputs,
+                first_layers=kept)
+        results = [StageResult("draft", final, "written", manifest, {"first_layers": kept})]
+    if spec.quantization.fp8:  # keyed on the copy's own weights (a dry run has none yet)
+        draft_sha = (results[0].manifest or {}).get("weights_sha256") or f"first-{layers}-of-{target_sha}"
+        source = final if results[0].status != "planned" else target_dir
+        results += run_fp8(spec, layout, source, draft_sha, calibration, eval_prompts, kind="draft",
                            report=report, dry_run=dry_run, target_sha=target_sha)
     return results
 
