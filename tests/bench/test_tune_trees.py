@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from trtspec.bench.tune import Candidate, candidates, choose_schedule, tune_rows, write_choice
-from trtspec.cli.bench_cmd import _tree_shapes
+from trtspec.cli.tune_cmd import _tree_shapes
 from trtspec.spec.loading import load_spec
 
 

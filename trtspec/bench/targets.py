@@ -171,11 +171,13 @@ class EngineTarget:
         return flat
 
 
-def engine_variant(engine: Any, max_draft_len: int, eagle_choices: Any = None, tree: Any = None) -> Any:
+def engine_variant(engine: Any, max_draft_len: int, eagle_choices: Any = None, tree: Any = None,
+                   exit_layer: int | None = None) -> Any:
     """A second Engine sharing `engine`'s weights, tokenizer and drafter, proposing `max_draft_len`
     tokens per step at any load; with `eagle_choices` (EAGLE-3 only) it drafts that static tree,
     with `tree` (topk, depth, num_draft_tokens) dynamic trees (EAGLE-3 or a draft model), without
-    either chains. Close it when done (it hooks the shared target)."""
+    either chains; with `exit_layer` (layerskip only) its own LayerSkipDrafter exiting there (a view
+    of the same target modules: no weight memory). Close it when done (it hooks the shared target)."""
     from trtspec.errors import TrtSpecError
     from trtspec.spec.schema import TREE_MODES
 
@@ -185,8 +187,27 @@ def engine_variant(engine: Any, max_draft_len: int, eagle_choices: Any = None, t
     if tree is not None and engine.mode not in TREE_MODES:
         raise TrtSpecError(f"dynamic draft trees need an EAGLE-3 or draft-model engine (this one is {engine.mode})",
                            fix="tune --tree-shapes only with speculative.mode eagle3 or draft-target")
+    if exit_layer is not None:
+        if engine.mode != "layerskip":
+            raise TrtSpecError(f"exit layers are a layerskip setting (this engine is {engine.mode})",
+                               fix="tune --exit-layers only with speculative.mode layerskip")
+        from trtspec.runtime.drafters.layerskip import LayerSkipDrafter
+
+        return mode_variant(engine, "layerskip", LayerSkipDrafter(engine.target, exit_layer), max_draft_len,
+                            name=f"{engine.name}-e{exit_layer}-k{max_draft_len}")
     choices = tuple(tuple(int(i) for i in path) for path in eagle_choices) if eagle_choices else None
     # the draft length fixed at every batch size: tune measures exactly one choice per variant
     return engine.variant(max_draft_len=max_draft_len, eagle_choices=choices, draft_len_schedule=((1, max_draft_len),),
                           tree=tuple(tree) if tree is not None else None,
                           name=f"{engine.name}-k{max_draft_len}")
+
+
+def mode_variant(engine: Any, mode: str, drafter: Any, max_draft_len: int, name: str | None = None) -> Any:
+    """An Engine over `engine`'s target and tokenizer that drafts with `drafter` as mode `mode`,
+    `max_draft_len` tokens (chains; a drafter's own static tree, as Medusa's) at every batch size,
+    with its own scheduler and cache. Close it when done."""
+    import dataclasses
+
+    config = dataclasses.replace(engine.config, mode=mode, name=name or mode, max_draft_len=max_draft_len,
+                                 eagle_choices=None, tree=None, draft_len_schedule=((1, max_draft_len),))
+    return type(engine)(engine.target, engine.tokenizer, drafter, config)

@@ -20,7 +20,14 @@ size, so the table measures exactly the choice the engine will make.
 
 The spec is rewritten line by line, so comments and layout survive; the old file is kept as
 `<name>.bak`. Only `speculative.max_draft_len` (and, for EAGLE-3, `speculative.eagle_choices` and
-`speculative.tree`; with several concurrencies `speculative.draft_len_schedule`) change.
+`speculative.tree`; with several concurrencies `speculative.draft_len_schedule`; for layerskip
+`speculative.layerskip.exit_layer`) change.
+
+LayerSkip: the exit layer E is a candidate's other half. Each E (a few of L/8 .. L/2, or the ones
+asked for) is an engine variant over the same target weights with its own LayerSkipDrafter (a view
+of the target's first E layers, so no weight memory), measured at each draft length in the same
+interleaved run as the baseline; the fastest (E, length) is written. When even that one is slower
+than plain decoding, its speedup below 1 is reported and written into tune.json as measured.
 """
 
 from __future__ import annotations
@@ -57,9 +64,12 @@ class Candidate:
     max_draft_len: int
     eagle_choices: tuple[tuple[int, ...], ...] | None = None
     dynamic: tuple[int, int, int] | None = None  # a dynamic tree (topk, depth, num_draft_tokens); max_draft_len = depth
+    exit_layer: int | None = None  # layerskip: the drafter's exit layer (its own LayerSkipDrafter)
 
     @property
     def label(self) -> str:
+        if self.exit_layer is not None:
+            return f"exit_layer={self.exit_layer},max_draft_len={self.max_draft_len}"
         if self.dynamic is not None:
             return "dynamic-tree=" + ",".join(map(str, self.dynamic))
         if self.eagle_choices is None:
@@ -73,10 +83,37 @@ class Candidate:
 
 
 def candidates(draft_lens: Sequence[int], trees: Sequence[Sequence[Sequence[int]]] = (),
-               shapes: Sequence[Sequence[int]] = ()) -> list[Candidate]:
-    """Chains, static trees and dynamic tree shapes (topk, depth, num_draft_tokens)."""
+               shapes: Sequence[Sequence[int]] = (), exit_layers: Sequence[int] = ()) -> list[Candidate]:
+    """Chains, static trees and dynamic tree shapes (topk, depth, num_draft_tokens); with
+    `exit_layers` (layerskip) a chain of each length at each exit layer instead of plain chains."""
+    if exit_layers:
+        return [Candidate(k, exit_layer=int(e)) for e in exit_layers for k in draft_lens]
     dynamic = [Candidate(int(s[1]), dynamic=(int(s[0]), int(s[1]), int(s[2]))) for s in shapes]
     return [Candidate(k) for k in draft_lens] + [Candidate.tree(t) for t in trees] + dynamic
+
+
+def bundle_layers(engine_dir: str | Path) -> int:
+    """The decoder layers of a cpu engine bundle's target (its config.json), read without loading it."""
+    from trtspec.artifacts import ENGINE_JSON
+
+    bundle = json.loads((Path(engine_dir) / ENGINE_JSON).read_text()) if (Path(engine_dir) / ENGINE_JSON).is_file() \
+        else None
+    if bundle is None:
+        raise TrtSpecError(f"{engine_dir}: no engine.json", fix="build it with `trtspec build --backend cpu`")
+    return int(json.loads((Path(engine_dir) / bundle["target"]["path"] / "config.json").read_text())["num_hidden_layers"])
+
+
+def exit_layer_candidates(num_layers: int, given: Sequence[int] | None = None) -> list[int]:
+    """Exit layers to measure for layerskip: `given` (each must lie in 1..num_layers-1), else L/8,
+    L/4, 3L/8 and L/2 of the target's L layers (LayerSkip's own recipes exit between a quarter and
+    a half; a model not trained for early exit accepts little below that), duplicates dropped."""
+    if given:
+        bad = [e for e in given if not 1 <= e < num_layers]
+        if bad:
+            raise TrtSpecError(f"tune: exit layers {bad} lie outside 1..{num_layers - 1} (the target has "
+                               f"{num_layers} decoder layers)", fix=f"pass --exit-layers below {num_layers}")
+        return sorted(set(given))
+    return sorted({min(num_layers - 1, max(1, num_layers * eighths // 8)) for eighths in (1, 2, 3, 4)})
 
 
 def schedule_row(row: dict[str, Any], concurrency: int) -> list[int]:
@@ -104,38 +141,70 @@ _TOP_LEVEL = re.compile(r"^[^\s#]")
 def set_field_text(text: str, key: str, value: str) -> str:
     """The spec text with `speculative.<key>: <value>` (value already YAML), other lines unchanged.
 
-    Handles a block-style `speculative:` section (field present or not) and a file without the
-    section. A flow-style section (`speculative: {...}`) raises: rewriting it would lose comments.
-    A field spanning several lines (a block list) raises too.
+    `key` may name a field of a subsection (`layerskip.exit_layer`). Handles a block-style
+    `speculative:` section (field present or not) and a file without the section. A flow-style
+    section (`speculative: {...}`) raises: rewriting it would lose comments. A field spanning
+    several lines (a block list) raises too.
     """
-    field = re.compile(rf"^(?P<indent>[ \t]+){re.escape(key)}:(?P<space>\s*)(?P<value>[^#\n]*?)(?P<rest>\s*(#.*)?)$")
     lines = text.splitlines(keepends=True)
     start = next((i for i, line in enumerate(lines) if _SECTION.match(line.rstrip("\r\n"))), None)
+    section, _, field = key.rpartition(".")
     if start is None:
         if any(line.startswith("speculative:") for line in lines):
             raise SpecError(["speculative: written in flow style; tune rewrites block-style sections only "
                              "(put each key on its own line)"])
         newline = "" if not text or text.endswith("\n") else "\n"
-        return f"{text}{newline}speculative:\n  {key}: {value}\n"
+        body = f"  {section}:\n    {field}: {value}\n" if section else f"  {key}: {value}\n"
+        return f"{text}{newline}speculative:\n{body}"
     end = next((i for i in range(start + 1, len(lines)) if _TOP_LEVEL.match(lines[i])), len(lines))
-    child_indent = None
+    if not section:
+        return _set_in_block(lines, start, end, key, value, "  ", key)
+    indent = _child_indent(lines, start, end) or "  "
+    header = re.compile(rf"^{re.escape(indent)}{re.escape(section)}:(?P<value>[^#\n]*?)\s*(#.*)?$")
+    found = next(((i, m) for i in range(start + 1, end) if (m := header.match(lines[i].rstrip("\r\n")))), None)
+    if found is None:
+        lines.insert(start + 1, f"{indent}{section}:\n{indent * 2}{field}: {value}\n")
+        return "".join(lines)
+    at, match = found
+    if match["value"].strip():
+        raise SpecError([f"speculative.{section}: written in flow style; tune rewrites block-style sections only "
+                         f"(write {field}: {value} on its own line under {section}:)"])
+    sub_end = next((i for i in range(at + 1, end) if lines[i].strip() and not lines[i].lstrip().startswith("#")
+                    and len(lines[i]) - len(lines[i].lstrip()) <= len(indent)), end)
+    return _set_in_block(lines, at, sub_end, field, value, indent * 2, key)
+
+
+def _child_indent(lines: list[str], start: int, end: int) -> str | None:
+    """The indent of the first field under the header at `start` (None: no field)."""
     for i in range(start + 1, end):
         stripped = lines[i].rstrip("\r\n")
-        if not stripped.strip() or stripped.lstrip().startswith("#"):
-            continue
-        indent = stripped[: len(stripped) - len(stripped.lstrip())]
-        child_indent = child_indent or indent
+        if stripped.strip() and not stripped.lstrip().startswith("#"):
+            return stripped[: len(stripped) - len(stripped.lstrip())]
+    return None
+
+
+def _set_in_block(lines: list[str], start: int, end: int, key: str, value: str, default_indent: str,
+                  full_key: str) -> str:
+    """Set `key: value` among the fields of the block whose header is lines[start] (ending before
+    `end`): the field's line rewritten in place (its comment kept), or a new line after the header."""
+    field = re.compile(rf"^(?P<indent>[ \t]+){re.escape(key)}:(?P<space>\s*)(?P<value>[^#\n]*?)(?P<rest>\s*(#.*)?)$")
+    child_indent = _child_indent(lines, start, end)
+    for i in range(start + 1, end):
+        stripped = lines[i].rstrip("\r\n")
         match = field.match(stripped)
-        if match and match["indent"] == child_indent:
+        if match and child_indent is not None and match["indent"] == child_indent:
             following = lines[i + 1].rstrip("\r\n") if i + 1 < end else ""
             if not match["value"].strip() and following.strip() and len(following) - len(following.lstrip()) > len(
                     child_indent):
-                raise SpecError([f"speculative.{key}: written over several lines; tune rewrites one-line "
+                raise SpecError([f"speculative.{full_key}: written over several lines; tune rewrites one-line "
                                  f"values only (write it as {key}: {value})"])
             eol = lines[i][len(stripped):]
-            lines[i] = f"{match['indent']}{key}:{match['space'] or ' '}{value}{match['rest']}{eol}"
+            space, rest = match["space"] or " ", match["rest"]
+            if not match["value"] and rest:  # `key:   # comment`: the whitespace went to space, keep the comment apart
+                space, rest = " ", "  " + rest
+            lines[i] = f"{match['indent']}{key}:{space}{value}{rest}{eol}"
             return "".join(lines)
-    lines.insert(start + 1, f"{child_indent or '  '}{key}: {value}\n")
+    lines.insert(start + 1, f"{child_indent or default_indent}{key}: {value}\n")
     return "".join(lines)
 
 
@@ -181,7 +250,7 @@ def write_choice(spec_path: str | Path, draft_len: int, eagle_choices: Sequence[
         not set_choices or (resolved.speculative.eagle_choices or None) == choices) and (
         not set_tree or _tree_of(resolved.speculative.tree) == (list(tree) if tree else None)) and (
         table is None or resolved.speculative.draft_len_schedule == table) and all(
-        getattr(resolved.speculative, key) == yaml.safe_load(value) for key, value in (extra or {}).items())
+        _field(resolved.speculative, key) == yaml.safe_load(value) for key, value in (extra or {}).items())
     if not took:
         raise SpecError([f"speculative.max_draft_len: rewriting {path} did not take effect; edit it by hand "
                          f"(got {resolved.speculative.max_draft_len})"])
@@ -192,6 +261,12 @@ def write_choice(spec_path: str | Path, draft_len: int, eagle_choices: Sequence[
     staging.write_text(new_text)
     os.replace(staging, path)
     return backup
+
+
+def _field(section: Any, key: str) -> Any:
+    for name in key.split("."):  # layerskip.exit_layer: a subsection's field
+        section = getattr(section, name)
+    return section
 
 
 def _tree_of(spec_tree: Any) -> list[int] | None:
@@ -208,13 +283,15 @@ class Choice:
     eagle_choices: list[list[int]] | None
     tree: list[int] | None
     schedule: list[list[int]] | None
+    exit_layer: int | None = None  # layerskip: speculative.layerskip.exit_layer
 
     @classmethod
     def of(cls, result: dict[str, Any]) -> Choice:
         choice, schedule = result["choice"], result["schedule"]
         lengths = [row[1] if len(row) == 2 else row[2] for row in (schedule or []) if row[-1]]  # a tree: its depth
         draft_len = max(lengths or [choice["max_draft_len"]]) if schedule else choice["max_draft_len"]
-        return cls(draft_len, choice["eagle_choices"], choice.get("tree") if not schedule else None, schedule)
+        return cls(draft_len, choice["eagle_choices"], choice.get("tree") if not schedule else None, schedule,
+                   choice.get("exit_layer"))
 
 
 def record(spec_path: Path, result: dict[str, Any], out: Path, *, set_choices: bool, set_tree: bool,
@@ -226,10 +303,14 @@ def record(spec_path: Path, result: dict[str, Any], out: Path, *, set_choices: b
     from trtspec.bench.report import clean_json, machine_metadata
 
     chosen = Choice.of(result)
+    layerskip = {"layerskip.exit_layer": str(chosen.exit_layer)} if chosen.exit_layer is not None else None
     backup = write_choice(spec_path, chosen.max_draft_len, chosen.eagle_choices, set_choices=set_choices,
-                          schedule=chosen.schedule, tree=chosen.tree, set_tree=set_tree)
+                          schedule=chosen.schedule, tree=chosen.tree, set_tree=set_tree, extra=layerskip)
+    # layerskip: which exit layer, and whether it beat plain decoding at all (a model not trained
+    # for early exit often does not: then mode none is the honest choice, and tune says so)
+    exit_layer = {"exit_layer": chosen.exit_layer, "speedup": result["choice"].get("speedup")} if layerskip else {}
     summary = clean_json({"choice": chosen.max_draft_len, "eagle_choices": chosen.eagle_choices, "tree": chosen.tree,
-                          "draft_len_schedule": chosen.schedule, "rows": result["rows"],
+                          "draft_len_schedule": chosen.schedule, **exit_layer, "rows": result["rows"],
                           "baseline_output_throughput": (result["baseline"] or {}).get("output_throughput"),
                           **context, "spec": str(spec_path), "backup": str(backup), "machine": machine_metadata()})
     out.mkdir(parents=True, exist_ok=True)
@@ -263,7 +344,8 @@ def tune_rows(report_results: Sequence[dict[str, Any]], shapes: Sequence[Candida
                          "spec_decode_acceptance_length": result.get("spec_decode_acceptance_length", math.nan),
                          "spec_decode_acceptance_rate": result.get("spec_decode_acceptance_rate", math.nan),
                          "tokens_per_target_pass": result.get("tokens_per_target_pass", math.nan),
-                         "speedup": result["output_throughput"] / base if base and not math.isnan(base) else math.nan})
+                         "speedup": result["output_throughput"] / base if base and not math.isnan(base) else math.nan,
+                         **({"exit_layer": shape.exit_layer} if shape.exit_layer is not None else {})})
     return rows, baselines
 
 
@@ -274,12 +356,14 @@ def choose_schedule(rows: Sequence[dict[str, Any]], baselines: dict[int, dict[st
     The lowest concurrency decides chain or static tree; at every concurrency the fastest draft
     length of that kind is taken, or 0 where the baseline measured beside it was faster. Chains and
     dynamic trees are one kind: at each concurrency the fastest of them (a tree row
-    [concurrency, topk, depth, num_draft_tokens]), or 0."""
+    [concurrency, topk, depth, num_draft_tokens]), or 0. For layerskip the lowest concurrency
+    decides the exit layer, and the schedule's lengths are that exit layer's."""
     concurrencies = sorted({r["concurrency"] for r in rows})
     first = choose([r for r in rows if r["concurrency"] == concurrencies[0]])
     schedule = []
     for concurrency in concurrencies:
-        same_kind = [r for r in rows if r["concurrency"] == concurrency and r["eagle_choices"] == first["eagle_choices"]]
+        same_kind = [r for r in rows if r["concurrency"] == concurrency and r["eagle_choices"] == first["eagle_choices"]
+                     and r.get("exit_layer") == first.get("exit_layer")]
         best = choose(same_kind)
         base = baselines.get(concurrency, {}).get("output_throughput", math.nan)
         faster_plain = not math.isnan(base) and base > best["output_throughput"]
@@ -296,9 +380,9 @@ def measure(engine: Any, prompts: Sequence[Any], shapes: Sequence[Candidate], *,
     from trtspec.bench.targets import EngineTarget, engine_variant
 
     concurrencies = [concurrency] if isinstance(concurrency, int) else list(concurrency)
-    engines = {shape.label: engine_variant(engine, shape.max_draft_len, shape.eagle_choices, shape.dynamic)
-               for shape in shapes}
-    variants = {label: (EngineTarget(variant), True) for label, variant in engines.items()}
+    engines = {shape.label: engine_variant(engine, shape.max_draft_len, shape.eagle_choices, shape.dynamic,
+                                           shape.exit_layer) for shape in shapes}
+    variants: dict[str, tuple[Any, bool]] = {label: (EngineTarget(variant), True) for label, variant in engines.items()}
     variants[BASELINE_LABEL] = (EngineTarget(engine), False)
     try:
         run = run_variants(variants, prompts, concurrencies, max_tokens=max_tokens, repeats=repeats,

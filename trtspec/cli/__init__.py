@@ -33,7 +33,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "infer": ("trtspec.cli.infer_cmd", "infer", "Send one prompt to the server and stream the answer."),
     "generate": ("trtspec.cli.generate_cmd", "generate", "Generate in-process with the cpu engine (no server)."),
     "bench": ("trtspec.cli.bench_cmd", "bench", "Measure latency, throughput and acceptance (vs baseline)."),
-    "tune": ("trtspec.cli.bench_cmd", "tune", "Choose max_draft_len by measured tokens/s and record it."),
+    "tune": ("trtspec.cli.tune_cmd", "tune", "Choose max_draft_len by measured tokens/s and record it."),
 }
 
 

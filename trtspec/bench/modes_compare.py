@@ -1,0 +1,215 @@
+"""`trtspec bench --compare-modes`: every speculative mode on the user's own prompts, in one run.
+
+One target in process (the cpu engine bundle's weights, loaded once), plain decoding and each
+mode's drafter over it: every mode is an engine variant (bench.targets.mode_variant) with its own
+scheduler and cache, sharing the target's modules, so the modes differ only in how they draft.
+They run interleaved block by block with the plain-decoding baseline (bench.load.run_variants),
+each with its draft length fixed at every batch size, and the report says per mode: the
+acceptance length (tokens per target pass of a draft), the per-position acceptance, tokens/s,
+and tokens/s over plain decoding as the median of per-repeat ratios measured in the same run.
+
+A mode whose artifacts are missing (no EAGLE-3 head, no Medusa heads, no draft checkpoint, a
+target without MTP layers) gets a row that says so and what to run; it is not measured. Drafters
+are built as the engine builds its own (runtime.drafters.registry.make_drafter with the bundle's
+options and the target's prepacked kernels); the engine's own mode reuses its drafter.
+
+Contract: reads the engine bundle and the spec's checkpoint layout; writes only modes.json in
+the report directory; prints nothing (render_text gives the terminal table).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from trtspec import artifacts, modes
+from trtspec.errors import TrtSpecError
+
+BASELINE = "none"
+# what to run where a mode's artifact is missing ({path}: where trtspec looked)
+MISSING = {
+    "eagle3": "no EAGLE-3 head at {path}; run `trtspec convert --mode eagle3` (or --head DIR to import one)",
+    "medusa": "no Medusa heads at {path}; run `trtspec convert --mode medusa` (or speculative.medusa.heads to import)",
+    "draft-target": "no draft checkpoint at {path}; set speculative.draft and run `trtspec convert --mode "
+                    "draft-target`",
+}
+NO_MTP = ("the target has no MTP layers (config num_nextn_predict_layers); mode mtp drafts with a checkpoint's own "
+          "MTP module (DeepSeek-V3/R1, GLM-4.5)")
+
+
+def parse_modes(value: str) -> list[str]:
+    """--compare-modes: 'all' (every mode but none) or comma-separated mode names, in table order."""
+    asked = [part.strip() for part in value.split(",") if part.strip()]
+    if asked == ["all"]:
+        return [name for name in modes.NAMES if name != BASELINE]
+    unknown = [name for name in asked if name not in modes.NAMES or name == BASELINE]
+    if unknown or not asked:
+        named = ", ".join(unknown) if unknown else repr(value)
+        raise TrtSpecError(f"--compare-modes: unknown mode {named} (plain decoding always runs)",
+                           fix=f"use all, or some of {', '.join(n for n in modes.NAMES if n != BASELINE)}")
+    return [name for name in modes.NAMES if name in asked]
+
+
+def artifact_dirs(spec: Any, engine_dir: Path, engine_mode: str) -> dict[str, Path]:
+    """Where each mode's artifact is: the bundle's own draft/ for its mode, else the spec's checkpoints."""
+    from trtspec.artifacts import Layout
+
+    layout = Layout.from_spec(spec)
+    found = {"eagle3": layout.checkpoint("eagle3"), "medusa": layout.checkpoint("medusa"),
+             "draft-target": layout.checkpoint("draft")}
+    bundle = json.loads((engine_dir / artifacts.ENGINE_JSON).read_text())
+    if bundle.get("draft") and engine_mode in found:
+        found[engine_mode] = engine_dir / bundle["draft"]["path"]
+    return found
+
+
+def drafters(engine: Any, engine_dir: Path, wanted: Sequence[str], dirs: dict[str, Path]
+             ) -> tuple[dict[str, Any], dict[str, str]]:
+    """({mode: drafter}, {mode: why it is skipped}) for `wanted`, built over `engine`'s target."""
+    from trtspec.runtime.checkpoints.parts import _linear_kernels, load_causal_lm
+    from trtspec.runtime.drafters.registry import DRAFTER_OPTIONS, DrafterParts, make_drafter
+    from trtspec.runtime.forward.prepack import prepack_linears
+
+    runtime = json.loads((engine_dir / artifacts.ENGINE_JSON).read_text()).get("runtime") or {}
+    kernels = _linear_kernels(runtime.get("dtype", "float32"), runtime.get("prepack", True))
+
+    def prepack(module: Any) -> None:  # the drafter's linear layers on the target's kernels, as engine_parts does
+        if runtime.get("prepack", True):
+            prepack_linears(module, kernels)
+
+    def load(path: Any) -> Any:
+        model = load_causal_lm(path)
+        prepack(model)
+        return model
+
+    made, skipped = {}, {}
+    for mode in wanted:
+        if mode == engine.mode and engine.drafter is not None:
+            made[mode] = engine.drafter
+            continue
+        if mode in MISSING and not (dirs[mode] / "config.json").is_file():
+            skipped[mode] = MISSING[mode].format(path=dirs[mode])
+            continue
+        if mode == "mtp" and not getattr(engine.target.config, "num_nextn_predict_layers", 0):
+            skipped[mode] = NO_MTP
+            continue
+        options = {key: runtime[key] for key in DRAFTER_OPTIONS.get(mode, ()) if runtime.get(key) is not None}
+        if mode == "ngram":
+            options = {key: runtime.get(key, default) for key, default in (("ngram_min", 1), ("ngram_max", 3))}
+        try:
+            made[mode] = make_drafter(DrafterParts(mode, engine.target, dirs.get(mode), load, prepack, options))
+        except TrtSpecError as error:  # a head for another target, an exit layer too deep: said, not measured
+            skipped[mode] = f"{error.problem}; {error.fix}" if error.fix else error.problem
+    return made, skipped
+
+
+def measure(engine: Any, made: dict[str, Any], prompts: Sequence[Any], *, max_draft_len: int, concurrency: list[int],
+            max_tokens: int, repeats: int, temperature: float = 0.0, on_request: Callable | None = None
+            ) -> list[dict[str, Any]]:
+    """summarize_cell results of plain decoding and every mode in `made`, interleaved."""
+    from trtspec.bench.load import run_variants
+    from trtspec.bench.metrics import group_cells, summarize_cell
+    from trtspec.bench.targets import EngineTarget, mode_variant
+
+    engines = {}
+    for mode, drafter in made.items():
+        tree = getattr(drafter, "tree", None)  # a drafter's own static tree (Medusa): its nodes are the draft
+        engines[mode] = mode_variant(engine, mode, drafter, max(max_draft_len, getattr(tree, "num_nodes", 0)))
+    variants: dict[str, tuple[Any, bool]] = {BASELINE: (EngineTarget(engine), False)}
+    variants.update({mode: (EngineTarget(variant), True) for mode, variant in engines.items()})
+    try:
+        run = run_variants(variants, prompts, concurrency, max_tokens=max_tokens, repeats=repeats,
+                           temperature=temperature, on_request=on_request)
+    finally:
+        for variant in engines.values():
+            variant.close()
+    return [summarize_cell(cell) for cell in group_cells(run.records, run.durations, order=list(variants))]
+
+
+def mode_rows(results: Sequence[dict[str, Any]], wanted: Sequence[str], skipped: dict[str, str]
+              ) -> list[dict[str, Any]]:
+    """One row per mode and concurrency (plain decoding first): tokens/s, its ratio to plain
+    decoding (median of per-repeat ratios, and the repeats), acceptance length, per-position acceptance."""
+    from trtspec.bench.metrics import speedups
+
+    rows = []
+    for concurrency in sorted({r["max_concurrency"] for r in results}):
+        cells = {r["variant"]: r for r in results if r["max_concurrency"] == concurrency}
+        for mode in [BASELINE, *wanted]:
+            if mode in skipped:
+                rows.append({"mode": mode, "concurrency": concurrency, "skipped": skipped[mode]})
+                continue
+            cell = cells[mode]
+            ratio = speedups(results, numerator=mode, denominator=BASELINE)
+            ratio_cell = next((s for s in ratio if s["max_concurrency"] == concurrency), {})
+            rows.append({"mode": mode, "concurrency": concurrency, "output_throughput": cell["output_throughput"],
+                         "output_throughput_by_repeat": cell["output_throughput_by_repeat"],
+                         "speedup": 1.0 if mode == BASELINE else ratio_cell.get("output_throughput_speedup", math.nan),
+                         "speedup_by_repeat": [] if mode == BASELINE else ratio_cell.get(
+                             "output_throughput_speedup_by_repeat", []),
+                         "mean_tpot_ms": cell["mean_tpot_ms"],
+                         "acceptance_length": cell.get("spec_decode_acceptance_length", math.nan),
+                         "acceptance_rate": cell.get("spec_decode_acceptance_rate", math.nan),
+                         "per_position_acceptance": cell.get("spec_decode_per_position_acceptance_rates"),
+                         "completed": cell["completed"], "failed": cell["failed"]})
+    return rows
+
+
+def run(spec: Any, engine_dir: Path, wanted: Sequence[str], prompts: Sequence[Any], *, concurrency: list[int],
+        max_tokens: int, repeats: int, temperature: float, out_dir: Path, prompts_source: str,
+        on_request: Callable | None = None) -> tuple[dict[str, Any], Path]:
+    """Load the bundle, build every mode's drafter, measure, and write <out_dir>/modes.json."""
+    import sys
+
+    from trtspec.bench.report import clean_json, machine_metadata
+    from trtspec.runtime import load_engine
+
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    engine = load_engine(engine_dir)
+    try:
+        made, skipped = drafters(engine, engine_dir, wanted, artifact_dirs(spec, engine_dir, engine.mode))
+        results = measure(engine, made, prompts, max_draft_len=engine.max_draft_len, concurrency=concurrency,
+                          max_tokens=max_tokens, repeats=repeats, temperature=temperature, on_request=on_request)
+    finally:
+        engine.close()
+    report = clean_json({
+        "metadata": {"model": spec.model_name, "engine": str(engine_dir), "engine_mode": engine.mode,
+                     "modes": list(wanted), "max_draft_len": engine.max_draft_len, "num_prompts": len(prompts),
+                     "prompts": prompts_source, "concurrency": concurrency, "max_tokens": max_tokens,
+                     "temperature": temperature, "repeats": repeats, "started": started,
+                     "command": " ".join(sys.argv),
+                     "method": "plain decoding and each mode's drafter over the same target weights, interleaved "
+                               "in ABBA blocks; draft length fixed at every batch size; tokens/s = median over "
+                               "repeats; speedup = median of per-repeat ratios to plain decoding",
+                     "machine": machine_metadata()},
+        "modes": mode_rows(results, list(wanted), skipped), "results": results})
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "modes.json"
+    artifacts.write_json(path, report)
+    return report, path
+
+
+def render_text(report: dict[str, Any]) -> str:
+    """The per-mode table for the terminal: one line per mode and concurrency."""
+    meta = report["metadata"]
+    lines = [f"{meta['model']}: every mode against plain decoding, {meta['num_prompts']} prompts x {meta['repeats']}, "
+             f"{meta['max_tokens']} tokens, draft length {meta['max_draft_len']}",
+             f"{'conc':>4}  {'mode':<13} {'tok/s':>7} {'vs plain':>9}  {'AL':>5}  per-position acceptance"]
+    for row in report["modes"]:
+        if "skipped" in row:
+            lines.append(f"{row['concurrency']:>4}  {row['mode']:<13} skipped: {row['skipped']}")
+            continue
+        positions = " ".join(f"{p:.2f}" for p in row.get("per_position_acceptance") or []) or "-"
+        al = row.get("acceptance_length")
+        lines.append(f"{row['concurrency']:>4}  {row['mode']:<13} {_number(row.get('output_throughput'), 7, 1)} "
+                     f"{_number(row.get('speedup'), 8, 2)}x  {_number(al, 5, 2)}  {positions}")
+    return "\n".join(lines)
+
+
+def _number(value: Any, width: int, digits: int) -> str:
+    return f"{'-':>{width}}" if value is None or (isinstance(value, float) and math.isnan(value)) else \
+        f"{value:>{width}.{digits}f}"
