@@ -159,14 +159,14 @@ def test_usage_errors_are_one_line(in_tmp, args, expected):
 # 5. Request arguments are refused while parsing, before any model loads.
 
 BAD_REQUESTS = [
-    (["--top-p", "0"], "--top-p: must be in (0, 1] (got 0.0); 1 turns it off"),
-    (["--top-p", "1.5"], "--top-p: must be in (0, 1] (got 1.5); 1 turns it off"),
+    (["--top-p", "0"], "--top-p: must be in (0, 1] (got 0.0); use 1.0 to disable top-p"),
+    (["--top-p", "1.5"], "--top-p: must be in (0, 1] (got 1.5); use 1.0 to disable top-p"),
     (["--max-tokens", "0"], "--max-tokens: must be at least 1 (got 0); see 'trtspec {command} --help'"),
     (["--temperature", "-1"], "--temperature: must be >= 0 (got -1.0); use 0 for greedy"),
     (["--temperature", "1e-40"], "--temperature: must be 0 (greedy) or at least 1e-05; smaller values overflow "
                                  "the logits (got 1e-40); use 0 for greedy"),
     (["--temperature", "nan"], "--temperature: must be a finite number, 0 for greedy (got nan); use 0 for greedy"),
-    (["--top-k", "-1"], "--top-k: must be 0 (off) or more (got -1); 0 turns it off"),
+    (["--top-k", "-1"], "--top-k: must be >= 0, 0 meaning off (got -1); use 0 to disable top-k"),
 ]
 
 
@@ -183,7 +183,7 @@ def test_bad_request_argument_imports_no_model_code(in_tmp):
             "print('HEAVY', [m for m in ('torch', 'transformers', 'tritonclient') if m in sys.modules])")
     completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=in_tmp)
     assert "EXIT 2" in completed.stdout and "HEAVY []" in completed.stdout, completed
-    assert completed.stderr.strip() == "error: --top-p: must be in (0, 1] (got 0.0); 1 turns it off"
+    assert completed.stderr.strip() == "error: --top-p: must be in (0, 1] (got 0.0); use 1.0 to disable top-p"
 
 
 # 6. spec check names its file and checks what the spec points at.

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from trtspec.backends import NAMES as BACKEND_NAMES
 from trtspec.modes import NAMES as MODE_NAMES
 from trtspec.spec.loading import load_spec
 from trtspec.spec.schema import Spec
@@ -19,7 +20,7 @@ dry_run_option = click.option("--dry-run", is_flag=True, help="Print what would 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON on stdout.")
 mode_option = click.option("--mode", type=click.Choice(list(MODE_NAMES)),
                            default=None, help="Override speculative.mode.")
-backend_option = click.option("--backend", type=click.Choice(["cpu", "trtllm", "trtllm-engine"]),
+backend_option = click.option("--backend", type=click.Choice(list(BACKEND_NAMES)),
                               default=None, help="Override build.backend.")
 fp8_option = click.option("--fp8/--no-fp8", default=None, help="Override quantization.fp8.")
 
@@ -37,13 +38,17 @@ def _check(rule: str, ok, fix: str | None = None):
     return callback
 
 
-def _check_temperature(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
-    from trtspec.runtime.loop.request import temperature_problem  # the engine's own rule (imports no torch)
+def _sampling(name: str):
+    """A click callback refusing a `name` (temperature, top_p, top_k) outside trtspec.sampling_rules'
+    range, in its words and with its fix: the engine's and the served model's own rule."""
+    from trtspec import sampling_rules
 
-    problem = None if value is None else temperature_problem(value)
-    if problem:
-        raise click.BadParameter(f"{problem}; use 0 for greedy", ctx=ctx, param=param)
-    return value
+    def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        problem = None if value is None else sampling_rules.sampling_problem(**{name: value})
+        if problem:
+            raise click.BadParameter(f"{problem[1]}; {sampling_rules.FIXES[name]}", ctx=ctx, param=param)
+        return value
+    return callback
 
 
 def request_options(max_tokens: int, temperature: float | None):
@@ -52,10 +57,10 @@ def request_options(max_tokens: int, temperature: float | None):
         click.option("--max-tokens", type=int, default=max_tokens, show_default=True,
                      callback=_check("at least 1", lambda v: v >= 1), help="New tokens to generate (>= 1)."),
         click.option("--temperature", type=float, default=temperature, show_default=temperature is not None,
-                     callback=_check_temperature, help="Sampling temperature; 0 is greedy (the default)."),
-        click.option("--top-p", type=float, default=None, callback=_check("in (0, 1]", lambda v: 0 < v <= 1, "1 turns it off"),
+                     callback=_sampling("temperature"), help="Sampling temperature; 0 is greedy (the default)."),
+        click.option("--top-p", type=float, default=None, callback=_sampling("top_p"),
                      help="Nucleus sampling mass in (0, 1]: keep the fewest tokens holding it (1 = off)."),
-        click.option("--top-k", type=int, default=None, callback=_check("0 (off) or more", lambda v: v >= 0, "0 turns it off"),
+        click.option("--top-k", type=int, default=None, callback=_sampling("top_k"),
                      help="Sample from the k most likely tokens (0 = off)."),
         click.option("--seed", type=int, default=None, help="Sampling seed (reproducible runs)."),
     ]
