@@ -7,7 +7,9 @@ story) and either
 
 - a `trtspec bench` report (bench.json's own keys: `results`, `ratio`, `speedup`, `scaling`; a
   bench.json written by a new run can replace the file as it is), or
-- `rows`: a script's table, one object per row, its keys the column names in order.
+- `rows`: a script's table, one object per row, its keys the column names in order, or
+- `modes`: a `trtspec bench --compare-modes` report (modes.json as written; its metadata's
+  `started` and `machine` stand in for `taken` and the machine's name when those are absent).
 
 The table sits between the two marker comments naming NAME in docs/BENCHMARKS.md;
 tests/test_docs.py fails when a table is not what this script generates from its file.
@@ -84,15 +86,46 @@ def bench_rows(report: dict[str, Any]) -> list[dict[str, str]]:
     return rows
 
 
+def modes_rows(report: dict[str, Any]) -> list[dict[str, str]]:
+    """A `trtspec bench --compare-modes` report as one row per mode and concurrency: tokens/s, the
+    ratio to plain decoding (median of per-repeat ratios, the repeats in brackets), acceptance
+    length and per-position acceptance; a skipped mode says why in its tokens/s cell."""
+    rows = []
+    for mode in report["modes"]:
+        row = {"concurrency": str(mode["concurrency"]), "mode": f"`{mode['mode']}`"}
+        if "skipped" in mode:
+            rows.append({**row, "tok/s": f"not run: {mode['skipped']}", "vs plain": "-", "acceptance length": "-",
+                         "per-position acceptance": "-"})
+            continue
+        value, positions = mode.get("output_throughput"), mode.get("per_position_acceptance") or []
+        rows.append({**row, "tok/s": "-" if value is None else f"{value:.1f}",
+                     "vs plain": "1.00x" if mode["mode"] == "none" else _ratio(mode.get("speedup"),
+                                                                             mode.get("speedup_by_repeat")),
+                     "acceptance length": "-" if mode.get("acceptance_length") is None else
+                     f"{mode['acceptance_length']:.2f}",
+                     "per-position acceptance": " ".join(f"{p:.2f}" for p in positions) or "-"})
+    return rows
+
+
+def _machine(machine: Any) -> str:
+    """A report's machine: as written, or from machine_metadata()'s fields."""
+    if isinstance(machine, str):
+        return machine
+    load = "/".join(f"{v:.1f}" for v in machine.get("load_average") or [])
+    return (f"{machine.get('cpu')}, {machine.get('cpu_count')} cores, {machine.get('torch_threads')} torch "
+            f"thread(s), load average {load or '-'} at the end")
+
+
 def render(report: dict[str, Any]) -> str:
     """The markdown table, then when, where and at which commit, then the command."""
-    rows = report.get("rows") or bench_rows(report)
+    rows = report.get("rows") or (modes_rows(report) if "modes" in report else bench_rows(report))
     columns = list(rows[0])
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(_cell(row.get(column)) for column in columns) + " |" for row in rows]
     meta = report["metadata"]
     commit = f" at {meta['commit']}" if meta.get("commit") else ""
-    lines += ["", f"Taken {meta['taken']}{commit}, {meta['machine']}; BENCHMARKS-log.md, \"{meta['log']}\"."]
+    taken = meta.get("taken") or meta.get("started")
+    lines += ["", f"Taken {taken}{commit}, {_machine(meta['machine'])}; BENCHMARKS-log.md, \"{meta['log']}\"."]
     if meta.get("note"):
         lines.append(meta["note"])
     commands = meta["command"] if isinstance(meta["command"], list) else [meta["command"]]

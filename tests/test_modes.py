@@ -39,3 +39,18 @@ def test_every_refusal_has_a_reason_and_a_fix_and_every_drafter_resolves():
         if row.drafter:
             module, _, function = row.drafter.partition(":")
             assert callable(getattr(importlib.import_module(module), function)), row.drafter
+
+
+def test_init_comments_every_mode_whichever_it_writes(in_tmp):
+    from click.testing import CliRunner
+
+    from trtspec.cli import main
+    from trtspec.spec.loading import load_spec
+
+    for name in modes.NAMES:
+        draft = ["--draft", "smollm2"] if name == "draft-target" else []  # the one mode that needs a source
+        result = CliRunner().invoke(main, ["init", "--mode", name, *draft, "-o", f"{name}.yaml"])
+        assert result.exit_code == 0, result.output
+        text = (in_tmp / f"{name}.yaml").read_text()
+        assert load_spec(in_tmp / f"{name}.yaml").speculative.mode == name
+        assert all(f"#   {row}" in text for row in modes.comment_rows()), name
