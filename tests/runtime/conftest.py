@@ -90,3 +90,27 @@ def assert_dynamic_trees_lossless(engine, prompt, shape) -> None:
     assert trees and all(t.num_nodes == shape[2] and t.max_depth <= shape[1] for t in trees)
     assert not all(t.is_chain for t in trees)
     assert spec.stats.num_verified_tokens == shape[2] * spec.stats.num_drafts
+
+
+def assert_in_flight_equals_plain(engine, prompts, max_new_tokens: int) -> list:
+    """Every prompt from its own thread at once (the engine batches them in flight, asserted: some
+    step held more than one sequence); each answer must be its plain greedy answer. Returns the
+    speculative results."""
+    import threading
+
+    plain = [engine.generate(p, max_new_tokens=max_new_tokens, speculative=False).token_ids for p in prompts]
+    steps, results = [], [None] * len(prompts)
+    engine.scheduler.on_step = steps.append
+
+    def run(i):
+        results[i] = engine.generate(prompts[i], max_new_tokens=max_new_tokens)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    engine.scheduler.on_step = None
+    assert [r.token_ids for r in results] == plain
+    assert max(s.last_batch_size for s in steps) > 1
+    return results

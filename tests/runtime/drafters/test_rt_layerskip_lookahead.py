@@ -4,11 +4,9 @@ own rules on hand-built sequences."""
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
-from tests.runtime.conftest import TINY_PROMPTS, spy_drafts
+from tests.runtime.conftest import TINY_PROMPTS, assert_in_flight_equals_plain, spy_drafts
 
 
 @pytest.fixture(scope="module", params=[("layerskip", {"exit_layer": 2}), ("lookahead", {"lookahead": [4, 3, 4]}),
@@ -35,21 +33,7 @@ def test_greedy_equals_plain_greedy(engine, prompt):
 def test_batched_in_flight_equals_plain(engine):
     """Eight requests from threads share steps; each answer is its plain greedy answer."""
     prompts = [TINY_PROMPTS[i % len(TINY_PROMPTS)] + [i] for i in range(8)]
-    plain = [engine.generate(p, max_new_tokens=24, speculative=False).token_ids for p in prompts]
-    steps, results = [], [None] * len(prompts)
-    engine.scheduler.on_step = steps.append
-
-    def run(i):
-        results[i] = engine.generate(prompts[i], max_new_tokens=24)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    engine.scheduler.on_step = None
-    assert [r.token_ids for r in results] == plain
-    assert max(s.last_batch_size for s in steps) > 1
+    results = assert_in_flight_equals_plain(engine, prompts, 24)
     assert sum(r.stats.num_drafts for r in results) > 0
     total = engine.cumulative_stats()
     assert total.num_drafts >= sum(r.stats.num_drafts for r in results)

@@ -4,11 +4,9 @@ and ModelOpt's layouts (written by those layouts' own code: trtspec.testing.tiny
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
-from tests.runtime.conftest import TINY_PROMPTS, spy_drafts
+from tests.runtime.conftest import TINY_PROMPTS, assert_in_flight_equals_plain, spy_drafts
 
 TEXT_PROMPTS = ["the quick brown fox", "def add(a, b):", "What is the capital of France?"]
 
@@ -55,21 +53,7 @@ def test_trained_heads_are_accepted_beyond_the_first_depth(engine):
 
 def test_batched_in_flight_equals_plain(engine):
     prompts = [TINY_PROMPTS[i % len(TINY_PROMPTS)] + [i] for i in range(6)] + TEXT_PROMPTS
-    plain = [engine.generate(p, max_new_tokens=24, speculative=False).token_ids for p in prompts]
-    steps, results = [], [None] * len(prompts)
-    engine.scheduler.on_step = steps.append
-
-    def run(i):
-        results[i] = engine.generate(prompts[i], max_new_tokens=24)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    engine.scheduler.on_step = None
-    assert [r.token_ids for r in results] == plain
-    assert max(s.last_batch_size for s in steps) > 1
+    assert_in_flight_equals_plain(engine, prompts, 24)
 
 
 @pytest.mark.parametrize("layout", ["faster-decoding-pt", "modelopt"])

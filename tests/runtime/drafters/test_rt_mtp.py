@@ -10,12 +10,11 @@ one line."""
 from __future__ import annotations
 
 import json
-import threading
 
 import pytest
 import torch
 
-from tests.runtime.conftest import TINY_PROMPTS
+from tests.runtime.conftest import TINY_PROMPTS, assert_in_flight_equals_plain
 
 PROMPT = list(range(10, 30))
 ARCHITECTURES = ["deepseek_v3", "glm4_moe"]
@@ -158,21 +157,7 @@ def test_drafts_equal_the_mtp_function_after_one_and_many_accepted_tokens(mtp_en
 def test_batched_in_flight_equals_plain(mtp_engine):
     """Six requests from threads share steps; each answer is its plain greedy answer."""
     prompts = [TINY_PROMPTS[i % len(TINY_PROMPTS)] + [i] for i in range(6)]
-    plain = [mtp_engine.generate(p, max_new_tokens=12, speculative=False).token_ids for p in prompts]
-    steps, results = [], [None] * len(prompts)
-    mtp_engine.scheduler.on_step = steps.append
-
-    def run(i):
-        results[i] = mtp_engine.generate(prompts[i], max_new_tokens=12)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    mtp_engine.scheduler.on_step = None
-    assert [r.token_ids for r in results] == plain
-    assert max(s.last_batch_size for s in steps) > 1
+    results = assert_in_flight_equals_plain(mtp_engine, prompts, 12)
     assert sum(r.stats.num_drafts for r in results) > 0
 
 
