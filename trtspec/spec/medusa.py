@@ -37,7 +37,10 @@ class MedusaSpec(Section):
     and no path may be deeper than num_heads. Empty: a 9-node tree of depth at most 4, cut to
     num_heads levels. TensorRT engines are built with max_draft_len = its number of nodes."""
     train_seconds: int = Field(180, ge=1, le=86_400)
-    """convert: time for training the heads (after the target's answers are made)."""
+    """convert: time for training the heads (after the target's answers are made). Minutes give
+    weak heads: SmolLM2, 240 s (64 steps) on its answers to 64 packaged prompts, held-out top-1
+    0.19/0.11/0.07/0.06 per head, accepted 0.30 tokens per draft and ran 0.80x plain decoding on
+    4 held-out dev prompts (one thread, a loaded 2-core Xeon; n-gram 1.03x in the same run)."""
     prompts: str | None = None
     """convert: JSONL prompt file whose prompts the target answers to make the training data;
     empty uses the packaged training prompts."""
