@@ -61,3 +61,28 @@ def test_fp8_deepseek_r1_fits_8_h200_and_not_8_h100():
     assert h200.fits, h200.problem
     assert not h100.fits
     assert h200.components[0].weight_bytes / 2**30 == pytest.approx(685e9 / 8 / 2**30, rel=0.05)
+
+
+def test_medusa_heads_are_counted_in_the_target_engine(tmp_path):
+    """TensorRT-LLM's Medusa engine holds the heads beside the target: per head its ResBlocks
+    (hidden x hidden + bias) and its own lm_head (vocab x hidden). Llama-3.1-8B with 4 one-layer
+    heads: 4 x (4096^2 + 4096 + 128256 x 4096) = 2.17B parameters more."""
+    import yaml
+
+    from trtspec.builders import plan_inputs
+    from trtspec.spec.loading import load_spec
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text((CONFIGS / "llama-3.1-8b.json").read_text())
+
+    def plan(mode: str, **medusa):
+        spec = {"model": {"source": str(tmp_path / "model"), "name": "m"},
+                "speculative": {"mode": mode, **({"medusa": medusa} if medusa else {})},
+                "build": {"backend": "trtllm-engine", "gpu": "h100"}}
+        (tmp_path / "trtspec.yaml").write_text(yaml.safe_dump(spec))
+        return plan_inputs(load_spec(str(tmp_path / "trtspec.yaml")))
+
+    plain = plan("none").components[0].params
+    assert plan("medusa").components[0].params - plain == 4 * (4096 * 4096 + 4096 + 128256 * 4096)
+    assert plan("medusa", num_heads=2, num_layers=2).components[0].params - plain == \
+        2 * (2 * (4096 * 4096 + 4096) + 128256 * 4096)

@@ -70,12 +70,28 @@ def plan_for(spec: Any, target_config: dict[str, Any], draft_config: dict[str, A
         mtp_layers = spec.speculative.mtp.num_layers or int(target_config.get("num_nextn_predict_layers") or 0)
     target = ModelShape.from_config(target_config, extra_layers=mtp_layers)
     mode = spec.speculative.mode
+    if mode == "medusa":  # the heads live in the target's engine: per head its ResBlocks and its own lm_head
+        from dataclasses import replace
+
+        target = replace(target, extra_params=target.extra_params + _medusa_params(spec, target, draft_config))
     draft, role = None, "draft"
     if mode == "eagle3":
         draft, role = ModelShape.eagle3_head(target, draft_config), "EAGLE-3 head"
     elif mode in ("draft-target", "layerskip") and draft_config:  # layerskip: its first-layers copy (GPU)
         draft = ModelShape.from_config(draft_config)
     return plan_memory(target, PlanSettings.from_spec(spec), draft, role)
+
+
+def _medusa_params(spec: Any, target: ModelShape, heads_config: dict[str, Any] | None) -> int:
+    """Weights of the Medusa heads as TensorRT-LLM's Medusa engine holds them: num_heads x
+    (num_layers ResBlocks of hidden x hidden + bias, and a vocab x hidden lm_head each)."""
+    from trtspec.spec.medusa import DEFAULT_HEADS, DEFAULT_LAYERS
+
+    config, medusa = heads_config or {}, spec.speculative.medusa
+    heads = int(config.get("medusa_num_heads") or medusa.num_heads or DEFAULT_HEADS)
+    layers = int(config.get("medusa_num_layers") or medusa.num_layers or DEFAULT_LAYERS)
+    h = target.hidden_size
+    return heads * (layers * (h * h + h) + target.vocab_size * h)
 
 
 def plan_inputs(spec: Any) -> Plan:
@@ -94,6 +110,8 @@ def plan_inputs(spec: Any) -> Plan:
         draft_config = artifacts.read_json(layout.checkpoint("eagle3") / "config.json")
     elif spec.speculative.mode == "draft-target":
         draft_config = _config_only(layout.checkpoint("draft"), spec.speculative.draft, spec)
+    elif spec.speculative.mode == "medusa" and (layout.checkpoint("medusa") / "config.json").is_file():
+        draft_config = artifacts.read_json(layout.checkpoint("medusa") / "config.json")
     elif spec.speculative.mode == "layerskip":  # the config.json convert writes for the GPU backends' draft
         from trtspec.convert.first_layers import exit_layer, first_layers_config
 
