@@ -92,7 +92,7 @@ class LlmApiSteps(_GpuSteps):
     def place(self, staging: Path, inputs: ej.BuildInputs, contract: Any) -> None:
         from trtspec.builders import cpu, eagle3_head
 
-        if inputs.draft_kind != "eagle3":
+        if inputs.draft_kind != "eagle3" or inputs.draft is None:
             return super().place(staging, inputs, contract)
         cpu.link_tree(inputs.target.path, staging / "target")
         eagle3_head.write_head(inputs.draft.path, staging / "draft", contract)  # the release's head layout
@@ -153,10 +153,11 @@ def _llm_api_package(spec: Any, contract: Any, name: str, inputs: ej.BuildInputs
     from trtspec.builders import eagle3_head, trtllm, upstream
 
     capture = None
+    head = inputs.draft if inputs.draft_kind == "eagle3" else None  # an EAGLE-3 head, in the release's layout
     if spec.speculative.mode == "mtp":  # the MTP modules are the served target's own
         trtllm.refuse_without_mtp(inputs.target.path)
-    if inputs.draft_kind == "eagle3":
-        capture = eagle3_head.layers_to_capture(inputs.draft.config, inputs.base_target.config, contract)
+    if head is not None:
+        capture = eagle3_head.layers_to_capture(head.config, inputs.base_target.config, contract)
     draft = "draft" if inputs.draft is not None else None
     relative = trtllm.checked_options(spec, contract, target="target", draft=draft, layers_to_capture=capture)
     absolute = trtllm.checked_options(spec, contract, target=str((engine_dir / "target").resolve()),
@@ -166,10 +167,10 @@ def _llm_api_package(spec: Any, contract: Any, name: str, inputs: ej.BuildInputs
                "field_source": upstream.llm_api_fields(contract)["source"],
                "contract": {key: contract.source(key) for key in ("llm_api", "eagle3_head")},
                "llm_api_options_file": "llm_api_options.yaml", "llm_api_options": relative}
-    if inputs.draft_kind == "eagle3":
+    if head is not None:
         section["eagle3_head"] = {"layer_prefix": contract.head["layer_prefix"], "layers_to_capture": capture}
-        if eagle3_head.forward_note(inputs.draft.config):
-            section["eagle3_head"]["forward_note"] = eagle3_head.forward_note(inputs.draft.config)
+        if eagle3_head.forward_note(head.config):
+            section["eagle3_head"]["forward_note"] = eagle3_head.forward_note(head.config)
     if upstream.tensorrt_llm_version() is not None:  # inside the GPU container: ask the release itself
         section["decoding_check"] = upstream.introspect_decoding(contract)
     engine = ej.engine_json(spec, name, inputs, trtllm=section)
