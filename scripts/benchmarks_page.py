@@ -92,7 +92,8 @@ def modes_rows(report: dict[str, Any]) -> list[dict[str, str]]:
     length and per-position acceptance; a skipped mode says why in its tokens/s cell."""
     rows = []
     for mode in report["modes"]:
-        row = {"concurrency": str(mode["concurrency"]), "mode": f"`{mode['mode']}`"}
+        own = ", ".join(f"{k} {v}" for k, v in (mode.get("settings") or {}).items())
+        row = {"concurrency": str(mode["concurrency"]), "mode": f"`{mode['mode']}`" + (f" ({own})" if own else "")}
         if "skipped" in mode:
             rows.append({**row, "tok/s": f"not run: {mode['skipped']}", "vs plain": "-", "acceptance length": "-",
                          "per-position acceptance": "-"})

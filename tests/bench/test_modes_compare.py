@@ -64,6 +64,10 @@ def test_compare_modes_measures_each_mode_against_plain_and_says_what_is_missing
     assert list(rows) == ["none", "ngram", "lookahead", "layerskip", "medusa", "mtp"]
     assert "trtspec convert --mode medusa" in rows["medusa"]["skipped"]
     assert "no MTP layers" in rows["mtp"]["skipped"]
+    # each drafter's own settings, as engine_parts would build them from the bundle (exit: a quarter of 4 layers)
+    assert rows["layerskip"]["settings"] == {"exit_layer": 1} and rows["ngram"]["settings"] == {
+        "ngram_min": 2, "ngram_max": 3}
+    assert rows["lookahead"]["settings"] == {"window": 4, "ngram": 3, "verification_set": 4}
     for mode in ("ngram", "lookahead", "layerskip"):
         row = rows[mode]
         assert row["completed"] == 4 and row["failed"] == 0 and row["acceptance_length"] >= 1.0

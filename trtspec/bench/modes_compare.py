@@ -107,6 +107,16 @@ def drafters(engine: Any, engine_dir: Path, wanted: Sequence[str], dirs: dict[st
     return made, skipped
 
 
+# the settings each drafter was built with, as the spec names them (the report's `settings`)
+SETTINGS = {"ngram": ("ngram_min", "ngram_max"), "lookahead": ("window", "ngram", "verification_set"),
+            "layerskip": ("exit_layer",), "medusa": ("num_heads",)}
+
+
+def settings(mode: str, drafter: Any) -> dict[str, Any]:
+    """{name: value} of the drafter's own settings (empty for a mode without any listed)."""
+    return {name: getattr(drafter, name) for name in SETTINGS.get(mode, ()) if hasattr(drafter, name)}
+
+
 def measure(engine: Any, made: dict[str, Any], prompts: Sequence[Any], *, max_draft_len: int, concurrency: list[int],
             max_tokens: int, repeats: int, temperature: float = 0.0, on_request: Callable | None = None
             ) -> list[dict[str, Any]]:
@@ -130,8 +140,8 @@ def measure(engine: Any, made: dict[str, Any], prompts: Sequence[Any], *, max_dr
     return [summarize_cell(cell) for cell in group_cells(run.records, run.durations, order=list(variants))]
 
 
-def mode_rows(results: Sequence[dict[str, Any]], wanted: Sequence[str], skipped: dict[str, str]
-              ) -> list[dict[str, Any]]:
+def mode_rows(results: Sequence[dict[str, Any]], wanted: Sequence[str], skipped: dict[str, str],
+              made: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """One row per mode and concurrency (plain decoding first): tokens/s, its ratio to plain
     decoding (median of per-repeat ratios, and the repeats), acceptance length, per-position acceptance."""
     from trtspec.bench.metrics import speedups
@@ -146,7 +156,9 @@ def mode_rows(results: Sequence[dict[str, Any]], wanted: Sequence[str], skipped:
             cell = cells[mode]
             ratio = speedups(results, numerator=mode, denominator=BASELINE)
             ratio_cell = next((s for s in ratio if s["max_concurrency"] == concurrency), {})
-            rows.append({"mode": mode, "concurrency": concurrency, "output_throughput": cell["output_throughput"],
+            rows.append({"mode": mode, "concurrency": concurrency,
+                         "settings": settings(mode, (made or {}).get(mode)) if mode != BASELINE else {},
+                         "output_throughput": cell["output_throughput"],
                          "output_throughput_by_repeat": cell["output_throughput_by_repeat"],
                          "speedup": 1.0 if mode == BASELINE else ratio_cell.get("output_throughput_speedup", math.nan),
                          "speedup_by_repeat": [] if mode == BASELINE else ratio_cell.get(
@@ -186,7 +198,7 @@ def run(spec: Any, engine_dir: Path, wanted: Sequence[str], prompts: Sequence[An
                                "in ABBA blocks; draft length fixed at every batch size; tokens/s = median over "
                                "repeats; speedup = median of per-repeat ratios to plain decoding",
                      "machine": machine_metadata()},
-        "modes": mode_rows(results, list(wanted), skipped), "results": results})
+        "modes": mode_rows(results, list(wanted), skipped, made), "results": results})
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "modes.json"
     artifacts.write_json(path, report)
