@@ -54,3 +54,16 @@ def test_init_comments_every_mode_whichever_it_writes(in_tmp):
         text = (in_tmp / f"{name}.yaml").read_text()
         assert load_spec(in_tmp / f"{name}.yaml").speculative.mode == name
         assert all(f"#   {row}" in text for row in modes.comment_rows()), name
+
+
+def test_the_modes_each_release_runs_on_its_tensorrt_backend_only_are_refused_on_the_llm_api():
+    """The contract's llm_api.tensorrt_backend_only (supports_backend refuses pytorch, read at each
+    release) is what the mode table refuses on the LLM-API backend and serves on trtllm-engine."""
+    from trtspec.builders import contracts
+
+    for version in ("1.1.0", "1.2.1"):
+        only = contracts.load(version).llm_api["tensorrt_backend_only"]
+        named = {mode for mode in only if isinstance(only[mode], dict)}
+        assert named == {"medusa", "lookahead"}, version
+        for mode in named:
+            assert modes.refusal("trtllm", mode) is not None and modes.refusal("trtllm-engine", mode) is None

@@ -107,7 +107,7 @@ MODES: dict[str, ModeRow] = {row.name: row for row in (
     ModeRow("medusa", "Medusa heads on the target's last hidden state (trained by convert, or imported)",
             f"{_D}.medusa:make", "medusa", {
                 "cpu": _yes("the heads' top tokens as a static tree (medusa choices), verified in one pass"),
-                # llm_args.py (1.2-era) MedusaDecodingConfig.supports_backend: not pytorch/_autodeploy
+                # MedusaDecodingConfig.supports_backend: not pytorch (contract llm_api.tensorrt_backend_only)
                 "trtllm": _no("TensorRT-LLM's MedusaDecodingConfig runs on its TensorRT backend only "
                               "(supports_backend refuses pytorch), which the LLM-API package targets; "
                               "use build.backend: trtllm-engine", "TensorRT backend only upstream"),

@@ -79,9 +79,8 @@ def mtp_options(spec: Any) -> dict[str, Any]:
     """MTPDecodingConfig's fields for the spec (contract llm_api.decoding.mtp): no draft directory,
     the MTP modules are the target's own. num_nextn_predict_layers is the release's draft length
     (from_dict sets max_draft_len to it; a one-module checkpoint runs MTP Eagle, the module reused
-    that many times), so it is speculative.max_draft_len, max_draft_len written equal for the older
-    copy whose from_dict does not tie them. Relaxed acceptance stays off, its release defaults
-    written out: it accepts a thinking-phase draft within relaxed_topk / relaxed_delta of the
+    that many times), so it is speculative.max_draft_len, and max_draft_len is written equal to it.
+    Relaxed acceptance stays off, its release defaults written out: it accepts a thinking-phase draft within relaxed_topk / relaxed_delta of the
     target's top token, which is not the target's own output, and trtspec promises that."""
     s = spec.speculative
     if s.mtp.num_layers and s.mtp.num_layers > 1 and s.mtp.num_layers != s.max_draft_len:
