@@ -9,7 +9,8 @@ story) and either
   bench.json written by a new run can replace the file as it is), or
 - `rows`: a script's table, one object per row, its keys the column names in order, or
 - `modes`: a `trtspec bench --compare-modes` report (modes.json as written; its metadata's
-  `started` and `machine` stand in for `taken` and the machine's name when those are absent).
+  `started` and `machine` stand in for `taken` and the machine's name when those are absent), or
+  several runs' rows in one list, each with its `threads`.
 
 The table sits between the two marker comments naming NAME in docs/BENCHMARKS.md;
 tests/test_docs.py fails when a table is not what this script generates from its file.
@@ -89,15 +90,14 @@ def bench_rows(report: dict[str, Any]) -> list[dict[str, str]]:
 def modes_rows(report: dict[str, Any]) -> list[dict[str, str]]:
     """A `trtspec bench --compare-modes` report as one row per mode and concurrency: tokens/s, the
     ratio to plain decoding (median of per-repeat ratios, the repeats in brackets), acceptance
-    length and per-position acceptance; a skipped mode says why in its tokens/s cell."""
+    length and per-position acceptance (the modes not run: `not_run`)."""
     rows = []
     for mode in report["modes"]:
-        own = ", ".join(f"{k} {v}" for k, v in (mode.get("settings") or {}).items())
-        row = {"concurrency": str(mode["concurrency"]), "mode": f"`{mode['mode']}`" + (f" ({own})" if own else "")}
         if "skipped" in mode:
-            rows.append({**row, "tok/s": f"not run: {mode['skipped']}", "vs plain": "-", "acceptance length": "-",
-                         "per-position acceptance": "-"})
             continue
+        own = ", ".join(f"{k} {v}" for k, v in (mode.get("settings") or {}).items())
+        row = {"concurrency": str(mode["concurrency"]), **({"threads": str(mode["threads"])} if "threads" in mode else {}),
+               "mode": f"`{mode['mode']}`" + (f" ({own})" if own else "")}
         value, positions = mode.get("output_throughput"), mode.get("per_position_acceptance") or []
         rows.append({**row, "tok/s": "-" if value is None else f"{value:.1f}",
                      "vs plain": "1.00x" if mode["mode"] == "none" else _ratio(mode.get("speedup"),
@@ -106,6 +106,12 @@ def modes_rows(report: dict[str, Any]) -> list[dict[str, str]]:
                      f"{mode['acceptance_length']:.2f}",
                      "per-position acceptance": " ".join(f"{p:.2f}" for p in positions) or "-"})
     return rows
+
+
+def not_run(report: dict[str, Any]) -> str | None:
+    """One line naming the modes a --compare-modes report skipped, each with its reason."""
+    skipped = dict.fromkeys(f"`{m['mode']}` ({m['skipped']})" for m in report.get("modes", []) if "skipped" in m)
+    return "Not run: " + "; ".join(skipped) + "." if skipped else None
 
 
 def _machine(machine: Any) -> str:
@@ -129,6 +135,8 @@ def render(report: dict[str, Any]) -> str:
     lines += ["", f"Taken {taken}{commit}, {_machine(meta['machine'])}; BENCHMARKS-log.md, \"{meta['log']}\"."]
     if meta.get("note"):
         lines.append(meta["note"])
+    if skipped := not_run(report):
+        lines += ["", skipped]
     commands = meta["command"] if isinstance(meta["command"], list) else [meta["command"]]
     lines += ["", "```bash", *commands, "```"]
     return "\n".join(lines)
