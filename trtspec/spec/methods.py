@@ -14,10 +14,10 @@ class LayerSkipSpec(Section):
     """mode layerskip: draft with the target's first exit_layer decoder layers, then its own final
     norm and lm_head (LayerSkip's --exit_layer; HF assistant_early_exit); must be below the target's
     num_hidden_layers. Empty: a quarter of the layers, at least 1 (LayerSkip's Llama 2 7B recipe
-    exits at 8 of 32; `trtspec tune` does not choose it yet). A model not trained for early exit
+    exits at 8 of 32; `trtspec tune --mode layerskip` measures several and writes the fastest). A model not trained for early exit
     accepts few such drafts: SmolLM2 (30 layers) accepted 0.02-0.35 tokens per draft at exit_layer
     4-22 and ran 0.32-0.44x plain decoding on a 2-core Xeon (docs/BENCHMARKS-log.md, "Lookahead
-    and LayerSkip"); measure yours with `trtspec bench --baseline`."""
+    and LayerSkip"); measure yours with `trtspec bench --compare-modes all`."""
 
 
 class LookaheadSpec(Section):
