@@ -108,8 +108,9 @@ def measure_profile(target_dir: Path, head_dir: Path, prompts: list[str], *, max
     from trtspec.runtime import Engine
 
     shapes = shapes or [{"draft": f"chain of {max_draft_len}", "options": {}}]
+    # the thread count fixed, as in reports.runtime_acceptance: two profiles of one head agree
     base = Engine.from_checkpoints(target_dir, mode="eagle3", draft_dir=head_dir, max_draft_len=max_draft_len,
-                                   kv_cache_reuse_mib=0)
+                                   kv_cache_reuse_mib=0, adapt_threads=False)
     results = []
     try:
         plain = {"seconds": 0.0, "tokens": 0}
