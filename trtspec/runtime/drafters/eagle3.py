@@ -189,21 +189,30 @@ class Eagle3Drafter(Drafter):
                 state[i] = (logits[-1], h[-1])
         return chains.drafts()
 
+    def packed(self, feeds: list[HeadFeed]):
+        """A packed batch of head feeds: the attention layout over their caches, the tokens'
+        embeddings and the paired hidden rows (each [1, T, hidden]) and their positions [1, T]."""
+        import torch
+
+        from trtspec.runtime.forward.attention import Layout
+
+        lengths = [len(f.token_ids) for f in feeds]
+        layout = Layout.build([f.kv for f in feeds], lengths, [f.mask for f in feeds])
+        embeds = self.embed_tokens(torch.tensor([[t for f in feeds for t in f.token_ids]])).float()
+        hidden = torch.cat([f.hidden for f in feeds]).unsqueeze(0)
+        positions = torch.tensor([[p for f in feeds for p in (
+            f.positions if f.positions is not None else range(f.kv.length, f.kv.length + len(f.token_ids)))]])
+        return layout, embeds, hidden, positions
+
     def forward(self, feeds: list[HeadFeed]):
         """The EAGLE layers over a packed batch; per feed (logits of its last num_logits rows,
         pre-norm h of every row). Each feed's cache grows by its tokens."""
         import torch
 
-        from trtspec.runtime.forward.attention import Layout
         from trtspec.runtime.forward.batch import _mask_placeholder
 
         head = self.head
-        lengths = [len(f.token_ids) for f in feeds]
-        layout = Layout.build([f.kv for f in feeds], lengths, [f.mask for f in feeds])
-        embeds = self.embed_tokens(torch.tensor([[t for f in feeds for t in f.token_ids]])).float()
-        h = torch.cat([f.hidden for f in feeds]).unsqueeze(0)  # [1, T, hidden]
-        positions = torch.tensor([[p for f in feeds for p in (
-            f.positions if f.positions is not None else range(f.kv.length, f.kv.length + len(f.token_ids)))]])
+        layout, embeds, h, positions = self.packed(feeds)
         position_embeddings = head.rotary_emb(h, positions)
         for index, layer in enumerate(head.layers):
             residual = h
@@ -218,13 +227,20 @@ class Eagle3Drafter(Drafter):
                                       attention_mask=_mask_placeholder(), past_key_values=None, trtspec_layout=layout)
             h = residual + attn
             h = h + layer.mlp(layer.post_attention_layernorm(h))
+        return self.outputs(feeds, h, lambda rows: head.lm_head(head.norm(rows)))
+
+    @staticmethod
+    def outputs(feeds: list[HeadFeed], h, readout):
+        """Per feed (logits of its last num_logits rows, h of every row) from the packed h
+        [1, T, hidden]; `readout` turns kept rows into logits. Each feed's cache grows by its tokens."""
+        lengths = [len(f.token_ids) for f in feeds]
         for feed, length in zip(feeds, lengths, strict=True):
             feed.kv.length += length
         keep, start = [], 0
         for feed, length in zip(feeds, lengths, strict=True):
             keep.extend(range(start + length - feed.num_logits, start + length))
             start += length
-        logits = head.lm_head(head.norm(h[0, keep]))
+        logits = readout(h[0, keep])
         return list(zip(logits.split([f.num_logits for f in feeds]), h[0].split(lengths), strict=True))
 
 

@@ -196,28 +196,15 @@ class MtpDrafter(Eagle3Drafter):
         tokens."""
         import torch
 
-        from trtspec.runtime.forward.attention import Layout
         from trtspec.runtime.forward.batch import _mask_placeholder
 
         module = self.head
-        lengths = [len(f.token_ids) for f in feeds]
-        layout = Layout.build([f.kv for f in feeds], lengths, [f.mask for f in feeds])
-        embeds = self.embed_tokens(torch.tensor([[t for f in feeds for t in f.token_ids]])).float()
-        hidden = torch.cat([f.hidden for f in feeds]).unsqueeze(0)  # [1, T, hidden]
-        positions = torch.tensor([[p for f in feeds for p in (
-            f.positions if f.positions is not None else range(f.kv.length, f.kv.length + len(f.token_ids)))]])
+        layout, embeds, hidden, positions = self.packed(feeds)  # hidden: [1, T, hidden]
         h = module.eh_proj(torch.cat([module.enorm(embeds), module.hnorm(hidden)], dim=-1))
         h = module.block(h, attention_mask=_mask_placeholder(), position_ids=positions,
                          position_embeddings=module.rotary_emb(h, positions), trtspec_layout=layout)
         h = module.shared_norm(h[0] if isinstance(h, tuple) else h)
-        for feed, length in zip(feeds, lengths, strict=True):
-            feed.kv.length += length
-        keep, start = [], 0
-        for feed, length in zip(feeds, lengths, strict=True):
-            keep.extend(range(start + length - feed.num_logits, start + length))
-            start += length
-        logits = module.lm_head(h[0, keep])
-        return list(zip(logits.split([f.num_logits for f in feeds]), h[0].split(lengths), strict=True))
+        return self.outputs(feeds, h, module.lm_head)
 
 
 def target_dir(target: Any) -> Path:
