@@ -111,7 +111,8 @@ MODES: dict[str, ModeRow] = {row.name: row for row in (
                 "trtllm": _no("TensorRT-LLM's MedusaDecodingConfig runs on its TensorRT backend only "
                               "(supports_backend refuses pytorch), which the LLM-API package targets; "
                               "use build.backend: trtllm-engine", "TensorRT backend only upstream"),
-                "trtllm-engine": _yes("examples/medusa/convert_checkpoint.py, --speculative_decoding_mode medusa, "
+                "trtllm-engine": _yes("examples/medusa/convert_checkpoint.py (FP8: quantize.py --medusa_model_dir), "
+                                      "--speculative_decoding_mode medusa, "
                                       "--max_draft_len = the tree's nodes; Triton medusa_choices",
                                       "`medusa`, medusa_choices filled"),
             }, label="heads on the last hidden state", draft_checkpoint=True),

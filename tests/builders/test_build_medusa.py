@@ -98,12 +98,25 @@ def test_other_modes_leave_medusa_choices_unset(tiny_llama, in_tmp):
     assert fills["tensorrt_llm"]["medusa_choices"] == ""
 
 
-def test_fp8_medusa_engines_and_the_llm_api_are_refused_in_one_line(in_tmp, tiny_llama, random_heads):
-    from trtspec.errors import SpecError
+@pytest.mark.parametrize("version", ["1.1.0", "1.2.1"])
+def test_fp8_medusa_engines_quantize_with_the_heads(in_tmp, tiny_llama, random_heads, version):
+    """FP8: quantize.py's own Medusa flags (examples/quantization/README.md), float16 as upstream runs it
+    (combine_medusa_weight loads the heads in float16), then the same medusa engine."""
+    from trtspec.builders import build
+    from trtspec.spec.loading import load_spec
 
-    config = _converted(in_tmp, tiny_llama, random_heads, "trtllm-engine")
-    result = CliRunner().invoke(main, ["build", "-c", config, "--fp8", "--dry-run"])
-    assert result.exit_code != 0 and "FP8 Medusa engines" in result.output
+    spec = load_spec(_converted(in_tmp, tiny_llama, random_heads, "trtllm-engine", version, choices=CHOICES))
+    spec.quantization.fp8 = True
+    quantize, target_build = build(spec, dry_run=True).commands
+    assert quantize.startswith("python3 /app/examples/quantization/quantize.py --model_dir hf/target "
+                               "--output_dir checkpoints/target --dtype float16 --qformat fp8")
+    assert quantize.endswith("--medusa_model_dir hf/draft --num_medusa_heads 2 --num_medusa_layers 1 "
+                             "--max_draft_len 5 --medusa_hidden_act silu")
+    assert "--gemm_plugin fp8" in target_build and "--speculative_decoding_mode medusa --max_draft_len 5" in target_build
+
+
+def test_the_llm_api_refuses_medusa_in_one_line(tiny_llama):
+    from trtspec.errors import SpecError
     from trtspec.spec.schema import validate_spec
 
     with pytest.raises(SpecError) as caught:

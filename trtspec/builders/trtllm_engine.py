@@ -13,8 +13,9 @@ used; `--gather_context_logits` never with drafts. Lookahead (W, N, G) builds th
 `--speculative_decoding_mode lookahead_decoding --max_draft_len (N-2 if N>1 else 0) + (W-1+G)(N-1)`
 (examples/lookahead/README.md). Medusa converts the target with its heads as upstream's
 examples/medusa does (`convert_checkpoint.py --medusa_model_dir`, instead of quantize.py) and
-builds it with `--speculative_decoding_mode medusa --max_draft_len <the tree's nodes>`; FP8 Medusa
-engines are refused (quantize.py's Medusa flags are not in the contract). EAGLE-3, n-gram and MTP
+builds it with `--speculative_decoding_mode medusa --max_draft_len <the tree's nodes>`; an FP8 Medusa
+engine comes from quantize.py's own Medusa flags instead (`--medusa_model_dir`, examples/quantization/README.md),
+in float16 as that README runs it. EAGLE-3, n-gram and MTP
 are refused here; layerskip arrives as draft-target (engine_json.layerskip_as_draft_target).
 """
 
@@ -58,11 +59,16 @@ def _medusa_convert(model_dir: str, heads_dir: str, output_dir: str, spec: Any) 
     """The target and its heads as one TensorRT-LLM checkpoint (examples/medusa/convert_checkpoint.py)."""
     from trtspec.builders.engine_json import engine_max_draft_len, medusa_shape
 
-    if spec.quantization.fp8:
-        raise IncompatibleArtifactError("trtspec does not write FP8 Medusa engines (quantize.py's --medusa_model_dir "
-                                        "flags are not in its contract)", fix="build mode medusa without quantization.fp8")
     heads, layers = medusa_shape(spec)
     b = spec.build
+    if spec.quantization.fp8:
+        # quantize.py exports the FP8 target, then combine_medusa_weight adds the heads, loaded in float16
+        # whatever --dtype says, and leaves them unquantized (contract_data quantize.read): float16 keeps one dtype
+        command = _quantize(model_dir, output_dir, spec)
+        command[command.index("--dtype") + 1] = "float16"
+        return command + ["--medusa_model_dir", heads_dir, "--num_medusa_heads", str(heads),
+                          "--num_medusa_layers", str(layers), "--max_draft_len", str(engine_max_draft_len(spec)),
+                          "--medusa_hidden_act", "silu"]
     return ["python3", MEDUSA_SCRIPT, "--model_dir", model_dir, "--medusa_model_dir", heads_dir,
             "--output_dir", output_dir, "--dtype", "bfloat16", "--num_medusa_heads", str(heads),
             "--num_medusa_layers", str(layers), "--max_medusa_token_len", str(engine_max_draft_len(spec)),
