@@ -26,6 +26,15 @@ def _one_torch_thread_here(one_torch_thread):
 
 
 @pytest.fixture(scope="session")
+def tiny_deepseek_mtp(tmp_path_factory):
+    """A tiny seeded DeepSeek-V3 (MLA, MoE) with one MTP module in DeepSeek's layout, written once
+    for mode mtp's tests, its block-FP8 copies and the full-batch chi-square test."""
+    from trtspec.testing.tiny import make_tiny_causal_lm
+
+    return make_tiny_causal_lm(tmp_path_factory.mktemp("deepseek-mtp"), "deepseek_v3", mtp=True)
+
+
+@pytest.fixture(scope="session")
 def draft_engine(tiny_llama, tiny_llama_draft):
     from trtspec.runtime import Engine
 

@@ -3,11 +3,14 @@
 `make_tiny_llama(path, seed=...)` writes config.json (with `architectures` set, as ModelOpt's
 exporters need), safetensors weights and a tokenizer that shares SmolLM2's vocabulary layout
 only in size: a byte-level tokenizer built offline from a fixed word list, so text round-trips
-and two models built with the same vocab_size share token ids.
+and two models built with the same vocab_size share token ids. `make_tiny_causal_lm` writes the
+other architectures the cpu engine runs (DeepSeek-V3 and GLM-4.5 with an MTP module on request);
+`write_block_fp8` stores a copy as DeepSeek's FP8 checkpoints are released.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -200,3 +203,61 @@ def add_mtp_weights(path: str | Path, *, seed: int = 1) -> Path:
     config_dict["num_nextn_predict_layers"] = 1
     (path / "config.json").write_text(json.dumps(config_dict, indent=2) + "\n")
     return path
+
+
+# The Linears DeepSeek's checkpoints store in FP8 (inference/model.py: every `Linear`; its router
+# `Gate`, head, embedding and norms stay BF16, the router's bias float32; in the MTP module eh_proj
+# and shared_head too: trtspec.runtime.checkpoints.block_fp8 cites the sources).
+_FP8_LINEAR = re.compile(r"^model\.layers\.\d+\.(self_attn|mlp)\.(.+\.)?(q_proj|q_a_proj|q_b_proj|kv_a_proj_with_mqa"
+                         r"|kv_b_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)\.weight$")
+E4M3_MAX = 448.0
+
+
+def quantize_block_fp8(weight, block: tuple[int, int] = (128, 128)):
+    """(float8_e4m3fn weight, float32 scale_inv [ceil(rows / b0), ceil(cols / b1)]) as DeepSeek
+    quantizes: a short edge block zero-padded to the full block, scale = block amax / 448, the
+    padding dropped after [DeepSeek-V3 README_WEIGHTS.md]."""
+    import torch
+
+    rows, cols = weight.shape
+    grid = (-(-rows // block[0]), -(-cols // block[1]))
+    padded = torch.zeros(grid[0] * block[0], grid[1] * block[1])
+    padded[:rows, :cols] = weight.float()
+    blocks = padded.view(grid[0], block[0], grid[1], block[1])
+    scale = blocks.abs().amax(dim=(1, 3)).clamp(min=1e-12) / E4M3_MAX
+    quantized = (blocks / scale[:, None, :, None]).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+    return quantized.view(padded.shape)[:rows, :cols].contiguous(), scale.contiguous()
+
+
+def write_block_fp8(source: str | Path, dest: str | Path, *, block: tuple[int, int] = (128, 128)) -> Path:
+    """Copy the single-file checkpoint at `source` to `dest` stored as DeepSeek-V3/R1 are released:
+    `quantization_config` {quant_method fp8, fmt e4m3, activation_scheme dynamic, weight_block_size},
+    each of DeepSeek's Linears (_FP8_LINEAR, the MTP module's block too) in float8_e4m3fn beside
+    its float32 `weight_scale_inv`, the rest BF16 (the router's bias float32), in two shards (the
+    main layers; embeddings, head, final norm and the MTP module) with model.safetensors.index.json."""
+    import json
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    source, dest = Path(source), Path(dest)
+    shutil.copytree(source, dest, ignore=shutil.ignore_patterns("*.safetensors", "*.safetensors.index.json"))
+    config = json.loads((source / "config.json").read_text())
+    layers = config["num_hidden_layers"]
+    shards: dict[str, dict[str, Any]] = {"model-00001-of-00002.safetensors": {}, "model-00002-of-00002.safetensors": {}}
+    for key, tensor in load_file(str(source / "model.safetensors")).items():
+        main = key.startswith("model.layers.") and int(key.split(".")[2]) < layers
+        shard = shards["model-00001-of-00002.safetensors" if main else "model-00002-of-00002.safetensors"]
+        if _FP8_LINEAR.match(key):
+            shard[key], shard[f"{key}_scale_inv"] = quantize_block_fp8(tensor, block)
+        else:
+            shard[key] = tensor.float() if key.endswith("e_score_correction_bias") else tensor.to(torch.bfloat16)
+    for name, tensors in shards.items():
+        save_file(tensors, str(dest / name), metadata={"format": "pt"})
+    weight_map = {key: name for name, tensors in shards.items() for key in tensors}
+    (dest / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}, indent=2))
+    config["quantization_config"] = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                                     "weight_block_size": list(block)}
+    (dest / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    return dest

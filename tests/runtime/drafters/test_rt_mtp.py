@@ -1,5 +1,6 @@
 """mode mtp: the checkpoint's own MTP module drafts for it (tiny seeded DeepSeek-V3 and GLM-4.5 with
-MTP weights laid out as DeepSeek's checkpoints lay them out).
+MTP weights laid out as DeepSeek's checkpoints lay them out, and the DeepSeek-V3 one stored in
+block-FP8 as DeepSeek-V3/R1 are released, measured against its float32 dequantization).
 
 Greedy output is transformers' own greedy output, plain and speculative, alone and batched in
 flight; the drafts equal the MTP function computed independently (transformers' own decoder block
@@ -21,10 +22,10 @@ ARCHITECTURES = ["deepseek_v3", "glm4_moe"]
 
 
 @pytest.fixture(scope="module")
-def mtp_checkpoint(tmp_path_factory):
+def mtp_checkpoint(tmp_path_factory, tiny_deepseek_mtp):
     from trtspec.testing.tiny import make_tiny_causal_lm
 
-    made = {}
+    made = {"deepseek_v3": tiny_deepseek_mtp}
 
     def make(model_type: str):
         if model_type not in made:
@@ -34,15 +35,25 @@ def mtp_checkpoint(tmp_path_factory):
     return make
 
 
-@pytest.fixture(scope="module", params=ARCHITECTURES)
-def mtp_engine(request, mtp_checkpoint):
+@pytest.fixture(scope="module", params=ARCHITECTURES + ["deepseek_v3-block-fp8"])
+def mtp_engine(request, mtp_checkpoint, tmp_path_factory):
+    """The engine in mode mtp; `.reference`: the checkpoint transformers and Reference read (for
+    block-FP8, DeepSeek's released layout at 16 x 16 blocks so the tiny weights have many, its
+    reference float32 dequantization: tests/runtime/checkpoints/test_rt_block_fp8.py)."""
     from trtspec.runtime import Engine
 
-    path = mtp_checkpoint(request.param)
+    path = reference = mtp_checkpoint(request.param.removesuffix("-block-fp8"))
+    if request.param.endswith("-block-fp8"):
+        from tests.runtime.checkpoints.test_rt_block_fp8 import write_reference
+        from trtspec.testing.tiny import write_block_fp8
+
+        where = tmp_path_factory.mktemp("block-fp8")
+        path = write_block_fp8(reference, where / "fp8", block=(16, 16))
+        reference = write_reference(path, where / "reference")
     # a schedule that always drafts: the random module's drafts are rarely accepted, and the cost
     # model would stop drafting
     engine = Engine.from_checkpoints(path, mode="mtp", max_draft_len=3, draft_len_schedule=[[1, 3]])
-    engine.path = path
+    engine.path, engine.reference = path, reference
     yield engine
     engine.close()
 
@@ -115,7 +126,7 @@ def _record_proposals(engine, prompt, max_new_tokens, replace=None):
 def test_plain_and_mtp_greedy_equal_transformers_greedy(mtp_engine):
     from transformers import AutoModelForCausalLM
 
-    reference = AutoModelForCausalLM.from_pretrained(str(mtp_engine.path), dtype=torch.float32).eval()
+    reference = AutoModelForCausalLM.from_pretrained(str(mtp_engine.reference), dtype=torch.float32).eval()
     expected = reference.generate(torch.tensor([PROMPT]), max_new_tokens=20, min_new_tokens=20,
                                   do_sample=False)[0, len(PROMPT):].tolist()
     assert mtp_engine.generate(PROMPT, max_new_tokens=20, speculative=False).token_ids == expected
@@ -127,7 +138,7 @@ def test_plain_and_mtp_greedy_equal_transformers_greedy(mtp_engine):
 def test_drafts_equal_the_mtp_function_after_one_and_many_accepted_tokens(mtp_engine):
     from trtspec.runtime.drafters.base import Draft
 
-    reference = Reference(mtp_engine.path)
+    reference = Reference(mtp_engine.reference)
     forwards, forward = [], mtp_engine.drafter.forward
     mtp_engine.drafter.forward = lambda feeds: forwards.append(forward(feeds)) or forwards[-1]
     try:

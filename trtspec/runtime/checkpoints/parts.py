@@ -1,7 +1,9 @@
 """Checkpoints into the engine's parts: the float32 target, its tokenizer, the drafter `mode` needs.
 
 Targets load in float32 with transformers; a ModelOpt FP8 checkpoint (hf_quant_config.json) is
-dequantized at load by trtspec.runtime.checkpoints.fp8. Only safetensors are read; remote code is never
+dequantized at load by trtspec.runtime.checkpoints.fp8, a block-FP8 one (config.json's
+quantization_config quant_method fp8, DeepSeek-V3/R1 as released) by .block_fp8; other
+quantization_configs are refused in one line. Only safetensors are read; remote code is never
 trusted. Nothing here knows the Engine class: engine.py calls `engine_parts`.
 """
 
@@ -91,7 +93,8 @@ def _linear_kernels(dtype: str, prepack: bool) -> tuple[str, ...]:
 
 
 def load_causal_lm(path: str | Path):
-    """A float32 causal LM in eval mode; FP8 checkpoints are dequantized (see fp8.py)."""
+    """A float32 causal LM in eval mode; FP8 checkpoints are dequantized: ModelOpt's (fp8.py), block-FP8
+    ones as DeepSeek releases them (block_fp8.py)."""
     import torch
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
@@ -103,11 +106,17 @@ def load_causal_lm(path: str | Path):
         raise ModelSourceError(f"{path}: no config.json", fix="point at a Hugging Face checkpoint directory")
     from trtspec.runtime.checkpoints.architectures import refuse_unrunnable
 
-    refuse_unrunnable(json.loads((path / "config.json").read_text()), None, str(path))
+    config = json.loads((path / "config.json").read_text())
+    refuse_unrunnable(config, None, str(path))
     if (path / "hf_quant_config.json").is_file():
         from trtspec.runtime.checkpoints.fp8 import load_fp8_causal_lm
 
         return load_fp8_causal_lm(path)
+    from trtspec.runtime.checkpoints.block_fp8 import block_size, load_block_fp8_causal_lm
+
+    block = block_size(config, str(path))  # a quantization_config the cpu engine cannot read: one line
+    if block is not None:
+        return load_block_fp8_causal_lm(path, block)
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32, use_safetensors=True,
                                                  trust_remote_code=False)
     return model.eval()

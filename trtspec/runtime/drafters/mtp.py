@@ -26,6 +26,10 @@ final norm, which turns it into H), the batched catch-up and chain drafting, the
 paged KV cache (one layer) holding committed positions only. Greedy and sampled drafts verify
 losslessly as every model drafter's.
 
+A block-FP8 checkpoint (DeepSeek-V3/R1 as released) stores the module's Linears in e4m3 with
+per-block scales, as the target's: read_mtp_weights dequantizes them to float32 the same way
+(trtspec.runtime.checkpoints.block_fp8), so module and target share one set of numerics.
+
 Only the first module is used: the released checkpoints carry one, and TensorRT-LLM reuses a
 single module for every draft position; `speculative.mtp.num_layers` above 1 is refused here.
 """
@@ -76,10 +80,15 @@ MISSING_FIX = "use a checkpoint that ships its MTP layers (DeepSeek-V3/R1, GLM-4
 
 def read_mtp_weights(path: str | Path, index: int) -> dict[str, Any]:
     """The tensors of `model.layers.{index}.*` in the checkpoint at `path`, the prefix stripped.
-    Reads only the shards that hold them (model.safetensors.index.json), and only those keys."""
+    Reads only the shards that hold them (model.safetensors.index.json), and only those keys. In a
+    block-FP8 checkpoint (DeepSeek-V3/R1 as released) each FP8 weight comes back dequantized to
+    float32 and its `weight_scale_inv` consumed, as the target's loader does (checkpoints/block_fp8.py)."""
     from safetensors import safe_open
 
+    from trtspec.runtime.checkpoints.block_fp8 import block_size, dequantize_state
+
     path = Path(path)
+    block = block_size(json.loads((path / "config.json").read_text()), str(path))
     prefix = f"model.layers.{index}."
     index_file = path / "model.safetensors.index.json"
     if index_file.is_file():
@@ -93,7 +102,7 @@ def read_mtp_weights(path: str | Path, index: int) -> dict[str, Any]:
             for key in tensors.keys():  # noqa: SIM118 (safe_open is not a mapping)
                 if key.startswith(prefix):
                     state[key[len(prefix):]] = tensors.get_tensor(key)
-    return state
+    return state if block is None else dequantize_state(state, block, f"{path} (MTP module, {prefix}*)")
 
 
 def stack_experts(state: dict[str, Any], wanted: set[str]) -> dict[str, Any]:
