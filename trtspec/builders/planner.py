@@ -1,7 +1,8 @@
 """GPU memory planner: will this spec fit, and if not, what would?
 
 Pure arithmetic over a model's config.json shape (layers, hidden size, heads, KV heads, head
-size, vocabulary), the dtypes (FP8 weights, FP8 KV cache), the engine limits (max_batch_size,
+size, vocabulary), the dtypes (FP8 weights, asked for or stored so: a block-FP8 checkpoint counts
+1 byte a weight plus its float32 scales; FP8 KV cache), the engine limits (max_batch_size,
 max_seq_len, max_draft_len, max_num_tokens, tokens_per_block), tp/pp and the GPU. Per GPU:
 
     usable   = device memory - runtime reserve (CUDA context, workspaces, CUDA graphs)
@@ -63,6 +64,10 @@ class ModelShape:
     # qk_rope_head_dim, v_head_dim); the cache holds one latent of kv_lora_rank + qk_rope_head_dim per
     # token and layer (TensorRT-LLM's MLA cache), whole on every tensor-parallel rank.
     mla: tuple[int, int, int, int, int] | None = None
+    # The checkpoint itself stores its layers' Linears in block FP8 (DeepSeek-V3/R1 as released:
+    # quantization_config quant_method fp8, weight_block_size [128, 128]): 1 byte a weight and one
+    # float32 scale a block, whether or not the spec asks for FP8 (TensorRT-LLM loads them as stored)
+    fp8_block: tuple[int, int] | None = None
 
     @classmethod
     def from_config(cls, config: dict[str, Any], extra_layers: int = 0) -> ModelShape:
@@ -88,7 +93,8 @@ class ModelShape:
                    num_heads=heads, num_kv_heads=config.get("num_key_value_heads") or heads,
                    head_dim=config.get("head_dim") or hidden // heads,
                    tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
-                   extra_params=extra_layers * 2 * hidden * hidden, mla=mla, **moe)
+                   extra_params=extra_layers * 2 * hidden * hidden, mla=mla, fp8_block=checkpoint_fp8_block(config),
+                   **moe)
 
     @classmethod
     def eagle3_head(cls, target: ModelShape, head_config: dict[str, Any] | None = None) -> ModelShape:
@@ -141,6 +147,16 @@ class ModelShape:
     @property
     def params(self) -> int:
         return self.layer_linear_params + self.embedding_params + self.lm_head_params + self.norm_params
+
+
+def checkpoint_fp8_block(config: dict[str, Any]) -> tuple[int, int] | None:
+    """The weight block of a block-FP8 config.json (quant_method fp8; transformers' default
+    [128, 128] where weight_block_size is absent), else None."""
+    quant = config.get("quantization_config") or {}
+    if quant.get("quant_method") != "fp8":
+        return None
+    block = quant.get("weight_block_size") or (128, 128)
+    return int(block[0]), int(block[1])
 
 
 @dataclass(frozen=True)
@@ -230,12 +246,15 @@ def _gib(value: int) -> str:
 
 def _component(role: str, shape: ModelShape, s: PlanSettings, blocks: int, quantized: bool) -> ComponentPlan:
     world_layers = s.pp_size
+    quantized = quantized or shape.fp8_block is not None
     linear_bytes = 1 if quantized else s.weight_bytes
+    # a block-FP8 checkpoint's scales: one float32 per block of its Linears (about 1/4096 of their bytes)
+    scales = math.ceil(shape.layer_linear_params / math.prod(shape.fp8_block)) * 4 if shape.fp8_block else 0
     # Embedding and lm_head stay in 16 bits under ModelOpt FP8 (lm_head is excluded by default).
     vocab_params = shape.embedding_params + shape.lm_head_params
     if s.pp_size > 1:  # the embedding lives on the first stage, the lm_head on the last
         vocab_params = max(shape.embedding_params, shape.lm_head_params)
-    weights = (shape.layer_linear_params * linear_bytes // (s.tp_size * s.pp_size)
+    weights = ((shape.layer_linear_params * linear_bytes + scales) // (s.tp_size * s.pp_size)
                + vocab_params * s.weight_bytes // s.tp_size + shape.norm_params * s.weight_bytes)
     layers_per_gpu = math.ceil(shape.num_layers / world_layers)
     if shape.mla is not None:  # the latent is not split by heads: every rank caches all of it
@@ -302,7 +321,7 @@ def _suggest(target: ModelShape, s: PlanSettings, draft: ModelShape | None, draf
             continue
         if plan_memory(target, replace(s, tp_size=tp), draft, draft_role, gpu).fits:
             return f"set build.tp_size: {tp} (the smallest tensor-parallel size that fits)"
-    if not s.fp8_weights:
+    if not s.fp8_weights and target.fp8_block is None:
         return "quantize with --fp8, shorten build.max_seq_len, or plan for a larger GPU (build.gpu: h200)"
     return "shorten build.max_seq_len or plan for more or larger GPUs"
 
