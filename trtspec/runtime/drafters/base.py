@@ -17,10 +17,15 @@ cache), so requests never share mutable state. Per engine step the scheduler cal
 
 A drafter with its own model says so with `kv_config` (the transformers config its cache is
 shaped by); the engine then makes a pool for it and opens each session with `kv`, that
-sequence's view of it (same block table as the target's).
+sequence's view of it (same block table as the target's). A drafter that runs the target's own
+first layers (layerskip) says so with `shares_target_kv` instead: its sessions get a view of the
+target's pool, in which they read the committed positions' keys and values of those layers and
+write only past them, in the sequence's own reserved blocks (scratch that verification
+overwrites, or keeps where a Draft's `hidden` rows let it skip those layers for them).
 
-A drafter never sees the target's logits (at most their argmax tokens, above), never touches the target's KV cache, and never decides
-acceptance: that is the engine's job.
+A drafter never sees the target's logits (at most their argmax tokens, above), never writes the
+target's KV cache below a sequence's committed length, and never decides acceptance: that is the
+engine's job.
 """
 
 from __future__ import annotations
@@ -48,6 +53,11 @@ class Draft:
     # for n-gram drafts: how many tokens the lookup matched (0: not a lookup); the load policy
     # may draft only on longer matches under load (trtspec.runtime.policy.ngram_matches)
     match: int = 0
+    # for chains drafted by the target's first `hidden_layer` layers (layerskip), where reusing
+    # them is exact: [n, hidden_size] those layers' output for the verify rows [pending] +
+    # token_ids[:n - 1] (the rows the draft fed); verification runs only the later layers for them
+    hidden: Any = None
+    hidden_layer: int = 0
 
     @property
     def size(self) -> int:
@@ -107,6 +117,7 @@ class Drafter:
     kind: str = "?"
     aux_layer_ids: tuple[int, ...] = ()
     kv_config: Any = None  # config of the model whose KV cache sessions keep (None: no cache)
+    shares_target_kv: bool = False  # sessions draft in the target's pool (its first layers): module docstring
     wants_target_tokens: bool = False  # sessions get on_target_tokens after each chain's verification
     tree: Any = None  # a static tree (verify.tree.Tree) every session fills: Medusa's; the engine plans for it
 

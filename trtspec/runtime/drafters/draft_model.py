@@ -49,11 +49,11 @@ class DraftModelDrafter(Drafter):
                                  tree if isinstance(tree, TreeShape) else None)
 
     def propose_batch(self, sessions, tokens, max_lens):
-        from trtspec.runtime.forward.batch import Feed, forward
+        from trtspec.runtime.forward.batch import Feed
 
         # 1. Catch every session up on the committed tokens: one forward, the last row starts its draft.
         feeds = [Feed(s.kv, s.catch_up(seq)) for s, seq in zip(sessions, tokens, strict=True)]
-        roots, _ = forward(self.model, feeds)
+        roots = self._forward(sessions, feeds)
         for session, feed in zip(sessions, feeds, strict=True):
             session.cached.extend(feed.token_ids)
         drafts = [None] * len(sessions)
@@ -72,7 +72,7 @@ class DraftModelDrafter(Drafter):
 
     def _chains(self, sessions, max_lens, roots):
         """Token by token from each session's root logits; drafted tokens stay in the cache."""
-        from trtspec.runtime.forward.batch import Feed, forward
+        from trtspec.runtime.forward.batch import Feed
 
         chains, rows = ChainDrafts(len(sessions)), list(roots)
         active = list(range(len(sessions)))
@@ -81,12 +81,19 @@ class DraftModelDrafter(Drafter):
                    and len(chains.ids[i]) < max_lens[i]]
             if not fed:
                 break
-            logits, _ = forward(self.model, [Feed(sessions[i].kv, chains.ids[i][-1:]) for i in fed])
+            logits = self._forward([sessions[i] for i in fed], [Feed(sessions[i].kv, chains.ids[i][-1:]) for i in fed])
             for i, row in zip(fed, logits, strict=True):
                 sessions[i].cached.append(chains.ids[i][-1])
                 rows[i] = row
             active = fed
         return chains.drafts()
+
+    def _forward(self, sessions, feeds):
+        """One draft forward of the catch-up or a chain position: per feed its logits (a drafter
+        that keeps more of the forward overrides this: layerskip)."""
+        from trtspec.runtime.forward.batch import forward
+
+        return forward(self.model, feeds)[0]
 
     def _trees(self, sessions, budgets, roots):
         """One EAGLE-2 tree per session (`budgets`: nodes each may verify); the expanded nodes

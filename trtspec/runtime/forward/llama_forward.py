@@ -67,19 +67,42 @@ def run(model: Any, input_ids: Any, position_ids: Any, layout: Any, keep: Any,
     Returns [1, num_logits, vocab_size] logits. aux_outputs[i] = [1, T, hidden] output of layer
     i - 1 (transformers' hidden_states index i), as the engine's forward hooks would store it.
     """
+    hidden = embed(model, input_ids)
+    return head(model, decoder_layers(model, hidden, position_ids, layout, 0, None, aux_outputs, aux_ids), keep)
+
+
+def embed(model: Any, input_ids: Any):
+    """# input_ids: [1, T] long -> [1, T, hidden_size]: the first layer's input"""
+    import torch.nn.functional as F
+
+    embeddings = model.model.embed_tokens
+    return F.embedding(input_ids, embeddings.weight, embeddings.padding_idx)
+
+
+def head(model: Any, hidden: Any, keep: Any):
+    """The final norm and lm_head on the `keep` rows. # hidden: [1, T, hidden_size] -> [1, len(keep), vocab]"""
+    return model.lm_head.forward(rms_norm(hidden, model.model.norm)[:, keep, :])
+
+
+def decoder_layers(model: Any, hidden: Any, position_ids: Any, layout: Any, first: int = 0, last: int | None = None,
+                   aux_outputs: Any = None, aux_ids: tuple[int, ...] = ()):
+    """Decoder layers first..last - 1 (None: to the end) over `hidden`, the input of layer `first`;
+    returns the output of layer last - 1. A range's rows are the layout's: each writes its keys and
+    values in those layers only (trtspec.runtime.forward.batch runs a verify pass in two ranges).
+    # hidden: [1, T, hidden_size]; position_ids: [1, T] long; aux_ids: as `run`'s, within the range"""
     import torch.nn.functional as F
 
     inner = model.model
-    hidden = F.embedding(input_ids, inner.embed_tokens.weight, inner.embed_tokens.padding_idx)
+    last = len(inner.layers) if last is None else last
     row_cos, row_sin = inner.rotary_emb(hidden, position_ids)  # [1, T, head_dim]
     cos, sin = row_cos.unsqueeze(1), row_sin.unsqueeze(1)
-    rows = input_ids.shape[1]
+    rows = hidden.shape[1]
     wanted = set(aux_ids)
     from trtspec.runtime.forward import native_layers
 
-    compiled = native_layers.run(model, hidden, row_cos, row_sin, layout, aux_outputs, wanted)
-    layers = () if compiled is not None else inner.layers  # where the compiled loop ran, it ran them all
-    for index, layer in enumerate(layers, start=1):
+    compiled = native_layers.run(model, hidden, row_cos, row_sin, layout, aux_outputs, wanted, first, last)
+    layers = () if compiled is not None else inner.layers[first:last]  # where the compiled loop ran, it ran them all
+    for index, layer in enumerate(layers, start=first + 1):
         attention, mlp = layer.self_attn, layer.mlp
         # 1. attention block
         x = rms_norm(hidden, layer.input_layernorm)
@@ -99,8 +122,7 @@ def run(model: Any, input_ids: Any, position_ids: Any, layout: Any, keep: Any,
         hidden = hidden + mlp.down_proj.forward(F.silu(gate) * up)
         if index in wanted:
             aux_outputs[index] = hidden
-    hidden = rms_norm(hidden, inner.norm)
-    return model.lm_head.forward(hidden[:, keep, :])
+    return hidden
 
 
 def _projections(x: Any, *linears: Any) -> list[Any]:

@@ -56,9 +56,11 @@ def wanted() -> bool:
     return os.environ.get("TRTSPEC_CPU_LAYERS", "compiled") != "torch" and native.available()
 
 
-def run(model: Any, hidden: Any, row_cos: Any, row_sin: Any, layout: Any, aux_outputs: Any, wanted_ids: set):
-    """The decoder layers of llama_forward.run on the compiled loop, or None (module docstring).
-    # hidden: [1, T, hidden_size] embeddings (updated in place); row_cos, row_sin: [1, T, head_dim]
+def run(model: Any, hidden: Any, row_cos: Any, row_sin: Any, layout: Any, aux_outputs: Any, wanted_ids: set,
+        first: int = 0, last: int | None = None):
+    """Decoder layers first..last - 1 (None: to the end) of llama_forward.decoder_layers on the
+    compiled loop, or None (module docstring).
+    # hidden: [1, T, hidden_size] layer `first`'s input (updated in place); row_cos, row_sin: [1, T, head_dim]
     Returns hidden."""
     import torch
 
@@ -73,19 +75,20 @@ def run(model: Any, hidden: Any, row_cos: Any, row_sin: Any, layout: Any, aux_ou
     exp = _torch_exp()
     if not layout.kernel_rows or exp is None or not exact_here(plan, exp):
         return None
-    table = _pool_table(plan, layout.pool)
+    last = len(plan.layer_ids) if last is None else last
+    table = _pool_table(plan, layout.pool)[first:last]  # rows of a contiguous table: its layers' addresses
     aux = None
     if wanted_ids:
-        aux = torch.zeros(len(plan.layer_ids), dtype=torch.long)
+        aux = torch.zeros(last - first, dtype=torch.long)
         for index in wanted_ids:
             aux_outputs[index] = torch.empty_like(hidden)
-            aux[index - 1] = aux_outputs[index].data_ptr()
+            aux[index - 1 - first] = aux_outputs[index].data_ptr()
     cos, sin, rows_of = row_cos[0].contiguous(), row_sin[0].contiguous(), layout.kernel_rows
     keys, values = layout.pool.keys[plan.layer_ids[0]], layout.pool.values[plan.layer_ids[0]]
     from trtspec.runtime.kernels import native
 
     native.library().llama_layers(
-        len(plan.layer_ids), table.data_ptr(), hidden.data_ptr(), rows, plan.hidden_size, plan.heads, plan.kv_heads,
+        last - first, table.data_ptr(), hidden.data_ptr(), rows, plan.hidden_size, plan.heads, plan.kv_heads,
         plan.head_dim, plan.intermediate, plan.eps, plan.scaling, cos.data_ptr(), sin.data_ptr(),
         layout.write_slots.data_ptr(), keys.stride(1), keys.shape[2], values.shape[1], rows_of.base.data_ptr(),
         rows_of.gather.data_ptr(), rows_of.gather_at.data_ptr(), rows_of.key_counts.data_ptr(),

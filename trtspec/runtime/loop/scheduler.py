@@ -64,7 +64,8 @@ class Scheduler:
         self.draft_pool = KVPool.for_model(drafter_kv, slots) if drafter_kv is not None else None
         from trtspec.runtime.policy.by_load import CostModel
 
-        self.cost_model = CostModel(config.max_draft_len, drafts_cost=drafter_kv is not None)
+        shares = getattr(engine.drafter, "shares_target_kv", False)  # layerskip: drafts in self.pool
+        self.cost_model = CostModel(config.max_draft_len, drafts_cost=drafter_kv is not None or shares)
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self._unprepared: list[Sequence] = []    # admitted, blocks not yet zeroed (_prepare_admitted)
@@ -159,7 +160,8 @@ class Scheduler:
                 if pool is not None:
                     pool.zero_blocks(sequence.table)
             if sequence.request.speculative and engine.drafter is not None:
-                kv = SeqKV(self.draft_pool, sequence.table) if self.draft_pool is not None else None
+                pool = self.pool if getattr(engine.drafter, "shares_target_kv", False) else self.draft_pool
+                kv = SeqKV(pool, sequence.table) if pool is not None else None
                 sequence.session = engine.drafter.session(sequence.tokens, sequence.params, sequence.generator,
                                                           confidence_threshold=self.config.confidence_threshold,
                                                           tree=engine.tree, kv=kv)

@@ -7,7 +7,8 @@
    `max_num_tokens` budget (chunked prefill).
 2. Draft: one drafter call for every decoding sequence that speculates (batched inside); when
    the policy drafts only on long n-gram matches (chain:K@M), shorter matches' drafts are dropped.
-3. Verify: ONE target forward over all feeds (ragged: per-sequence positions and masks).
+3. Verify: ONE target forward over all feeds (ragged: per-sequence positions and masks); a
+   layerskip chain's rows the draft already ran through the first layers start after them.
 4. Accept per sequence (greedy prefix or tree path, or lossless rejection sampling of a chain or
    a tree), roll back
    the rejected tokens' KV, hand the drafter the hidden states of what was kept (and a lookahead
@@ -160,13 +161,16 @@ def _draft(engine: Any, decoding: list[Any], lengths: list[int], shape: TreeShap
 
 
 def _verify_feed(sequence: Any, draft: Any) -> Feed:
-    """[pending] + draft at the sequence's next cache positions (a tree: nodes at their depths)."""
+    """[pending] + draft at the sequence's next cache positions (a tree: nodes at their depths); a
+    layerskip chain's rows that carry their early layers' output start from it (Draft.hidden)."""
     past = sequence.kv.length
     draft_ids = draft.token_ids.tolist() if draft is not None else []
     tokens = sequence.tokens[-1:] + draft_ids
     if draft is not None and draft.tree is not None:
         positions, mask = tree_inputs(draft.tree, past)
         return Feed(sequence.kv, tokens, positions=positions[0].tolist(), mask=mask, num_logits=len(tokens))
+    if draft is not None and draft.hidden is not None:
+        return Feed(sequence.kv, tokens, num_logits=len(tokens), hidden=draft.hidden, hidden_layer=draft.hidden_layer)
     return Feed(sequence.kv, tokens, num_logits=len(tokens))
 
 
