@@ -95,7 +95,8 @@ MODES: dict[str, ModeRow] = {row.name: row for row in (
             }, label="Jacobi + n-gram pool"),
     ModeRow("layerskip", "self-speculation: the target's first E layers, its norm and head",
             f"{_D}.layerskip:make", "layerskip", {
-                "cpu": _yes("the target's first exit_layer layers draft on their own cache, no second model"),
+                "cpu": _yes("the target's first exit_layer layers draft in its own cache, no second model; "
+                            "verification starts their rows at the exit layer where that is exact"),
                 # TensorRT-LLM has no early-exit drafting: convert writes the first E layers as a draft
                 # model (convert/first_layers.py) and the build writes draft-target with it
                 "trtllm": _yes("as draft-target: speculative_config decoding_type DraftTarget with convert's "
