@@ -125,7 +125,10 @@ def metrics_when(client, condition, timeout: float = 10.0) -> dict[str, float]:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, tiny_llama):
     """A running tritonserver serving the tiny cpu engine: (spec, client, engine_dir)."""
-    with serving_tiny(tmp_path_factory.mktemp("served"), tiny_llama, instance_count=1) as running:
+    # max_seq_len 1024 (the tiny model's positions): the cancel tests need an answer long enough that
+    # a loaded machine does not finish it before the cancel arrives (all three tries did at load 5 with 400)
+    with serving_tiny(tmp_path_factory.mktemp("served"), tiny_llama, instance_count=1,
+                      build_fields={"max_seq_len": 1024}) as running:
         yield running
 
 

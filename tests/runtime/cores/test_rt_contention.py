@@ -122,13 +122,26 @@ threads_beside_them = stats().engine_threads
 for hog in hogs:
     hog.kill()
     hog.wait()
+def busy_and_own():  # (jiffies the engine's cores were busy, this process's own CPU jiffies)
+    cpus = {f"cpu{c}" for c in os.sched_getaffinity(0)}
+    fields = [line.split() for line in open("/proc/stat") if line.split()[0] in cpus]
+    busy = sum(sum(map(int, f[1:])) - int(f[4]) - int(f[5]) for f in fields)
+    own = os.times()
+    return busy, (own.user + own.system) * os.sysconf("SC_CLK_TCK")
+
+busy_before, own_before = busy_and_own()
+wall_before = time.monotonic()
 after, deadline = [], time.monotonic() + 60
 while stats().engine_threads != 2 and time.monotonic() < deadline:
     after.append(run())
 held = time.monotonic() + 1.5  # windows enough at 2 threads for the retry to be judged
 while time.monotonic() < held:
     after.append(run())
+busy_after, own_after = busy_and_own()
+core_jiffies = (time.monotonic() - wall_before) * os.sysconf("SC_CLK_TCK") * len(os.sched_getaffinity(0))
+others_busy = max(0.0, (busy_after - busy_before) - (own_after - own_before)) / core_jiffies
 print(json.dumps(dict(alone=alone, contended=contended, after=after, threads_beside_them=threads_beside_them,
+                      others_busy=others_busy,
                       threads_after=stats().engine_threads, fallbacks=stats().engine_thread_fallbacks,
                       fewer=stats().engine_steps_on_fewer_threads,
                       contended_windows=engine.scheduler._threads.contended_windows,
@@ -158,6 +171,9 @@ def test_busy_processes_on_the_engines_cores_make_it_step_on_one_thread_until_th
         pytest.skip(f"the row kernel (the thread-invariant linear layers the loop needs to step down) cannot run: {why}")
     result, stderr = _beside_busy_processes(tiny_llama, "rowdot")
     assert result["fallbacks"] >= 1 and result["threads_beside_them"] == 1 and result["fewer"] > 0, result
+    if result["threads_after"] != 2 and result["others_busy"] > 0.25:
+        pytest.skip(f"other processes kept {result['others_busy']:.0%} of the engine's cores busy after the test's own "
+                    "left: the engine rightly stayed on one thread (run it on a machine without other work)")
     assert result["threads_after"] == 2 and result["torch_threads"] == 2, result
     assert all(tokens == result["alone"] for tokens in result["contended"] + result["after"])
     assert "stepping on 1 until they are free" in stderr
