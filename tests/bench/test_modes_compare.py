@@ -84,6 +84,42 @@ def test_compare_modes_measures_each_mode_against_plain_and_says_what_is_missing
     assert "layerskip" in text and "skipped: the target has no MTP layers" in text
 
 
+def test_compare_modes_finds_the_draft_and_medusa_heads_in_the_spec_checkpoints(layerskip_engine, tiny_llama,
+                                                                                 tmp_path):
+    """The artifacts where convert writes them (<workdir>/checkpoints/draft, medusa/) are measured, and
+    each row says what drafted: the draft's depth, the nodes of Medusa's tree."""
+    from trtspec.convert.first_layers import write_first_layers
+    from trtspec.runtime import Engine
+    from trtspec.testing.tiny_medusa import make_tiny_medusa
+
+    engine, original = layerskip_engine
+    spec = yaml.safe_load(original.read_text())
+    spec["workdir"] = str(tmp_path / "work")
+    (tmp_path / "trtspec.yaml").write_text(yaml.safe_dump(spec))
+    checkpoints = tmp_path / "work" / "checkpoints"
+    (checkpoints / "draft").mkdir(parents=True)
+    write_first_layers(tiny_llama, checkpoints / "draft", 2)  # layerskip's GPU-backend draft, as convert writes it
+    make_tiny_medusa(tiny_llama, checkpoints / "medusa", trained=False, num_heads=2)
+    with Engine.from_checkpoints(tiny_llama, mode="medusa", draft_dir=checkpoints / "medusa") as medusa:
+        nodes, depth = medusa.tree.num_nodes, max(len(path) for path in medusa.tree.paths)
+    out = tmp_path / "modes"
+    result = CliRunner().invoke(main, ["bench", "-c", str(tmp_path / "trtspec.yaml"), "--engine", str(engine),
+                                       "--compare-modes", "draft-target,medusa", "--num-prompts", "2",
+                                       "--max-tokens", "8", "--concurrency", "1", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "modes.json").read_text())
+    rows = {row["mode"]: row for row in report["modes"]}
+    assert list(rows) == ["none", "draft-target", "medusa"] and not any("skipped" in row for row in rows.values())
+    assert rows["draft-target"]["settings"] == {"draft_layers": 2}
+    assert rows["medusa"]["settings"] == {"num_heads": 2, "tree_nodes": nodes} and nodes > 2  # a tree, not a chain
+    assert len(rows["medusa"]["per_position_acceptance"]) == depth
+    assert len(rows["draft-target"]["per_position_acceptance"]) <= 3
+    cells = {r["variant"]: r for r in report["results"]}
+    for mode in ("draft-target", "medusa"):
+        assert rows[mode]["completed"] == 2 and rows[mode]["failed"] == 0 and rows[mode]["acceptance_length"] >= 1.0
+        assert cells[mode]["total_output_tokens"] == cells["none"]["total_output_tokens"]
+
+
 def test_mode_names_and_exit_layer_candidates():
     assert modes_compare.parse_modes("all") == ["eagle3", "draft-target", "ngram", "lookahead", "layerskip",
                                                 "medusa", "mtp"]

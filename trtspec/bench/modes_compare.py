@@ -110,11 +110,17 @@ def drafters(engine: Any, engine_dir: Path, wanted: Sequence[str], dirs: dict[st
 # the settings each drafter was built with, as the spec names them (the report's `settings`)
 SETTINGS = {"ngram": ("ngram_min", "ngram_max"), "lookahead": ("window", "ngram", "verification_set"),
             "layerskip": ("exit_layer",), "medusa": ("num_heads",)}
+# what else a row must say to be read: the draft model's depth (a first-layers copy drafts as
+# layerskip does), the nodes of Medusa's static tree (it drafts them all, not a chain)
+DRAWN: dict[str, dict[str, Callable[[Any], Any]]] = {
+    "draft-target": {"draft_layers": lambda drafter: drafter.model.config.num_hidden_layers},
+    "medusa": {"tree_nodes": lambda drafter: drafter.tree.num_nodes}}
 
 
 def settings(mode: str, drafter: Any) -> dict[str, Any]:
     """{name: value} of the drafter's own settings (empty for a mode without any listed)."""
-    return {name: getattr(drafter, name) for name in SETTINGS.get(mode, ()) if hasattr(drafter, name)}
+    own = {name: getattr(drafter, name) for name in SETTINGS.get(mode, ()) if hasattr(drafter, name)}
+    return own | ({name: read(drafter) for name, read in DRAWN.get(mode, {}).items()} if drafter is not None else {})
 
 
 def measure(engine: Any, made: dict[str, Any], prompts: Sequence[Any], *, max_draft_len: int, concurrency: list[int],
