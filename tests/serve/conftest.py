@@ -125,10 +125,11 @@ def metrics_when(client, condition, timeout: float = 10.0) -> dict[str, float]:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, tiny_llama):
     """A running tritonserver serving the tiny cpu engine: (spec, client, engine_dir)."""
-    # max_seq_len 1024 (the tiny model's positions): the cancel tests need an answer long enough that
-    # a loaded machine does not finish it before the cancel arrives (all three tries did at load 5 with 400)
+    # 1 ms after every engine step (TRTSPEC_INJECT_STEP_DELAY_S): the cancel tests' 400-token answers
+    # then last 0.4 s or more, longer than a loaded machine takes to deliver the cancel (without it,
+    # all three tries finished first at load 3-5 on 2 cores, with 400 tokens and with 960)
     with serving_tiny(tmp_path_factory.mktemp("served"), tiny_llama, instance_count=1,
-                      build_fields={"max_seq_len": 1024}) as running:
+                      env={"TRTSPEC_INJECT_STEP_DELAY_S": "0.001"}) as running:
         yield running
 
 

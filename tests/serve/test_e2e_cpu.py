@@ -130,7 +130,7 @@ def test_an_aio_stream_left_early_frees_its_sequence(served, expected):
 
     async def read_one_piece() -> None:
         async with AsyncStreams(client) as streams:
-            events = streams.stream(PROMPTS[3], max_tokens=960, speculative=False)
+            events = streams.stream(PROMPTS[3], max_tokens=400, speculative=False)
             assert not (await events.__anext__()).final
             await events.aclose()   # cancels the gRPC call: the server sees the client go away
 
@@ -197,7 +197,7 @@ def test_client_that_disconnects_mid_stream_frees_its_sequence(served, expected)
     _, client, _ = served
 
     def leave_a_stream() -> None:
-        events = client.stream(PROMPTS[3], max_tokens=960, speculative=False)
+        events = client.stream(PROMPTS[3], max_tokens=400, speculative=False)
         assert not next(events).final
         events.close()   # stop_stream(cancel_requests=True): the server sees the client go away
 

@@ -44,7 +44,8 @@ def _client(spec, timeout_s: float = 120.0):
     return TritonLLMClient(f"127.0.0.1:{spec.serve.grpc_port}", timeout_s=timeout_s)
 
 
-def test_killed_stub_errors_in_flight_clients_and_the_server_restarts(tiny_cpu_engine, tmp_path, respec, serving):
+def test_killed_stub_errors_in_flight_clients_and_the_server_restarts(tiny_cpu_engine, tmp_path, respec, serving,
+                                                                      monkeypatch):
     """Fault: the model's Python stub is killed while a client streams (it used to wait 90 s
     for nothing while /v2/health/ready, model-ready and `deploy status` all said ready).
     Behaviour: the supervisor sees the stub gone within a second, kills tritonserver so the
@@ -55,6 +56,9 @@ def test_killed_stub_errors_in_flight_clients_and_the_server_restarts(tiny_cpu_e
 
     built, engine_dir = tiny_cpu_engine
     spec = respec(built, tmp_path)
+    # 5 ms after every step: the answer lasts 2 s, so the kill lands mid-stream on any machine (at load 3
+    # the tiny model had sent all 400 tokens before the kill; TRTSPEC_INJECT_STEP_DELAY_S, scheduler)
+    monkeypatch.setenv("TRTSPEC_INJECT_STEP_DELAY_S", "0.005")
     with serving(spec, engine_dir) as (layout, record):
         client = _client(spec)
         events = client.stream("1 2 3 4 5 6 7 8 9 10", max_tokens=400, speculative=False)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import atexit
 import os
 import threading
+import time
 import weakref
 from collections import deque
 from typing import Any
@@ -81,6 +82,7 @@ class Scheduler:
         self._dead: BaseException | None = None  # what ended the loop outside a step: every request gets it
         self._threads = None  # LoopThreads: the loop's thread count beside other processes
         self.on_step = None  # callback(SchedulerStats) after every step, for gauges
+        self._step_delay_s = float(os.environ.get("TRTSPEC_INJECT_STEP_DELAY_S") or 0)  # tests only: _injected_failure
         self.view: Any = None  # step.StepView: what a step sees of this loop (built with the first step)
 
     def widest_draft(self) -> int:
@@ -250,6 +252,8 @@ class Scheduler:
                 self._refresh_gauges()
                 stats = SchedulerStats(**vars(self.stats))
             _injected_failure(stats.num_steps)
+            if self._step_delay_s:
+                time.sleep(self._step_delay_s)
             if self.on_step is not None:
                 self.on_step(stats)
 
@@ -314,7 +318,10 @@ class Scheduler:
 def _injected_failure(steps: int) -> None:
     """TRTSPEC_INJECT_LOOP_FAILURE=N (tests only): the loop raises after its Nth step, outside the
     step, as a failure the step's own handling never sees would; how the tests prove that a dead
-    loop fails every request in process, in `trtspec build`'s smoke test and through Triton."""
+    loop fails every request in process, in `trtspec build`'s smoke test and through Triton.
+    TRTSPEC_INJECT_STEP_DELAY_S=S (tests only) makes the loop sleep S seconds after each step, so a
+    stream outlasts a cancel or a killed stub on any machine (the tiny model writes 400 tokens
+    before a loaded machine delivers either)."""
     after = os.environ.get("TRTSPEC_INJECT_LOOP_FAILURE")
     if after and steps >= int(after):
         raise RuntimeError(f"injected failure after step {steps} (TRTSPEC_INJECT_LOOP_FAILURE={after})")
