@@ -20,6 +20,19 @@ from pathlib import Path
 from trtspec.chat import prompt_ids
 
 
+def stored_quantized(checkpoint: Path) -> str | None:
+    """How the checkpoint at `checkpoint` is stored quantized already (one phrase), or None:
+    a ModelOpt export (hf_quant_config.json) or a config.json quantization_config (DeepSeek-V3/R1's
+    block FP8, compressed-tensors, ...). PTQ of such weights would quantize them a second time."""
+    if (checkpoint / "hf_quant_config.json").is_file():
+        return "a ModelOpt export, hf_quant_config.json"
+    config = checkpoint / "config.json"
+    quant = json.loads(config.read_text()).get("quantization_config") if config.is_file() else None
+    if quant:
+        return f"config.json quantization_config, quant_method {quant.get('quant_method')!r}"
+    return None
+
+
 def quantize_fp8(model, tokenizer, prompts: list[str], *, fp8_kv_cache: bool = False,
                  on_prompt: Callable[[int], None] | None = None):
     """Quantize `model` in place (fake-quant modules with calibrated amax); return it."""

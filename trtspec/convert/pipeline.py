@@ -27,6 +27,7 @@ from trtspec.convert import fp8, reports
 from trtspec.convert.eagle3.distributed import Dist
 from trtspec.convert.progress import Phase, Reporter
 from trtspec.convert.target import copy_checkpoint, load_causal_lm, resolve_target, write_target
+from trtspec.errors import IncompatibleArtifactError
 from trtspec.prompts import prompt_texts, prompts_sha256
 
 FP8_EVAL_PROMPTS = 8
@@ -114,6 +115,12 @@ def held_out_prompts(spec, eval_prompts_path: str | None) -> list[str]:
 def run_fp8(spec, layout: Layout, source_dir: Path, source_sha: str, calibration: list[str], eval_prompts: list[str],
             *, kind: str, report: Reporter | None, dry_run: bool, target_sha: str | None = None) -> list[StageResult]:
     """FP8 PTQ of `source_dir` -> `<kind>-fp8` (HF) and, for the target, `target-fp8-trtllm`."""
+    stored = fp8.stored_quantized(source_dir)
+    if stored:  # the release's own scales are what TensorRT-LLM and the cpu engine read (block_fp8)
+        raise IncompatibleArtifactError(f"{source_dir}: the {kind} is stored quantized already ({stored}); "
+                                        "quantization.fp8 would quantize it a second time",
+                                        fix="convert and build without --fp8 (quantization.fp8: false): its own "
+                                            "quantized weights are served as they are")
     quant = spec.quantization
     prompts = calibration[:quant.calibration_size]
     inputs = {"source_sha256": source_sha, "calibration_sha256": prompts_sha256(prompts),

@@ -167,3 +167,22 @@ def test_a_missing_scale_in_the_mtp_module_is_one_line(tmp_path, fp8_checkpoints
     with pytest.raises(ModelSourceError, match=r"\(MTP module, model\.layers\.4\.\*\): mlp\.experts\.1\.up_proj\.weight "
                                                r"is FP8 and its scales .* are missing"):
         read_mtp_weights(path, 4)
+
+
+@pytest.mark.parametrize("dry_run", [True, False], ids=["dry-run", "run"])
+def test_fp8_ptq_of_a_stored_fp8_target_is_one_line(dry_run, in_tmp, fp8_checkpoints):
+    """`convert --fp8` would quantize DeepSeek's own FP8 weights a second time: refused before any
+    calibration, in one line, with no FP8 checkpoint written."""
+    from click.testing import CliRunner
+
+    from tests.convert.conftest import write_spec
+    from trtspec.cli import main
+
+    fp8, _ = fp8_checkpoints[BLOCKS[-1]]
+    spec = write_spec(in_tmp, fp8)
+    result = CliRunner().invoke(main, ["convert", "-c", str(spec), "--fp8", *(["--dry-run"] if dry_run else [])])
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.exit_code != 0 and len(errors) == 1, result.stderr
+    assert "stored quantized already (config.json quantization_config, quant_method 'fp8')" in errors[0]
+    assert "without --fp8" in errors[0]
+    assert not (in_tmp / "work" / "checkpoints" / "target-fp8").exists()
