@@ -33,6 +33,7 @@ from trtspec.runtime.verify.tree import TreeShape
 
 class DraftModelDrafter(Drafter):
     kind = "draft-model"
+    session_class: type | None = None  # the sessions' class; None: DraftModelSession (layerskip: its own)
 
     def __init__(self, model):
         from trtspec.runtime.forward.attention import use_paged_attention
@@ -44,9 +45,9 @@ class DraftModelDrafter(Drafter):
     def session(self, prompt_ids, params, generator, *, confidence_threshold=0.0, tree=None,
                 kv=None) -> DraftModelSession:
         if kv is None:
-            raise ValueError("a draft-model session needs its slice of the draft model's KV pool (kv=)")
-        return DraftModelSession(kv, params, generator, confidence_threshold,
-                                 tree if isinstance(tree, TreeShape) else None)
+            raise ValueError(f"a {self.kind} session needs its view of a KV pool (kv=)")
+        return (self.session_class or DraftModelSession)(kv, params, generator, confidence_threshold,
+                                                         tree if isinstance(tree, TreeShape) else None)
 
     def propose_batch(self, sessions, tokens, max_lens):
         from trtspec.runtime.forward.batch import Feed

@@ -43,7 +43,6 @@ from typing import Any
 
 from trtspec.errors import IncompatibleArtifactError
 from trtspec.runtime.drafters.draft_model import DraftModelDrafter, DraftModelSession
-from trtspec.runtime.verify.tree import TreeShape
 
 
 def default_exit_layer(num_layers: int) -> int:
@@ -81,9 +80,27 @@ def early_exit_view(target: Any, exit_layer: int) -> Any:
     return view.eval()
 
 
+class LayerSkipSession(DraftModelSession):
+    """A draft model's session on the target's own cache: the committed positions are cached already."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.hidden: list[Any] = []  # this proposal's fed rows' layer-E inputs, per draft forward: [rows, hidden_size]
+
+    def backlog(self, num_tokens: int) -> int:
+        return 0  # the pending token alone is fed
+
+    def catch_up(self, tokens: list[int]) -> list[int]:
+        """The pending token, at the target's cache length (every committed token but the last)."""
+        self.cached.clear()
+        self.kv.length = len(tokens) - 1
+        return tokens[-1:]
+
+
 class LayerSkipDrafter(DraftModelDrafter):
     kind = "layerskip"
     shares_target_kv = True
+    session_class = LayerSkipSession
 
     def __init__(self, target: Any, exit_layer: int | None = None):
         self.exit_layer = exit_layer or default_exit_layer(len(target.model.layers))
@@ -93,13 +110,6 @@ class LayerSkipDrafter(DraftModelDrafter):
         self.reuse_off: str | None = None  # why the last proposal's rows were not reused, or None
         self._problems: dict[int, str | None] = {}  # thread count -> reuse_problem's answer
         self._said: set[str] = set()
-
-    def session(self, prompt_ids, params, generator, *, confidence_threshold=0.0, tree=None,
-                kv=None) -> LayerSkipSession:
-        if kv is None:
-            raise ValueError("a layerskip session needs its view of the target's KV pool (kv=)")
-        return LayerSkipSession(kv, params, generator, confidence_threshold,
-                                tree if isinstance(tree, TreeShape) else None)
 
     def propose_batch(self, sessions, tokens, max_lens):
         import torch
@@ -137,23 +147,6 @@ class LayerSkipDrafter(DraftModelDrafter):
             print(f"trtspec: layerskip verifies every layer (its first {self.exit_layer} layers' rows are not "
                   f"reused): {why}", file=sys.stderr)
         return why
-
-
-class LayerSkipSession(DraftModelSession):
-    """A draft model's session on the target's own cache: the committed positions are cached already."""
-
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self.hidden: list[Any] = []  # this proposal's fed rows' layer-E inputs, per draft forward: [rows, hidden_size]
-
-    def backlog(self, num_tokens: int) -> int:
-        return 0  # the pending token alone is fed
-
-    def catch_up(self, tokens: list[int]) -> list[int]:
-        """The pending token, at the target's cache length (every committed token but the last)."""
-        self.cached.clear()
-        self.kv.length = len(tokens) - 1
-        return tokens[-1:]
 
 
 def reuse_problem(target: Any, exit_layer: int) -> str | None:
