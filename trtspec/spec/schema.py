@@ -144,6 +144,11 @@ class SpeculativeSpec(Section):
     """trtllm backend, TensorRT-LLM 1.2.1: the release switches speculation off for good once the
     rolling acceptance length (tokens per step) of the last acceptance_window requests falls below
     this (LLM API acceptance_length_threshold). `trtspec tune --url` writes the measured break-even."""
+    acceptance_rate_threshold: float = Field(0.0, ge=0.0, le=1.0)
+    """Dynamo targets, TensorRT-LLM 1.3 line: the release switches speculation off for good once the
+    rolling acceptance rate (accepted / drafted tokens) of the last acceptance_window decoding
+    iterations falls below this (LLM API acceptance_rate_threshold, acceptance_rate_window_size).
+    `trtspec tune --served --target dynamo-k8s` writes the measured break-even."""
     eagle3: Eagle3Training = Field(default_factory=Eagle3Training)
     """EAGLE-3 head training settings (convert --mode eagle3)."""
     layerskip: LayerSkipSpec = Field(default_factory=LayerSkipSpec)
