@@ -82,6 +82,19 @@ MODES: dict[str, ModeRow] = {row.name: row for row in (
         "trtllm-engine": _no("n-gram lookup is served by the LLM-API backend; use build.backend: trtllm",
                              "served by the LLM API"),
     }, label="prompt lookup"),
+    # TensorRT-LLM 1.2.1 has no suffix decoding; the 1.3 line's suffix automaton (decoding_type SA,
+    # SADecodingConfig) is the mapping for Dynamo targets once the 1.3 contract data lists `SA`
+    ModeRow("suffix", "suffix trees over the request and earlier responses, drafts scored by frequency",
+            f"{_D}.suffix:make", "suffix", {
+                "cpu": _yes("per-request and global suffix tries (bounded, FIFO eviction); chains or trees "
+                            "sized by the match length"),
+                "trtllm": _no("TensorRT-LLM 1.2.1 has no suffix decoding (its suffix automaton, decoding_type SA, "
+                              "comes with the 1.3 line); use mode ngram, or build.backend: cpu",
+                              "TensorRT-LLM 1.2.1 has no suffix decoding"),
+                "trtllm-engine": _no("TensorRT-LLM 1.2.1 has no suffix decoding for TensorRT engines either; "
+                                     "use mode ngram on build.backend: trtllm, or build.backend: cpu",
+                                     "no suffix decoding in TensorRT-LLM 1.2.1"),
+            }, label="SuffixDecoding"),
     ModeRow("lookahead", "Jacobi guesses and an n-gram pool (window W, n-gram N, verification set G)",
             f"{_D}.lookahead:make", "lookahead", {
                 "cpu": _yes("n-gram pool from the sequence and the target's Jacobi guesses, chain drafts"),

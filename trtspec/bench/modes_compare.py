@@ -109,12 +109,13 @@ def drafters(engine: Any, engine_dir: Path, wanted: Sequence[str], dirs: dict[st
 
 # the settings each drafter was built with, as the spec names them (the report's `settings`)
 SETTINGS = {"ngram": ("ngram_min", "ngram_max"), "lookahead": ("window", "ngram", "verification_set"),
-            "layerskip": ("exit_layer",), "medusa": ("num_heads",)}
+            "layerskip": ("exit_layer",), "medusa": ("num_heads",), "suffix": ("depth", "max_cached_requests")}
 # what else a row must say to be read: the draft model's depth (a first-layers copy drafts as
 # layerskip does), the nodes of Medusa's static tree (it drafts them all, not a chain)
 DRAWN: dict[str, dict[str, Callable[[Any], Any]]] = {
     "draft-target": {"draft_layers": lambda drafter: drafter.model.config.num_hidden_layers},
-    "medusa": {"tree_nodes": lambda drafter: drafter.tree.num_nodes}}
+    "medusa": {"tree_nodes": lambda drafter: drafter.tree.num_nodes},
+    "suffix": {"tree": lambda drafter: drafter.use_tree}}
 
 
 def settings(mode: str, drafter: Any) -> dict[str, Any]:

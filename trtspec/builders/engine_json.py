@@ -26,7 +26,7 @@ FORMAT = "trtspec-engine/1"
 SPECULATIVE_DECODING_MODES = {"eagle3": "eagle3", "draft-target": "draft_tokens_external",
                               "ngram": "ngram", "lookahead": "lookahead_decoding", "none": "none",
                               "layerskip": "layerskip",  # cpu; the GPU backends write draft-target
-                              "medusa": "medusa", "mtp": "mtp"}
+                              "medusa": "medusa", "mtp": "mtp", "suffix": "suffix"}
 
 
 @dataclass(frozen=True)
@@ -240,6 +240,7 @@ def engine_json(spec: Any, name: str, inputs: BuildInputs, *, target_path: str =
                        if s.mode == "lookahead" else {}),
                     **({"medusa_choices": medusa_choices(spec)} if s.mode == "medusa" else {}),
                     **({"mtp_layers": s.mtp.num_layers} if s.mode == "mtp" else {}),
+                    **({"suffix": s.suffix.model_dump()} if s.mode == "suffix" else {}),
                     **({"tree": [s.tree.topk, s.tree.depth, s.tree.num_draft_tokens],
                         "tree_min_path_prob": s.tree.min_path_prob} if s.tree else {})},
         **backend_keys,

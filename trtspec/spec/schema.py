@@ -21,6 +21,7 @@ from trtspec.spec.medusa import MedusaSpec
 from trtspec.spec.methods import LayerSkipSpec, LookaheadSpec, MtpSpec
 from trtspec.spec.section import Section
 from trtspec.spec.serve import ServeSpec
+from trtspec.spec.suffix import SuffixSpec
 
 DEFAULT_CONFIG = "trtspec.yaml"
 
@@ -159,6 +160,8 @@ class SpeculativeSpec(Section):
     """Medusa heads and their draft tree (mode medusa)."""
     mtp: MtpSpec = Field(default_factory=MtpSpec)
     """The checkpoint's own multi-token-prediction modules (mode mtp)."""
+    suffix: SuffixSpec = Field(default_factory=SuffixSpec)
+    """Suffix decoding: suffix trees over the request and earlier responses (mode suffix)."""
 
 
 class QuantizationSpec(Section):

@@ -21,7 +21,7 @@ from trtspec.errors import IncompatibleArtifactError, ModelSourceError
 
 # engine options that configure a drafter, not the Engine (EngineConfig): by mode
 DRAFTER_OPTIONS = {"ngram": ("ngram_min", "ngram_max"), "lookahead": ("lookahead",), "layerskip": ("exit_layer",),
-                   "medusa": ("medusa_choices",), "mtp": ("mtp_layers",)}
+                   "medusa": ("medusa_choices",), "mtp": ("mtp_layers",), "suffix": ("suffix",)}
 
 
 @dataclass
