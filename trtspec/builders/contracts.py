@@ -12,6 +12,11 @@ into a GPU artifact:
   quantize.py flags, and the Triton template keys. Every section cites `repo/path@tag` and says
   what was read (`read`).
 
+A release no Triton container carries (the 1.3 line: TensorRT-LLM 1.3.0rc29 in NVIDIA Dynamo 1.6.x)
+has no `containers` and a `runtime` section instead: the Dynamo release that pins it and its
+tensorrtllm-runtime image (`for_dynamo`), and a `removed` section (what the line dropped, refused
+for Dynamo targets). `build.trtllm_version` takes only the Triton releases (`supported_versions`).
+
 This module only loads and answers questions about that data; upstream.py checks artifacts
 against it, and the builders ask it what to write.
 """
@@ -36,10 +41,27 @@ def containers() -> dict[str, Any]:
     return json.loads((DATA_DIR / "containers.json").read_text())
 
 
-def supported_versions() -> tuple[str, ...]:
-    """TensorRT-LLM releases with a contract file, oldest first."""
+def all_versions() -> tuple[str, ...]:
+    """TensorRT-LLM releases with a contract file, oldest first (1.3.0rc29 sorts after 1.2.1)."""
+    from packaging.version import Version
+
     found = [path.stem.removeprefix("trtllm-") for path in DATA_DIR.glob("trtllm-*.json")]
-    return tuple(sorted(found, key=lambda v: tuple(int(part) for part in v.split("."))))
+    return tuple(sorted(found, key=Version))
+
+
+def supported_versions() -> tuple[str, ...]:
+    """The releases a Triton container carries (build.trtllm_version), oldest first."""
+    return tuple(v for v in all_versions() if "runtime" not in _data(v))
+
+
+def dynamo_versions() -> dict[str, str]:
+    """Dynamo release -> the TensorRT-LLM release its tensorrtllm-runtime image carries."""
+    return {_data(v)["runtime"]["dynamo"]: v for v in all_versions() if "runtime" in _data(v)}
+
+
+@cache
+def _data(version: str) -> dict[str, Any]:
+    return json.loads((DATA_DIR / f"trtllm-{version}.json").read_text())
 
 
 def default_container() -> str:
@@ -71,11 +93,26 @@ class Contract:
     def container(self) -> str:
         """The container tag trtspec recommends for this release: the default one, else the newest."""
         tags = self.container_tags
+        if not tags:
+            raise IncompatibleArtifactError(f"no Triton container carries TensorRT-LLM {self.version}",
+                                            fix=f"serve it with Dynamo ({self.image}): deploy --target dynamo-k8s")
         return default_container() if default_container() in tags else tags[-1]
 
     @property
+    def runtime(self) -> dict[str, Any] | None:
+        """The Dynamo runtime that carries a release no Triton container has (the 1.3 line), else None."""
+        return self.data.get("runtime")
+
+    @property
     def image(self) -> str:
+        runtime = self.runtime
+        if runtime:
+            return runtime["image"].format(dynamo=runtime["dynamo"])
         return image(self.container)
+
+    def removed(self, what: str) -> str | None:
+        """Why this release no longer has `what` (a mode, backend or field), or None where it has it."""
+        return (self.data.get("removed") or {}).get(what)
 
     # -- LLM API ---------------------------------------------------------------------------------
     @property
@@ -129,8 +166,27 @@ def load(version: str) -> Contract:
         raise IncompatibleArtifactError(f"trtspec has no contract for TensorRT-LLM {version}",
                                         fix=f"use build.trtllm_version {' or '.join(supported_versions())} "
                                             "(docs/BUILD.md, version table)")
-    return Contract(version=version, data=json.loads(path.read_text()))
+    return Contract(version=version, data=_data(version))
 
 
 def for_spec(spec: Any) -> Contract:
     return load(spec.build.trtllm_version)
+
+
+def for_dynamo(release: str) -> Contract:
+    """The contract of the TensorRT-LLM release a Dynamo release's tensorrtllm-runtime image carries."""
+    known = dynamo_versions()
+    if release not in known:
+        raise IncompatibleArtifactError(f"serve.dynamo.release {release}: trtspec has no TensorRT-LLM contract "
+                                        "for its tensorrtllm-runtime image",
+                                        fix=f"set serve.dynamo.release: {' or '.join(sorted(known))}")
+    return load(known[release])
+
+
+DYNAMO_TARGETS = ("dynamo", "dynamo-k8s")
+
+
+def for_target(spec: Any, target: str) -> Contract:
+    """The release a deploy target serves: Dynamo's (serve.dynamo.release) for the Dynamo targets,
+    build.trtllm_version (Triton's) for local, docker and k8s."""
+    return for_dynamo(spec.serve.dynamo.release) if target in DYNAMO_TARGETS else for_spec(spec)

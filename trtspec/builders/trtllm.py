@@ -24,8 +24,9 @@ DEFAULT_TOKENS_PER_BLOCK = 32
 
 
 def llm_api_options(spec: Any, contract: Contract, *, target: str, draft: str | None,
-                    layers_to_capture: list[int] | None = None) -> dict[str, Any]:
-    """LLM() keyword arguments for the spec; `target`/`draft` are the paths to write for them."""
+                    layers_to_capture: list[int] | None = None, tp_size: int | None = None) -> dict[str, Any]:
+    """LLM() keyword arguments for the spec; `target`/`draft` are the paths to write for them;
+    `tp_size` overrides build.tp_size (a DynamoGraphDeployment spread over nodes)."""
     b, s, q = spec.build, spec.speculative, spec.quantization
     kv_cache: dict[str, Any] = {
         "free_gpu_memory_fraction": b.free_gpu_memory_fraction,
@@ -43,7 +44,7 @@ def llm_api_options(spec: Any, contract: Contract, *, target: str, draft: str | 
     options: dict[str, Any] = {
         "model": target,
         "backend": "pytorch",
-        "tensor_parallel_size": b.tp_size,
+        "tensor_parallel_size": tp_size or b.tp_size,
         "pipeline_parallel_size": b.pp_size,
         "max_batch_size": b.max_batch_size,
         "max_num_tokens": max(b.max_num_tokens, b.max_batch_size * (s.max_draft_len + 1)),
@@ -52,6 +53,9 @@ def llm_api_options(spec: Any, contract: Contract, *, target: str, draft: str | 
         "kv_cache_config": kv_cache,
         "cuda_graph_config": {"max_batch_size": b.max_batch_size, "enable_padding": True},
     }
+    # the 1.3 line (a Dynamo worker's --extra-engine-args) takes neither: dynamo.trtllm passes the
+    # model as --model-path and runs the PyTorch flow, the only one left (contract llm_api.llm_args)
+    options = {k: v for k, v in options.items() if k in contract.llm_api["llm_args"]}
     decoding = contract.decoding(s.mode)
     if decoding is not None:
         speculative: dict[str, Any] = {"decoding_type": decoding["decoding_type"], "max_draft_len": s.max_draft_len}
@@ -123,10 +127,27 @@ def schedule_and_gate(spec: Any, contract: Contract) -> dict[str, Any]:
                 f"speculative.draft_len_schedule {s.draft_len_schedule}: TensorRT-LLM {contract.version} requires "
                 f"the length at batch size 1 to equal max_draft_len ({s.max_draft_len}) and none above it "
                 f"({schedule['source']})", fix="set speculative.max_draft_len to the schedule's length at batch size 1")
-        out[schedule["field"]] = dict(sorted(table.items()))
-    if gate and s.mode in gate["modes"] and s.acceptance_window and s.acceptance_length_threshold:
+        table = dict(sorted(table.items()))
+        if schedule.get("keys") == "last_batch_size":
+            table = last_batch_size_keys(table, spec.build.max_batch_size)
+        out[schedule["field"]] = table
+    threshold = s.acceptance_rate_threshold if (gate or {}).get("threshold_kind") == "rate" \
+        else s.acceptance_length_threshold
+    if gate and s.mode in gate["modes"] and s.acceptance_window and threshold:
         out[gate["window"]] = s.acceptance_window
-        out[gate["threshold"]] = s.acceptance_length_threshold
+        out[gate["threshold"]] = threshold
+    return out
+
+
+def last_batch_size_keys(table: dict[int, int], max_batch_size: int) -> dict[int, int]:
+    """{first batch size: draft_len} ("from that many on", trtspec's rows and 1.2.1's keys) as the
+    1.3 line's {last batch size: draft_len} (contract llm_api.schedule.read: {4: 4, 8: 2, 32: 1}
+    drafts 4 at 1-4 sequences, 2 at 5-8, 1 at 9-32 and nothing above 32). The last range ends at
+    build.max_batch_size; a trailing 0 is the release's implicit "off above the largest key"."""
+    firsts = sorted(table)
+    out = {nxt - 1: table[first] for first, nxt in zip(firsts, firsts[1:], strict=False)}
+    if table[firsts[-1]] and firsts[-1] <= max_batch_size:
+        out[max_batch_size] = table[firsts[-1]]
     return out
 
 
