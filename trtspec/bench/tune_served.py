@@ -15,7 +15,12 @@ the LLM-API options at load), so each candidate is its own deployment:
    LLM API's draft_len_schedule), with 1.2.1's acceptance gate (acceptance_window,
    acceptance_length_threshold: the break-even acceptance length measured at the lowest
    concurrency); a release or drafter without a schedule (1.1.0, one-model EAGLE-3) the fixed
-   best length at the lowest concurrency. Then the final engine is built, so its options carry it.
+   best length at the lowest concurrency. For the Dynamo targets (`target` dynamo, dynamo-k8s) the
+   release is the TensorRT-LLM 1.3 line the pinned Dynamo image carries (contracts.for_target): a
+   schedule for every drafter it has (one-model EAGLE-3 and MTP too; the builder writes its
+   last-batch-size keys) and its rate gate (acceptance_window iterations,
+   acceptance_rate_threshold: the break-even accepted/drafted rate, `break_even_rate_gate`).
+   Then the final engine is built, so its options carry it.
 
 The cells come from separate deployments, one after another, not interleaved blocks as the
 in-process tune runs them: machine drift between deployments lands in the comparison. Library
@@ -34,6 +39,9 @@ from trtspec.bench import tune as tuning
 from trtspec.errors import TrtSpecError
 
 GATE_WINDOW = 32  # finished requests the 1.2.1 gate averages over (a few batches' worth at tuned loads)
+# speculation-enabled decoding iterations the 1.3 gate averages over (contract llm_api.gate.read):
+# a few 128-token answers at one sequence, a fraction of one batch's worth at tuned loads
+GATE_WINDOW_ITERATIONS = 512
 
 
 @dataclass(frozen=True)
@@ -42,13 +50,18 @@ class Decision:
 
     max_draft_len: int
     schedule: list[list[int]] | None = None
-    gate: tuple[int, float] | None = None        # (acceptance_window, acceptance_length_threshold)
+    gate: tuple[int, float] | None = None        # (acceptance_window, threshold)
     notes: list[str] = field(default_factory=list)
+    gate_kind: str = "length"                    # the threshold: acceptance length (1.2.1) or rate (1.3)
 
     def fields(self) -> dict[str, str]:
         """speculative.<key>: YAML value, for tune.write_choice's `extra`."""
         window, threshold = self.gate or (0, 0.0)
-        return {"acceptance_window": str(window), "acceptance_length_threshold": repr(float(threshold))}
+        return {"acceptance_window": str(window), self.threshold_field: repr(float(threshold))}
+
+    @property
+    def threshold_field(self) -> str:
+        return "acceptance_rate_threshold" if self.gate_kind == "rate" else "acceptance_length_threshold"
 
 
 def candidate_spec(spec: Any, draft_len: int) -> Any:
@@ -58,7 +71,7 @@ def candidate_spec(spec: Any, draft_len: int) -> Any:
     data = spec.model_dump(mode="json")
     speculative = data["speculative"]
     speculative.update(draft_len_schedule=None, dynamic_draft=False, acceptance_window=0,
-                       acceptance_length_threshold=0.0, eagle_choices=None, tree=None)
+                       acceptance_length_threshold=0.0, acceptance_rate_threshold=0.0, eagle_choices=None, tree=None)
     if draft_len == 0:
         speculative["mode"] = "none"
     else:
@@ -72,8 +85,10 @@ def label(draft_len: int) -> str:
     return tuning.BASELINE_LABEL if draft_len == 0 else tuning.Candidate(draft_len).label
 
 
-def decide(spec: Any, rows: Sequence[dict[str, Any]], baselines: dict[int, dict[str, Any]]) -> Decision:
-    """The choice from tune rows (trtspec.bench.tune.tune_rows) for the spec's backend and release."""
+def decide(spec: Any, rows: Sequence[dict[str, Any]], baselines: dict[int, dict[str, Any]],
+           target: str = "local") -> Decision:
+    """The choice from tune rows (trtspec.bench.tune.tune_rows) for the spec's backend and the
+    release the deploy `target` serves."""
     first, schedule = tuning.choose_schedule(rows, baselines)
     concurrencies = sorted({r["concurrency"] for r in rows})
     if spec.build.backend == "cpu":
@@ -81,7 +96,7 @@ def decide(spec: Any, rows: Sequence[dict[str, Any]], baselines: dict[int, dict[
         return Decision(max(lengths or [first["max_draft_len"]]), schedule if len(concurrencies) > 1 else None)
     from trtspec.builders import contracts
 
-    contract = contracts.for_spec(spec)
+    contract = contracts.for_target(spec, target)
     api, mode, notes = contract.llm_api, spec.speculative.mode, []
     plan = api.get("schedule") or {}
     if spec.build.backend == "trtllm-engine":  # TensorRT engines: max_draft_len is a trtllm-build flag
@@ -100,14 +115,15 @@ def decide(spec: Any, rows: Sequence[dict[str, Any]], baselines: dict[int, dict[
         notes.append(f"fixed max_draft_len {best}: {why}"
                      + (f"; plain decoding was faster from concurrency {off[0]} on" if off else ""))
     gate_plan = (api.get("gate") or {}) if spec.build.backend == "trtllm" else {}
-    gate = None
+    gate, kind = None, gate_plan.get("threshold_kind", "length")
     if mode in gate_plan.get("modes", ()):
-        gate = break_even_gate(first)
+        gate = break_even_gate(first) if kind == "length" else break_even_rate_gate(first)
         if gate is None:
-            notes.append("no acceptance gate: the server reported no acceptance length to set it from")
+            notes.append("no acceptance gate: the server reported no acceptance length to set it from, or "
+                         "speculation paid at any acceptance")
     elif gate_plan:
         notes.append(f"no acceptance gate: {(gate_plan.get('not_for') or {}).get(mode, 'not for this mode')}")
-    return Decision(best, table, gate, notes)
+    return Decision(best, table, gate, notes, kind)
 
 
 def break_even_gate(row: dict[str, Any]) -> tuple[int, float] | None:
@@ -124,6 +140,18 @@ def break_even_gate(row: dict[str, Any]) -> tuple[int, float] | None:
     if not (length and speedup) or math.isnan(length) or math.isnan(speedup) or speedup <= 0:
         return None
     return GATE_WINDOW, round(length / speedup, 2)
+
+
+def break_even_rate_gate(row: dict[str, Any]) -> tuple[int, float] | None:
+    """(window, threshold) for the 1.3 line's gate: the acceptance RATE (accepted / drafted) below
+    which this draft length stops paying. A chain of k drafted tokens at rate r commits 1 + r*k
+    tokens a step, so the break-even acceptance length L* of `break_even_gate` is the rate
+    (L* - 1) / k; None where L* <= 1 (speculation paid at any acceptance: no gate to set)."""
+    gate = break_even_gate(row)
+    drafted = row.get("max_draft_len") or 0
+    if gate is None or drafted <= 0 or gate[1] <= 1.0:
+        return None
+    return GATE_WINDOW_ITERATIONS, round(min(1.0, (gate[1] - 1.0) / drafted), 3)
 
 
 def measure(spec: Any, draft_lens: Sequence[int], prompts: Sequence[Any], *, concurrency: Sequence[int],
@@ -205,17 +233,17 @@ def write(spec: Any, spec_path: Path, decision: Decision) -> tuple[Path, Any]:
     return backup, build(load_spec(spec_path))
 
 
-def record(spec: Any, spec_path: Path, result: dict[str, Any], plan: dict[str, Any], out: Path
-           ) -> tuple[Decision, dict[str, Any]]:
+def record(spec: Any, spec_path: Path, result: dict[str, Any], plan: dict[str, Any], out: Path,
+           target: str = "local") -> tuple[Decision, dict[str, Any]]:
     """Decide from measure()'s `result`, write the spec and rebuild (`write`), and write the
     report (the dry run's `plan` and what came of it) to <out>/tune.json; (the decision, the report)."""
     from trtspec.artifacts import write_json
     from trtspec.bench.report import clean_json, machine_metadata
 
-    decision = decide(spec, result["rows"], result["baselines"])
+    decision = decide(spec, result["rows"], result["baselines"], target)
     backup, built = write(spec, spec_path, decision)
     summary = clean_json({**plan, "choice": decision.max_draft_len, "draft_len_schedule": decision.schedule,
-                          "acceptance_gate": dict(zip(("acceptance_window", "acceptance_length_threshold"),
+                          "acceptance_gate": dict(zip(("acceptance_window", decision.threshold_field),
                                                       decision.gate, strict=True)) if decision.gate else None,
                           "notes": decision.notes, "prompts_sent": result["prompts_sent"], "rows": result["rows"],
                           "backup": str(backup), "engine": str(built.engine_dir), "machine": machine_metadata()})

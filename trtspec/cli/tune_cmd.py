@@ -96,11 +96,15 @@ def _trees(value: str | None) -> list[list[list[int]]]:
 @click.option("--served", is_flag=True,
               help="Deploy each draft length (and off) and measure through the server (always on GPU backends).")
 @click.option("--raw", is_flag=True, help="--served: send the prompts without the target's chat template.")
+@click.option("--target", "deploy_target", type=click.Choice(["local", "docker", "k8s", "dynamo", "dynamo-k8s"]),
+              default="local", show_default=True,
+              help="--served: the deploy target the choice is for: dynamo and dynamo-k8s write the TensorRT-LLM "
+                   "1.3 line's schedule and rate gate (acceptance_rate_threshold), the others 1.2.1's.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="Report directory.")
 @dry_run_option
 @json_option
 def tune(config_path, engine_dir, prompts, draft_lens, exit_layers, trees, tree_shapes, mode, max_tokens, num_prompts,
-         concurrency, repeats, served, raw, out_dir, dry_run, as_json) -> None:
+         concurrency, repeats, served, raw, deploy_target, out_dir, dry_run, as_json) -> None:
     """Measure tokens/s for each max_draft_len and record the fastest in the spec.
 
     Chooses by tokens/s, not by acceptance length: longer drafts accept more tokens per step
@@ -147,7 +151,8 @@ def tune(config_path, engine_dir, prompts, draft_lens, exit_layers, trees, tree_
             raise click.UsageError("tune --served deploys chains of each --draft-lens (no --engine, --trees, "
                                    "--tree-shapes)")
         out = Path(out_dir) if out_dir else runner.default_out_dir(spec, "tune")
-        _tune_served(spec, spec_path, draft_lens, concurrency, prompt_set, repeats, raw, out, dry_run, as_json)
+        _tune_served(spec, spec_path, draft_lens, concurrency, prompt_set, repeats, raw, out, dry_run, as_json,
+                     deploy_target)
         return
     engine_path = Path(engine_dir) if engine_dir else runner.default_engine_dir(spec)
     exits = tuning.exit_layer_candidates(tuning.bundle_layers(engine_path), exit_layers) if layerskip else []
@@ -211,14 +216,15 @@ def tune(config_path, engine_dir, prompts, draft_lens, exit_layers, trees, tree_
 
 
 def _tune_served(spec, spec_path: Path, draft_lens, concurrency, prompt_set, repeats: int, raw: bool, out: Path,
-                 dry_run: bool, as_json: bool) -> None:
+                 dry_run: bool, as_json: bool, deploy_target: str = "local") -> None:
     """tune --served (trtspec.bench.tune_served): one deployment per draft length and off."""
     from rich.console import Console
 
     from trtspec.bench import tune_served
 
     total = len(prompt_set) * repeats * (len(draft_lens) + 1) * len(concurrency)
-    plan = {"served": True, "backend": spec.build.backend, "deployments": [0, *draft_lens], "concurrency": concurrency,
+    plan = {"served": True, "backend": spec.build.backend, "target": deploy_target, "deployments": [0, *draft_lens],
+            "concurrency": concurrency,
             "num_prompts": len(prompt_set), "max_tokens": spec.bench.max_tokens, "repeats": repeats,
             "requests": total, "spec": str(spec_path), "out": str(out)}
     if dry_run:
@@ -232,7 +238,7 @@ def _tune_served(spec, spec_path: Path, draft_lens, concurrency, prompt_set, rep
                                      max_tokens=spec.bench.max_tokens, repeats=repeats, raw=raw,
                                      on_request=lambda r: progress.advance(task),
                                      on_phase=lambda text: progress.update(task, description=f"tune {text}"))
-    decision, summary = tune_served.record(spec, spec_path, result, plan, out)
+    decision, summary = tune_served.record(spec, spec_path, result, plan, out, deploy_target)
     if as_json:
         emit_json(summary)
         return
@@ -240,7 +246,8 @@ def _tune_served(spec, spec_path: Path, draft_lens, concurrency, prompt_set, rep
         click.echo(f"conc {row['concurrency']:>3}  max_draft_len {row['max_draft_len']:>2}  "
                    f"{row['output_throughput']:8.1f} tok/s  {row['speedup']:.2f}x  AL "
                    f"{row['spec_decode_acceptance_length']:.2f}")
-    gate = f", acceptance gate {decision.gate[0]} requests below AL {decision.gate[1]}" if decision.gate else ""
+    gate = (f", acceptance gate {decision.gate[0]} requests below AL {decision.gate[1]}" if decision.gate_kind == "length"
+            else f", acceptance gate {decision.gate[0]} iterations below rate {decision.gate[1]}") if decision.gate else ""
     schedule = f", draft_len_schedule {decision.schedule}" if decision.schedule else ""
     for note in decision.notes:
         click.echo(f"note: {note}")
