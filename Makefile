@@ -29,11 +29,12 @@ $(AIPERF):
 	touch $(AIPERF)
 
 # speculators (vllm-project/speculators) loads trtspec's exported heads in tests/peers; torch pinned to
-# the CPU build first (unpinned it pulls CUDA torch), torchvision only to satisfy its pin, then removed.
+# the CPU build (unpinned it pulls CUDA torch); torchvision and torchaudio (2.11: transformers fails to
+# import beside torch 2.13) removed. 7 min at load 12 on 2 cores (AMD EPYC), 1.5 GB.
 $(SPECULATORS):
 	$(PYTHON) -m venv .venv-speculators
 	.venv-speculators/bin/python -m pip install --quiet speculators==0.9.0 torch==2.13.0 torchvision==0.28.0
-	.venv-speculators/bin/python -m pip uninstall -y --quiet torchvision
+	.venv-speculators/bin/python -m pip uninstall -y --quiet torchvision torchaudio
 	touch $(SPECULATORS)
 
 # vLLM's CPU engine, the peer of `python -m benchmarks peers --vllm` and tests/peers (which skip without
