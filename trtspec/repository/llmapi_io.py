@@ -27,6 +27,15 @@ ADDED_INPUTS = (
                                "(trtspec/chat.py, generation prompt added) in place of text_input"),
     ("stream_delta", "BOOL", [1], "true: each streamed response carries only the new text; false (default, "
                                   "the stock model's way, RequestOutput.text): the text so far"),
+    # The stock llmapi model has no guided-decoding input (llmapi_io.json `guided_decoding`); these
+    # two take the names, type (TYPE_STRING) and dims ([1]) of the legacy tensorrtllm backend's
+    # (trtllm-1.1.0.json, inflight_batcher_llm tensorrt_llm and ensemble config.pbtxt), so one client
+    # sends the same tensors to both. They are trtspec's additions on the cpu model.
+    ("guided_decoding_guide_type", "BYTES", [1], "trtspec's: the output follows a grammar: json (any JSON value), "
+                                                 "json_object (any JSON object) or json_schema (the schema in "
+                                                 "guided_decoding_guide); the tensorrtllm backend's name"),
+    ("guided_decoding_guide", "BYTES", [1], "trtspec's: the JSON schema for guided_decoding_guide_type "
+                                            "json_schema; the tensorrtllm backend's name"),
 )
 # trtspec's outputs beyond the stock model's, sent with sampling_param_return_perf_metrics.
 ADDED_OUTPUTS = (

@@ -127,13 +127,15 @@ class Engine:
 
     def generate(self, prompt: str | list[int], max_new_tokens: int = 64, temperature: float = 0.0,
                  top_k: int = 0, top_p: float = 1.0, seed: int | None = None, speculative: bool = True,
-                 stream: bool = False, stop: list[str] | str | None = None, chat: bool | None = None):
+                 stream: bool = False, stop: list[str] | str | None = None, chat: bool | None = None,
+                 grammar: Any = None):
         """Generate a continuation; a GenerationResult, or an iterator of StreamChunk if stream.
         Raises InvalidRequestError for bad arguments and ServerBusyError when the queue is full."""
         ids = self.encode(prompt, chat)
         results: queue.SimpleQueue = queue.SimpleQueue()
         sequence = self.submit(ids, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
-                               top_p=top_p, seed=seed, speculative=speculative, stop=stop, sink=results.put)
+                               top_p=top_p, seed=seed, speculative=speculative, stop=stop, sink=results.put,
+                               grammar=grammar)
         chunks = _drain(results, sequence)
         if stream:
             return chunks
@@ -147,17 +149,24 @@ class Engine:
     def submit(self, prompt_ids: list[int], *, max_new_tokens: int, sink: Callable[[Any], None],
                temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
                speculative: bool = True, stop: list[str] | str | None = None,
-               is_cancelled: Callable[[], bool] | None = None) -> Sequence:
+               is_cancelled: Callable[[], bool] | None = None, grammar: Any = None) -> Sequence:
         """Queue one request without waiting: `sink` is called from the engine loop with each
         StreamChunk (the last carries finish_reason) or once with an exception (RequestCancelled
         after `is_cancelled()` turned true, or an internal error). Raises InvalidRequestError or
-        ServerBusyError at once instead of calling `sink`."""
+        ServerBusyError at once instead of calling `sink`. `grammar`: a trtspec.runtime.grammar
+        GrammarSpec the output must follow (compiled here; GrammarError when it cannot be)."""
         validate(num_prompt_tokens=len(prompt_ids), max_input_len=self.max_input_len,
                  max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p)
+        compiled = None
+        if grammar is not None:
+            from trtspec.runtime.grammar.compile import compile_grammar
+
+            compiled = compile_grammar(grammar, self.tokenizer, self.target.config.vocab_size, self.eos_ids)
         params = sampling.SamplingParams(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p))
         request = Request(prompt_ids=list(prompt_ids), params=params, max_new_tokens=max_new_tokens, sink=sink,
                           stop=[stop] if isinstance(stop, str) else stop, seed=seed,
-                          speculative=speculative and self.drafter is not None, is_cancelled=is_cancelled)
+                          speculative=speculative and self.drafter is not None, is_cancelled=is_cancelled,
+                          grammar=compiled)
         return self.scheduler.submit(request)
 
     # -- called by the scheduler's steps ------------------------------------------------------

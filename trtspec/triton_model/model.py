@@ -36,9 +36,9 @@ here, so the serving code is versioned, linted and tested with the rest of trtsp
   counters prefix_cache_queries and prefix_cache_hits (prompt tokens, as vLLM's),
   engine_thread_fallbacks and engine_steps_on_fewer_threads. While requests run, the gauges and
   the counters above reach the server at most every METRICS_INTERVAL_S (each change is a message
-  to it), and always when the engine goes idle. Triton's own nv_inference_request_success counts
-  error responses of a Python model as successes (triton-inference-server/server#7713), so
-  failures are read from num_requests_failed.
+  to it), and always when the engine goes idle or busy (gauges_due). Triton's own
+  nv_inference_request_success counts error responses of a Python model as successes
+  (triton-inference-server/server#7713), so failures are read from num_requests_failed.
 """
 
 from __future__ import annotations
@@ -89,6 +89,27 @@ FAILURE_REASONS = ("invalid", "busy", "internal")
 METRICS_INTERVAL_S = 0.1  # gauges and step counters sent at most this often while the engine runs
 
 
+def gauges_due(stats: Any, sent: tuple[int, bool] | None, sent_at: float, now: float) -> bool:
+    """Whether a scheduler snapshot goes to the server now. `sent`: (num_steps, busy) of the last
+    snapshot sent (None: none yet), `sent_at` its time.monotonic().
+
+    `trtspec bench` reads a block's counters once the gauges say idle, so idle gauges must never
+    stand while steps go unsent. Always sent: a change between idle and busy (gauges left idle
+    from the last block while this block's steps waited for the interval, a tiny model's block
+    can run within it, were read as this block's end and its steps lost: a speculative cell
+    without steps under load, issue 71). Never sent: a snapshot older than the last sent (the
+    engine loop and Triton's execute thread both send; fewer steps, or an idle one at the same
+    step count as a busy one: a request came in after it was taken). Otherwise at most every
+    METRICS_INTERVAL_S."""
+    if sent is None:
+        return True
+    steps, was_busy = sent
+    busy = bool(stats.running or stats.waiting)
+    if stats.num_steps < steps or (stats.num_steps == steps and was_busy and not busy):
+        return False
+    return busy != was_busy or not busy or now - sent_at >= METRICS_INTERVAL_S
+
+
 class TritonPythonModel:
     """Triton's entry points: initialize, execute, finalize."""
 
@@ -113,6 +134,7 @@ class TritonPythonModel:
         self._stopped_lock = threading.Lock()
         self._init_metrics(args["model_name"], args.get("model_version", "1"))
         self._metrics_sent_at = float("-inf")  # time.monotonic() of the last gauge update
+        self._metrics_sent: tuple[int, bool] | None = None  # its (num_steps, busy): gauges_due
         self.engine.scheduler.on_step = self._set_gauges
         self._set_gauges(self.engine.scheduler.snapshot())
         # all the sinks know of this model (they never import it)
@@ -163,19 +185,20 @@ class TritonPythonModel:
         self._steps_counted: dict[str, int] = {}   # what each counter was last brought to
 
     def _set_gauges(self, stats: Any) -> None:
-        """Scheduler.on_step: the batch, the queue and the cache as the last step left them (at
-        most every METRICS_INTERVAL_S while requests run; every counter is cumulative, so a
-        skipped update loses nothing)."""
-        now = time.monotonic()
-        if (stats.running or stats.waiting) and now - self._metrics_sent_at < METRICS_INTERVAL_S:
-            return
-        self._metrics_sent_at = now
+        """Scheduler.on_step: the batch, the queue and the cache as the last step left them (when
+        gauges_due: at once between idle and busy, else at most every METRICS_INTERVAL_S while
+        requests run; every counter is cumulative, so a skipped update loses nothing)."""
         values = {"trtspec:num_requests_running": stats.running, "trtspec:num_requests_waiting": stats.waiting,
                   "trtspec:kv_cache_blocks_used": stats.kv_blocks_used,
                   "trtspec:kv_cache_blocks_total": stats.kv_blocks_total,
                   "trtspec:spec_decode_draft_len": stats.last_draft_len,
                   "trtspec:engine_threads": stats.engine_threads}
-        with self._metrics_lock:
+        with self._metrics_lock:  # decided under the lock: the engine loop and execute() both send
+            now = time.monotonic()
+            if not gauges_due(stats, self._metrics_sent, self._metrics_sent_at, now):
+                return
+            self._metrics_sent_at = now
+            self._metrics_sent = (stats.num_steps, bool(stats.running or stats.waiting))
             for label, count in stats.draft_shapes.items():
                 if label not in self.steps:
                     self.steps[label] = self.steps_family.Metric(labels={**self._labels, "draft": label})
@@ -238,7 +261,8 @@ class TritonPythonModel:
             self.engine.submit(prompt, max_new_tokens=parsed.max_tokens, temperature=parsed.temperature,
                                top_k=parsed.top_k, top_p=parsed.top_p, seed=parsed.seed,
                                speculative=parsed.speculative, stop=parsed.stop, sink=sink,
-                               is_cancelled=self._cancel_check(request.request_id(), is_cancelled))
+                               is_cancelled=self._cancel_check(request.request_id(), is_cancelled),
+                               grammar=_grammar(parsed))
         except ServerBusyError as error:
             sink.refuse(str(error), "busy", "UNAVAILABLE")
         except (InvalidRequest, TrtSpecError) as error:
@@ -306,3 +330,12 @@ class TritonPythonModel:
     def finalize(self) -> None:
         self.engine.close()
         self.outbox.close()
+
+
+def _grammar(parsed: Request) -> Any:
+    """The request's guided-decoding input as the engine's GrammarSpec (None: unconstrained)."""
+    if parsed.guide_type is None:
+        return None
+    from trtspec.runtime.grammar.compile import GrammarSpec
+
+    return GrammarSpec(parsed.guide_type, parsed.guide)

@@ -37,7 +37,11 @@ INPUT_NAMES = ("text_input", "streaming", "sampling_param_best_of", "sampling_pa
                "sampling_param_seed", "sampling_param_exclude_input_from_output",
                "sampling_param_return_perf_metrics", "return_finish_reason", "return_stop_reason",
                "return_cumulative_logprob", "stop", "speculative", "chat_template", "messages",
-               "stream_delta")
+               "stream_delta", "guided_decoding_guide_type", "guided_decoding_guide")
+# guided_decoding_guide_type values the cpu engine serves (the legacy tensorrtllm backend's names,
+# trtspec.repository.llmapi_io): "json" any JSON value, "json_object" (trtspec's) any JSON object,
+# "json_schema" the JSON schema in guided_decoding_guide; "regex" and "ebnf_grammar" are not served.
+GUIDE_TYPES = ("json", "json_object", "json_schema")
 IGNORED_PARAMETERS = ("Streaming",)
 # Stock inputs the cpu engine cannot honour with a value other than the default: (default, why).
 UNSUPPORTED = {
@@ -74,6 +78,8 @@ class Request:
     chat_template: bool = False  # text_input is the prompt as sent, as the stock llmapi model reads it
     messages: list[dict[str, str]] | None = None
     stream_delta: bool = False
+    guide_type: str | None = None  # a GUIDE_TYPES value: the output follows this grammar
+    guide: str | None = None       # the JSON schema, for guide_type json_schema
 
 
 @dataclass(frozen=True)
@@ -211,7 +217,32 @@ def parse_request(values: dict[str, Any], *, max_seq_len: int, max_prompt_bytes:
                    perf_metrics=_scalar(values, "sampling_param_return_perf_metrics", bool, False),
                    speculative=_scalar(values, "speculative", bool, True),
                    chat_template=_scalar(values, "chat_template", bool, False), messages=messages,
-                   stream_delta=_scalar(values, "stream_delta", bool, False))
+                   stream_delta=_scalar(values, "stream_delta", bool, False), **_guide(values))
+
+
+def _guide(values: dict[str, Any]) -> dict[str, str | None]:
+    """guided_decoding_guide_type and guided_decoding_guide, checked (not compiled: the engine does)."""
+    def one(name: str) -> str | None:
+        if values.get(name) is None:
+            return None
+        raw = values[name].reshape(-1)
+        if raw.size != 1:
+            raise InvalidRequest(f"{name}: send one string (got {raw.size})")
+        return _text(raw[0], name) or None
+
+    guide_type, guide = one("guided_decoding_guide_type"), one("guided_decoding_guide")
+    if guide_type is None:
+        if guide is not None:
+            raise InvalidRequest("guided_decoding_guide: sent without guided_decoding_guide_type; "
+                                 f"add the type ({', '.join(GUIDE_TYPES)})")
+        return {}
+    if guide_type not in GUIDE_TYPES:
+        raise InvalidRequest(f"guided_decoding_guide_type: {guide_type!r} is not served by the cpu engine; "
+                             f"use one of {', '.join(GUIDE_TYPES)}")
+    if guide_type == "json_schema" and guide is None:
+        raise InvalidRequest("guided_decoding_guide: required with guided_decoding_guide_type json_schema "
+                             "(send the JSON schema)")
+    return {"guide_type": guide_type, "guide": guide if guide_type == "json_schema" else None}
 
 
 def _prompt(values: dict[str, Any], max_prompt_bytes: int | None) -> str:

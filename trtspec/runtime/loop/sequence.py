@@ -35,6 +35,7 @@ class Request:
     seed: int | None = None
     speculative: bool = True
     is_cancelled: Callable[[], bool] | None = None
+    grammar: Any = None  # a trtspec.runtime.grammar CompiledGrammar the output must follow, or None
 
 
 class Sequence:
@@ -63,6 +64,11 @@ class Sequence:
         self.prompt_aux = None  # while prefilling a prompt to keep: its layer outputs so far, for an EAGLE-3 head
         self.cancelled = False
         self.done = False
+        self.grammar = None   # trtspec.runtime.grammar.matcher.SequenceGrammar: this request's matcher
+        if request.grammar is not None:
+            from trtspec.runtime.grammar.matcher import SequenceGrammar
+
+            self.grammar = SequenceGrammar(request.grammar)
 
     @property
     def prefilled(self) -> int:
@@ -85,6 +91,8 @@ class Sequence:
     def commit(self, committed: list[int]) -> bool:
         """Take one step's committed tokens, send the caller its chunk; True when finished."""
         self.tokens.extend(committed)
+        if self.grammar is not None:
+            self.grammar.advance(committed)
         output = self.output
         output.add(committed)
         if output.finish_reason is None and len(output.token_ids) >= self.room:

@@ -25,6 +25,7 @@ class GenerationStats:
     num_target_passes: int = 0
     num_output_tokens: int = 0
     fallback: bool = False
+    num_grammar_cut_tokens: int = 0  # draft tokens (tree nodes) a grammar refused before verification
 
     @property
     def acceptance_rate(self) -> float:
@@ -62,6 +63,7 @@ class GenerationStats:
         self.num_target_passes += other.num_target_passes
         self.num_output_tokens += other.num_output_tokens
         self.fallback = self.fallback or other.fallback
+        self.num_grammar_cut_tokens += other.num_grammar_cut_tokens
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

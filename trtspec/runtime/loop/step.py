@@ -6,7 +6,10 @@
    drafts for one sequence only; with a dynamic tree the length is its node budget); prompt chunks of new sequences fill what is left of the
    `max_num_tokens` budget (chunked prefill).
 2. Draft: one drafter call for every decoding sequence that speculates (batched inside); when
-   the policy drafts only on long n-gram matches (chain:K@M), shorter matches' drafts are dropped.
+   the policy drafts only on long n-gram matches (chain:K@M), shorter matches' drafts are dropped;
+   a sequence with a grammar cuts its draft at the first token the grammar rejects
+   (trtspec.runtime.grammar), and phases 4 and the prefill's first token take the target's
+   grammar-masked distribution.
 3. Verify: ONE target forward over all feeds (ragged: per-sequence positions and masks); a
    layerskip chain's rows the draft already ran through the first layers start after them.
 4. Accept per sequence (greedy prefix or tree path, or lossless rejection sampling of a chain or
@@ -37,6 +40,7 @@ from trtspec.runtime.cache.paged import KVPool
 from trtspec.runtime.cache.prefix_reuse import PrefixReuse
 from trtspec.runtime.config import EngineConfig
 from trtspec.runtime.forward.batch import Feed, forward
+from trtspec.runtime.grammar.masking import mask_logits
 from trtspec.runtime.loop.request import RequestCancelled
 from trtspec.runtime.loop.stats import GenerationStats, SchedulerStats
 from trtspec.runtime.policy.by_load import CostModel
@@ -99,6 +103,9 @@ def run_step(view: StepView, batch: list[Any]) -> None:
     record.matches = [d.match for d in asked if d is not None]
     if plan.min_match:  # the policy drafts only on long n-gram matches: shorter ones' drafts are not verified
         drafts = [d if d is None or d.match >= plan.min_match else None for d in drafts]
+    # A grammar cuts each draft at its first token it rejects and fixes each verify row's allowed tokens.
+    drafts = [s.grammar.constrain(d, s.stats) if s.grammar is not None else d
+              for s, d in zip(decoding, drafts, strict=True)]
     # 3. One target forward: [pending] + draft per decoding sequence, then prompt chunks.
     feeds = [_verify_feed(s, d) for s, d in zip(decoding, drafts, strict=True)]
     budget = max(1, config.max_num_tokens - sum(len(f.token_ids) for f in feeds))
@@ -136,7 +143,10 @@ def run_step(view: StepView, batch: list[Any]) -> None:
         if sequence.kv.length == sequence.num_prompt:
             if view.reuse is not None:
                 view.reuse.prefilled(sequence)
-            _commit(view, sequence, [choose(logits[index][-1:], sequence.params, sequence.generator)])
+            last = logits[index][-1:]
+            if sequence.grammar is not None:
+                last = mask_logits(last, sequence.grammar.next_allowed())
+            _commit(view, sequence, [choose(last, sequence.params, sequence.generator)])
     # 6. What the step measured, to the cost model.
     record_step(view.cost_model, record)
 
@@ -178,6 +188,11 @@ def _accept(view: StepView, record: StepRecord, sequence: Any, draft: Any, logit
     """Phase 4 for one sequence; returns its committed tokens. # logits: [1 + k, vocab_size]"""
     params, generator = sequence.params, sequence.generator
     k = draft.size if draft is not None else 0
+    draft_probs = draft.draft_probs if draft is not None else None
+    if sequence.grammar is not None:  # the target (and a sampled draft) restricted to what the grammar allows
+        logits = sequence.grammar.mask(logits)
+        if draft_probs is not None:
+            draft_probs = sequence.grammar.mask_draft_probs(draft_probs)
     draft_ids = draft.token_ids.tolist() if k else []
     tree = draft.tree if draft is not None else None
     if k == 0:
@@ -190,7 +205,7 @@ def _accept(view: StepView, record: StepRecord, sequence: Any, draft: Any, logit
         num_accepted, next_token = sampling.greedy_accept(draft.token_ids, logits)
         path = list(range(num_accepted))
     else:
-        num_accepted, next_token = sampling.rejection_accept(draft.token_ids, draft.draft_probs,
+        num_accepted, next_token = sampling.rejection_accept(draft.token_ids, draft_probs,
                                                              sampling.logits_to_probs(logits, params), generator)
         path = list(range(num_accepted))
     # Roll back: keep the pending token's KV and the accepted positions', contiguous after it.

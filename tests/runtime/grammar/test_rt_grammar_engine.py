@@ -1,0 +1,135 @@
+"""Structured output under speculation: every mode's constrained output equals the engine's own
+constrained output without speculation, token for token (greedy), alone and 8 at a time, and is
+valid for the schema."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+SCHEMA = {"type": "object", "additionalProperties": False, "required": ["color", "ok", "n", "name"],
+          "properties": {"color": {"enum": ["red", "green", "blue"]}, "ok": {"type": "boolean"},
+                         "n": {"type": "integer", "minimum": 0, "maximum": 999},
+                         "name": {"type": "string", "maxLength": 8}}}
+# the arguments of a tool call, wrapped as the OpenAI endpoint constrains them (trtspec.serve.openai_tools)
+TOOL_SCHEMA = {"type": "object", "additionalProperties": False, "required": ["name", "arguments"],
+               "properties": {"name": {"const": "get_weather"},
+                              "arguments": {"type": "object", "additionalProperties": False, "required": ["city", "days"],
+                                            "properties": {"city": {"enum": ["Paris", "Oslo"]},
+                                                           "days": {"type": "integer", "minimum": 1, "maximum": 7}}}}}
+PROMPTS = ["What is the capital of France?", "the quick brown fox", "def add(a, b):", "1 2 3 4 5 6"]
+
+
+def _check(result, schema):
+    """The output parses and has the schema's required keys with allowed values."""
+    assert result.finish_reason == "stop", result.text  # EOS came where the grammar was complete
+    value = json.loads(result.text)
+    assert set(value) == set(schema["required"])
+    return value
+
+
+MODES = {
+    "ngram": lambda t, d, e: dict(mode="ngram", ngram_min=1, ngram_max=3),
+    "lookahead": lambda t, d, e: dict(mode="lookahead", lookahead=[4, 3, 4]),
+    "layerskip": lambda t, d, e: dict(mode="layerskip", exit_layer=2),
+    "draft-target": lambda t, d, e: dict(mode="draft-target", draft_dir=d),
+    "eagle3-chain": lambda t, d, e: dict(mode="eagle3", draft_dir=e),
+    "eagle3-static-tree": lambda t, d, e: dict(mode="eagle3", draft_dir=e, eagle_choices=[
+        [0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0], [0, 1, 0], [0, 0, 0, 0]]),
+    "eagle3-dynamic-tree": lambda t, d, e: dict(mode="eagle3", draft_dir=e, tree=[2, 3, 5]),
+}
+
+
+@pytest.fixture(scope="module", params=list(MODES))
+def engine(request, tiny_llama, tiny_llama_draft, modelopt_eagle3):
+    from trtspec.runtime import Engine
+
+    options = MODES[request.param](tiny_llama, tiny_llama_draft, modelopt_eagle3[1])
+    # a schedule that always drafts: the cost model might turn drafting off for this cheap target
+    schedule = [[1, 4], [8, 4]] if "tree" not in options else None
+    with Engine.from_checkpoints(tiny_llama, max_draft_len=4, draft_len_schedule=schedule, **options) as engine:
+        yield engine
+
+
+def test_constrained_greedy_equals_plain_constrained_greedy(engine):
+    from trtspec.runtime.grammar.compile import GrammarSpec
+
+    drafts = 0
+    for schema in (SCHEMA, TOOL_SCHEMA):
+        grammar = GrammarSpec.json_schema(schema)
+        for prompt in PROMPTS[:2]:
+            plain = engine.generate(prompt, max_new_tokens=64, grammar=grammar, speculative=False)
+            spec = engine.generate(prompt, max_new_tokens=64, grammar=grammar)
+            assert spec.token_ids == plain.token_ids, (engine.mode, prompt, plain.text, spec.text)
+            _check(plain, schema)
+            drafts += spec.stats.num_drafts + spec.stats.num_grammar_cut_tokens
+    # a random draft's tokens are mostly refused by the grammar (cut); either way something was drafted
+    assert drafts > 0, "nothing was drafted: the test compared plain decoding with itself"
+
+
+def test_eight_at_once_equal_one_at_a_time(engine):
+    """8 requests in flight, grammars mixed (schema, tool call, any object, none): each equals its
+    own non-speculative output."""
+    from trtspec.runtime.grammar.compile import GrammarSpec
+
+    grammars = [GrammarSpec.json_schema(SCHEMA), GrammarSpec.json_schema(TOOL_SCHEMA), GrammarSpec.json_object(), None]
+    jobs = [(PROMPTS[i % 4], grammars[i % 4] if i < 4 else grammars[(i + 1) % 4]) for i in range(8)]
+    expected = [engine.generate(p, max_new_tokens=48, grammar=g, speculative=False).token_ids for p, g in jobs]
+    results: list = [None] * len(jobs)
+    barrier = threading.Barrier(len(jobs))
+
+    def run(index: int) -> None:
+        prompt, grammar = jobs[index]
+        barrier.wait()
+        results[index] = engine.generate(prompt, max_new_tokens=48, grammar=grammar)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=600)
+    assert [r.token_ids for r in results] == expected, engine.mode
+    for (_, grammar), result in zip(jobs, results, strict=True):
+        if grammar is not None and result.finish_reason == "stop":
+            json.loads(result.text)
+
+
+def test_grammar_cuts_drafts_and_still_accepts_some(tiny_llama):
+    """n-gram drafts copied from a prompt full of JSON-breaking text are cut where the grammar
+    refuses them; what the grammar allows is still verified and accepted."""
+    from trtspec.runtime import Engine
+    from trtspec.runtime.grammar.compile import GrammarSpec
+
+    prompt = 'Answer {"color": "red", "ok": true, "n": 12, "name": "fox"} or the quick brown fox'
+    with Engine.from_checkpoints(tiny_llama, mode="ngram", max_draft_len=4, ngram_min=1, ngram_max=3,
+                                 draft_len_schedule=[[1, 4]]) as engine:
+        seen = []
+        original = engine.scheduler.submit
+
+        def keep(request):
+            sequence = original(request)
+            seen.append(sequence)
+            return sequence
+
+        engine.scheduler.submit = keep
+        result = engine.generate(prompt, max_new_tokens=64, grammar=GrammarSpec.json_schema(SCHEMA), chat=False)
+        plain = engine.generate(prompt, max_new_tokens=64, grammar=GrammarSpec.json_schema(SCHEMA), chat=False,
+                                speculative=False)
+    assert result.token_ids == plain.token_ids
+    assert seen[0].grammar.cut_tokens == result.stats.num_grammar_cut_tokens > 0
+    assert result.stats.num_accepted_tokens > 0
+
+
+def test_a_schema_that_cannot_compile_is_refused_in_one_line(ngram_engine):
+    from trtspec.runtime.grammar.compile import GrammarError, GrammarSpec
+
+    with pytest.raises(GrammarError, match="cannot be compiled") as caught:
+        ngram_engine.generate("hi", max_new_tokens=4, grammar=GrammarSpec.json_schema({"type": "objectx"}))
+    assert "\n" not in str(caught.value)
+    with pytest.raises(GrammarError, match="Lookbehind"):
+        ngram_engine.generate("hi", max_new_tokens=4,
+                              grammar=GrammarSpec.json_schema({"type": "string", "pattern": "(?<=a)b"}))
+    # the engine keeps serving
+    assert ngram_engine.generate("hi", max_new_tokens=4).finish_reason in ("stop", "length")

@@ -1,0 +1,91 @@
+"""What a request asks its output to be, compiled against the engine's tokenizer.
+
+A `GrammarSpec` is ("json_schema", schema text), ("json_object", None): any JSON object, or
+("json", None): any JSON value (TensorRT-LLM's GuideType JSON). It is
+compiled with xgrammar (mlc-ai/xgrammar) once per request, in the caller's thread (`Engine.submit`),
+so a schema xgrammar cannot compile is refused before the request is queued. Compilers are kept
+per tokenizer and vocabulary; xgrammar caches compiled grammars inside them.
+
+JSON is compiled without free whitespace (xgrammar's `any_whitespace=False`: one space after ':'
+and ','), so a model cannot spend its tokens on indentation; end-of-sequence is allowed only where
+the grammar is complete (the engine's EOS ids are the grammar's stop tokens).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from trtspec.runtime.loop.request import InvalidRequestError
+
+KINDS = ("json_schema", "json_object", "json")
+_XGRAMMAR_PREFIX = re.compile(r"^\[[^\]]*\]\s*\S+:\d+:\s*")  # "[14:19:25] /project/cpp/x.cc:83: "
+
+
+class GrammarError(InvalidRequestError):
+    """The requested output format cannot be compiled into a grammar."""
+
+
+@dataclass(frozen=True)
+class GrammarSpec:
+    """What the output must be: kind "json_schema" with `schema` (JSON text), "json_object" or "json"."""
+
+    kind: str
+    schema: str | None = None
+
+    @classmethod
+    def json_schema(cls, schema: dict[str, Any] | str) -> GrammarSpec:
+        return cls("json_schema", schema if isinstance(schema, str) else json.dumps(schema))
+
+    @classmethod
+    def json_object(cls) -> GrammarSpec:
+        return cls("json_object")
+
+
+@dataclass(frozen=True)
+class CompiledGrammar:
+    """A GrammarSpec compiled for one engine: the xgrammar grammar and the vocabulary width."""
+
+    spec: GrammarSpec
+    compiled: Any      # xgrammar.CompiledGrammar
+    vocab_size: int    # the target's logits width (may exceed the tokenizer's length)
+
+
+_compilers: dict[tuple[int, int, tuple[int, ...]], Any] = {}
+_lock = threading.Lock()
+
+
+def _compiler(tokenizer: Any, vocab_size: int, stop_ids: tuple[int, ...]) -> Any:
+    import xgrammar
+
+    key = (id(tokenizer), vocab_size, stop_ids)
+    with _lock:
+        if key not in _compilers:
+            info = xgrammar.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size,
+                                                           stop_token_ids=list(stop_ids))
+            _compilers[key] = (tokenizer, xgrammar.GrammarCompiler(info))  # the tokenizer kept: id() stays its own
+        return _compilers[key][1]
+
+
+def compile_grammar(spec: GrammarSpec, tokenizer: Any, vocab_size: int, stop_ids: set[int]) -> CompiledGrammar:
+    """Compile `spec` for this tokenizer and vocabulary; GrammarError when it cannot be compiled."""
+    if spec.kind not in KINDS:
+        raise GrammarError(f"grammar kind {spec.kind!r} is not supported", fix=f"use one of {', '.join(KINDS)}")
+    compiler = _compiler(tokenizer, int(vocab_size), tuple(sorted(stop_ids)))
+    try:
+        if spec.kind == "json":
+            compiled = compiler.compile_builtin_json_grammar()
+        elif spec.kind == "json_object":
+            compiled = compiler.compile_json_schema('{"type": "object"}', any_whitespace=False)
+        else:
+            if not isinstance(json.loads(spec.schema or "null"), dict):
+                raise ValueError("the schema is not a JSON object")
+            compiled = compiler.compile_json_schema(spec.schema, any_whitespace=False, strict_mode=True)
+    except (RuntimeError, ValueError, TypeError) as error:
+        reason = _XGRAMMAR_PREFIX.sub("", str(error).strip().splitlines()[-1] if str(error).strip() else "")
+        raise GrammarError(f"the JSON schema cannot be compiled into a grammar: {reason or type(error).__name__}",
+                           fix="give a valid JSON schema (xgrammar does not support every keyword)") from None
+    return CompiledGrammar(spec=spec, compiled=compiled, vocab_size=int(vocab_size))
