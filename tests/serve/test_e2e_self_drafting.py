@@ -1,5 +1,6 @@
-"""lookahead, layerskip, mtp (a tiny DeepSeek-V3 with its MTP module) and medusa (tiny heads in
-FasterDecoding's layout, imported by convert) served by a real
+"""lookahead, layerskip, mtp (a tiny DeepSeek-V3 with its MTP module), medusa (tiny heads in
+FasterDecoding's layout, imported by convert) and suffix (tree drafts from the request's and the
+earlier responses' suffix tries) served by a real
 tritonserver: greedy text through Triton, alone and from concurrent clients, equals the bundle's
 plain (non-speculative) greedy text in process."""
 
@@ -18,8 +19,9 @@ MAX_TOKENS = 24
 
 @pytest.mark.parametrize("speculative", [{"mode": "lookahead", "lookahead": {"window": 4, "ngram": 3}},
                                          {"mode": "layerskip", "layerskip": {"exit_layer": 2}},
-                                         {"mode": "mtp"}, {"mode": "medusa"}],
-                         ids=["lookahead", "layerskip", "mtp", "medusa"])
+                                         {"mode": "mtp"}, {"mode": "medusa"},
+                                         {"mode": "suffix", "suffix": {"tree": True, "factor": 2.0}}],
+                         ids=["lookahead", "layerskip", "mtp", "medusa", "suffix"])
 def test_served_greedy_equals_the_plain_baseline(tmp_path, tiny_llama, speculative):
     from tests.serve.conftest import serving_tiny
     from trtspec.runtime import load_engine

@@ -75,7 +75,19 @@ def assemble_report(records: list[RequestRecord], durations: dict[tuple[str, int
             "results": results, "ratio": {"numerator": ratio[0], "denominator": ratio[1]},
             "speedup": speedups(results, *ratio), "scaling": scaling(results),
             "by_category": by_category(records, *ratio),
+            **context_sections(records, metadata, ratio),
             "server_counters": counters_delta}
+
+
+def context_sections(records: list[RequestRecord], metadata: dict[str, Any], ratio: tuple[str, str]) -> dict[str, Any]:
+    """`by_context_length` (trtspec.bench.context_buckets) and, with an EAGLE-3 head, `head_context`."""
+    from trtspec.bench.context_buckets import by_context_length, head_context
+
+    section = by_context_length(records, metadata.get("max_seq_len"), *ratio)
+    longest = max((r.prompt_tokens or 0 for r in records), default=0)
+    head = head_context({"max_position_embeddings": metadata.get("head_max_position_embeddings")}, longest,
+                        metadata.get("max_seq_len"))
+    return {"by_context_length": section, **({"head_context": head} if head else {})}
 
 
 def clean_json(value: Any) -> Any:
@@ -174,6 +186,10 @@ def render_table(report: dict[str, Any]):
                          _fmt(c.get(f"{bottom}_user_tokens_per_s")), _fmt(c.get("speedup"), 2, "x"),
                          _fmt(c.get("spec_decode_acceptance_length"), 2))
         parts.append(cats)
+    if (context := report.get("by_context_length")) and context.get("rows"):
+        parts.append(_context_table(context, report.get("ratio") or {"numerator": SPECULATIVE, "denominator": BASELINE}))
+    if warning := (report.get("head_context") or {}).get("warning"):
+        parts.append(f"warning: {warning}")
     rows = report.get("scaling") or []
     for variant in dict.fromkeys(row["variant"] for row in rows):
         mine = [row for row in rows if row["variant"] == variant]
@@ -202,6 +218,12 @@ def render_table(report: dict[str, Any]):
     if contended:
         parts.append("other processes computed on the engine's cores and it stepped on fewer threads in: "
                      + ", ".join(contended) + ": those figures are not the engine's alone")
+    unsettled = [f"{r['max_concurrency']} {r['variant']}" for r in report["results"]
+                 if r.get("server_counters_unsettled_reads")]
+    if unsettled:
+        parts.append("the server was still busy when bench read its counters (another client, or an idle report "
+                     "late on a loaded machine) for: " + ", ".join(unsettled)
+                     + ": those cells' load-policy steps may belong to their neighbours")
     if profile := meta.get("head_profile"):  # what convert measured for this head (speculation_profile.json)
         from trtspec.convert.eagle3.profile import summary_lines
 
@@ -212,3 +234,18 @@ def render_table(report: dict[str, Any]):
         parts.append(f"server counters: none read from {metrics_url} (pass --metrics-url), so the load policy's "
                      "steps, acceptance per position and the engine's thread fallbacks are missing here")
     return Group(*parts)
+
+
+def _context_table(context: dict[str, Any], ratio: dict[str, str]):
+    from rich.table import Table
+
+    from trtspec.bench.context_buckets import table_rows
+
+    top, bottom = ratio["numerator"], ratio["denominator"]
+    table = Table(title=f"by context length (prompt tokens; buckets up to max_seq_len {context.get('max_seq_len')})")
+    for name in ("conc", "prompt tokens", "requests", "mean prompt", f"{top} tok/s", f"{bottom} tok/s", "ratio", "AL",
+                 "accept %"):
+        table.add_column(name, justify="right")
+    for row in table_rows(context, top, bottom):
+        table.add_row(*row)
+    return table

@@ -49,11 +49,14 @@ def open_engine(engine_dir: str, raw: bool = False) -> tuple[Any, dict[str, Any]
     from trtspec.runtime import load_engine
 
     engine = load_engine(engine_dir)
-    runtime = json.loads((Path(engine_dir) / artifacts.ENGINE_JSON).read_text()).get("runtime") or {}
+    bundle = json.loads((Path(engine_dir) / artifacts.ENGINE_JSON).read_text())
+    runtime = bundle.get("runtime") or {}
     sent = RAW if raw else "chat template of the engine's tokenizer, applied in process (where it has one)"
     description = {"target": f"in-process engine {engine_dir}", "mode": engine.mode, "prompts_sent": sent,
                    "max_draft_len": engine.max_draft_len, "dtype": runtime.get("dtype", "float32"),
-                   **head_profile(Path(engine_dir) / "draft" if engine.mode == "eagle3" else None)}
+                   **head_profile(Path(engine_dir) / "draft" if engine.mode == "eagle3" else None),
+                   **context_of((bundle.get("build_config") or {}).get("max_seq_len"),
+                                Path(engine_dir) / "draft" if engine.mode == "eagle3" else None)}
     return EngineTarget(engine, chat=False if raw else None), description
 
 
@@ -64,6 +67,17 @@ def head_profile(head_dir: Path | None) -> dict[str, Any]:
 
     found = read_profile(head_dir) if head_dir is not None else None
     return {"head_profile": found} if found else {}
+
+
+def context_of(max_seq_len: int | None, head_dir: Path | None) -> dict[str, Any]:
+    """{"max_seq_len", "head_max_position_embeddings"} for the report's acceptance by context length
+    (trtspec.bench.context_buckets); the head's only where there is an EAGLE-3 head."""
+    from trtspec.bench.context_buckets import head_config
+
+    config = head_config(head_dir) or {}
+    return {"max_seq_len": max_seq_len,
+            **({"head_max_position_embeddings": config["max_position_embeddings"]}
+               if config.get("max_position_embeddings") else {})}
 
 
 def open_triton(spec: Any, url: str | None, metrics_url: str | None = None, raw: bool = False
@@ -88,7 +102,8 @@ def open_triton(spec: Any, url: str | None, metrics_url: str | None = None, raw:
     eagle3 = Layout.from_spec(spec).checkpoint("eagle3") if spec.speculative.mode == "eagle3" else None
     return target, {"target": f"triton {address}", "mode": spec.speculative.mode,
                     "max_draft_len": spec.speculative.max_draft_len, "dtype": spec.model.dtype,
-                    "metrics_url": metrics_url, "prompts_sent": render.describe(), **head_profile(eagle3)}
+                    "metrics_url": metrics_url, "prompts_sent": render.describe(), **head_profile(eagle3),
+                    **context_of(spec.build.max_seq_len, eagle3)}
 
 
 def plan_variants(spec: Any, url: str | None, engine_dir: str | None, baseline: bool, metrics_url: str | None = None,

@@ -51,7 +51,7 @@ def test_eagle3_tree_under_load_equals_alone(tiny_llama, modelopt_eagle3):
 
 
 @pytest.mark.parametrize("drafter", ["draft-model", "eagle3-dynamic-tree", "draft-model-dynamic-tree", "layerskip",
-                                     "lookahead", "lookahead-verification-set", "medusa", "mtp"])
+                                     "lookahead", "lookahead-verification-set", "medusa", "mtp", "suffix"])
 def test_sampling_with_a_full_batch_follows_the_target_distribution(drafter, tiny_llama, tiny_llama_draft, request):
     """Chi-square: the third generated token of 1,600 seeded requests, run 8 at a time with a
     draft model's chains or EAGLE-2 dynamic trees from the head or from a draft model (multi-candidate
@@ -77,6 +77,10 @@ def test_sampling_with_a_full_batch_follows_the_target_distribution(drafter, tin
         engine = Engine.from_checkpoints(tiny_llama, mode="lookahead", lookahead=[4, 2, 4], max_draft_len=3,
                                          draft_len_schedule=[[1, 3]], **common)
         _seed_lookahead_pools(engine, [5, 6, 7, 8, 5, 6], 2 if drafter.endswith("set") else 1)
+    elif drafter == "suffix":  # point-mass trees from the request's trie and the global one, which
+        # the earlier (and running) requests' sampled answers fill: several children at the root
+        engine = Engine.from_checkpoints(tiny_llama, mode="suffix", max_draft_len=3, draft_len_schedule=[[1, 3]],
+                                         suffix={"tree": True, "factor": 3.0, "min_token_prob": 0.0}, **common)
     elif drafter == "medusa":  # trained heads' top tokens as the 8-node default tree: point masses
         # accepted and rejected at every depth by multi-candidate rejection
         from trtspec.testing.tiny_medusa import make_tiny_medusa

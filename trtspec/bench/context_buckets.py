@@ -1,0 +1,119 @@
+"""Acceptance by context length: bench's requests cut into prompt-length buckets, and the head's
+trained context against the longest one.
+
+Why: acceptance falls with context. An EAGLE-3 head went from acceptance length 2.30 at 2k tokens
+to 1.08 at 20k (vllm-project/speculators PR #684), and heads trained with max_position_embeddings
+2048 were slower than no speculation on longer prompts (sglang#6783): a figure over all prompts
+hides both. Model-free drafters (n-gram, suffix) gain with context instead: a longer prompt holds
+more to copy.
+
+Buckets: prompt tokens up to 128, 256, 512, 1k, 2k, ... doubling, the last one ending at the
+built max_seq_len (a prompt cannot be longer). Per (concurrency, bucket): the requests, their mean
+prompt tokens, each variant's per-user tokens/s (output tokens / E2E latency), their ratio, and the
+numerator variant's acceptance length and rate. Records without a prompt length (a server that does
+not report it) are left out and counted.
+
+`head_context` compares an EAGLE-3 head's max_position_embeddings (its config.json) with the
+longest bucket measured and with max_seq_len: past its trained context a head's RoPE positions
+are ones it never saw (NeMo-RL had to raise a SpecForge head's 2048 to 40960 so vLLM would not
+clamp it; reference users-and-anchors.md). Pure: reads records and a config dict, returns rows.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+FIRST_EDGE = 128
+
+
+def edges(max_seq_len: int | None, longest: int = 0) -> list[int]:
+    """Upper bounds of the buckets: 128, 256, ... doubling below max_seq_len, then max_seq_len
+    (without one, doubling until the longest prompt fits)."""
+    top = max_seq_len or max(longest, FIRST_EDGE)
+    bounds, edge = [], FIRST_EDGE
+    while edge < top:
+        bounds.append(edge)
+        edge *= 2
+    return bounds + [top if max_seq_len else edge]
+
+
+def label(lower: int, upper: int) -> str:
+    return f"{lower + 1}-{upper}" if lower else f"<={upper}"
+
+
+def by_context_length(records: Iterable[Any], max_seq_len: int | None, numerator: str = "speculative",
+                      denominator: str = "baseline") -> dict[str, Any]:
+    """{"max_seq_len", "edges", "rows": [per (concurrency, bucket) with requests], "unmeasured": records
+    without a prompt length}."""
+    from trtspec.bench.metrics import spec_summary, sum_counts
+
+    ok = [r for r in records if r.ok]
+    measured = [r for r in ok if r.prompt_tokens is not None]
+    bounds = edges(max_seq_len, max((r.prompt_tokens for r in measured), default=0))
+    groups: dict[tuple[int, int], dict[str, list[Any]]] = {}
+    for record in measured:
+        bucket = next((i for i, upper in enumerate(bounds) if record.prompt_tokens <= upper), len(bounds) - 1)
+        groups.setdefault((record.concurrency, bucket), {}).setdefault(record.variant, []).append(record)
+    rows = []
+    for (concurrency, bucket), variants in sorted(groups.items()):
+        lower = bounds[bucket - 1] if bucket else 0
+        everyone = [r for recs in variants.values() for r in recs]
+        row: dict[str, Any] = {"max_concurrency": concurrency, "bucket": label(lower, bounds[bucket]),
+                               "min_prompt_tokens": lower + 1, "max_prompt_tokens": bounds[bucket],
+                               "mean_prompt_tokens": sum(r.prompt_tokens for r in everyone) / len(everyone)}
+        for variant, recs in variants.items():
+            row[f"{variant}_requests"] = len(recs)
+            seconds = sum(r.e2e_s for r in recs)
+            row[f"{variant}_user_tokens_per_s"] = sum(r.output_tokens for r in recs) / seconds if seconds else None
+        counts = sum_counts(variants.get(numerator, []))
+        if counts is not None and counts.num_drafts:
+            summary = spec_summary(counts)
+            row["spec_decode_acceptance_length"] = summary["spec_decode_acceptance_length"]
+            row["spec_decode_acceptance_rate"] = summary["spec_decode_acceptance_rate"]
+        top, bottom = row.get(f"{numerator}_user_tokens_per_s"), row.get(f"{denominator}_user_tokens_per_s")
+        if top and bottom:
+            row["speedup"] = top / bottom
+        rows.append(row)
+    return {"max_seq_len": max_seq_len, "edges": bounds, "rows": rows, "unmeasured": len(ok) - len(measured)}
+
+
+def head_context(head_config: dict[str, Any] | None, longest_prompt: int, max_seq_len: int | None
+                 ) -> dict[str, Any] | None:
+    """The head's max_position_embeddings against the longest bucket and max_seq_len, with a
+    warning where the head was trained on a shorter context; None without a head config."""
+    if not head_config or not head_config.get("max_position_embeddings"):
+        return None
+    trained = int(head_config["max_position_embeddings"])
+    reach = max(max_seq_len or 0, longest_prompt)
+    found: dict[str, Any] = {"max_position_embeddings": trained, "longest_prompt_tokens": longest_prompt,
+                             "max_seq_len": max_seq_len}
+    if trained < reach:
+        what = f"max_seq_len {max_seq_len}" if max_seq_len and max_seq_len >= longest_prompt else \
+            f"the longest prompt ({longest_prompt} tokens)"
+        found["warning"] = (f"the EAGLE-3 head's max_position_embeddings is {trained}, below {what}: past "
+                            f"{trained} tokens its positions are ones it never saw and acceptance falls "
+                            f"(sglang#6783); train it on longer sequences or build with max_seq_len {trained}")
+    return found
+
+
+def head_config(head_dir: Path | None) -> dict[str, Any] | None:
+    """The head's config.json as a dict, or None where there is none."""
+    path = Path(head_dir) / "config.json" if head_dir is not None else None
+    if path is None or not path.is_file():
+        return None
+    return json.loads(path.read_text())
+
+
+def table_rows(section: dict[str, Any], numerator: str, denominator: str) -> list[list[str]]:
+    """The terminal table's cells, one list per row (conc, bucket, requests, mean prompt, tok/s, ratio, AL, accept %)."""
+    def fmt(value: Any, digits: int = 1, suffix: str = "") -> str:
+        return "-" if value is None else f"{value:.{digits}f}{suffix}"
+
+    return [[str(r["max_concurrency"]), r["bucket"], str(r.get(f"{numerator}_requests", 0)),
+             fmt(r["mean_prompt_tokens"], 0), fmt(r.get(f"{numerator}_user_tokens_per_s")),
+             fmt(r.get(f"{denominator}_user_tokens_per_s")), fmt(r.get("speedup"), 2, "x"),
+             fmt(r.get("spec_decode_acceptance_length"), 2), fmt(r.get("spec_decode_acceptance_rate"))]
+            for r in section["rows"]]
