@@ -208,3 +208,19 @@ def test_apply_without_kubectl_is_one_line(tmp_path, tiny_llama, spec_factory, m
     assert [d["kind"] for d in yaml.safe_load_all(Path(written["manifests"]).read_text())] == [graph.KIND]
     with pytest.raises(ToolMissingError, match="kubectl is not on PATH"):
         graph.write(spec, tmp_path / "server", tmp_path / "engines" / "e", apply=True)
+
+
+def test_placement_takes_whole_nodes_and_says_when_nothing_fits(r1_spec):
+    from trtspec.errors import TrtSpecError
+
+    twelve = r1_spec.model_copy(update={"build": r1_spec.build.model_copy(update={"tp_size": 12})})
+    with pytest.raises(TrtSpecError, match="whole nodes of 8 GPUs"):
+        graph.placement(twelve)
+    sixteen = r1_spec.model_copy(update={"build": r1_spec.build.model_copy(update={"tp_size": 16})})
+    assert graph.placement(sixteen) == graph.Placement(2, 8, 16, 1, "build.tp_size x pp_size")
+
+    class NeverFits:  # a planner answer that no node count satisfies
+        fits, gpu_name, problem, suggestion = False, "H100", "weights exceed the GPU", None
+
+    with pytest.raises(TrtSpecError, match="does not fit 8 nodes"):
+        graph.placement(r1_spec, plan=lambda spec: NeverFits())
