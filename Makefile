@@ -9,8 +9,9 @@ STAMP  := $(VENV)/.installed
 AIPERF := .venv-aiperf/.installed
 SPECULATORS := .venv-speculators/.installed
 VLLM := .venv-vllm/.installed
+DYNAMO := $(VENV)/.dynamo-installed
 
-.PHONY: setup demo demo-eagle3 test test-fast lint typecheck clean peers-venv
+.PHONY: setup demo demo-eagle3 test test-fast lint typecheck clean peers-venv dynamo
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11"; exit 1; }
@@ -48,6 +49,18 @@ $(VLLM):
 
 peers-venv: $(VLLM) $(SPECULATORS)
 
+# NVIDIA Dynamo 1.6.1 (frontend, KV router, worker runtime; no CUDA) in trtspec's own venv, because its
+# workers run the cpu engine (deploy --target dynamo, tests/serve/dynamo). --no-deps: ai-dynamo needs
+# `aisimulate` (a placeholder that downloads from NVIDIA's index and fails) and the runtime caps
+# pydantic at 2.13.5 (ours: 2.14, which it runs with); what it imports is installed beside it. No pin of
+# torch, pydantic, transformers or fastapi changes (pip freeze before/after). Without it those tests skip.
+$(DYNAMO): | $(STAMP)
+	$(BIN)/python -m pip install --quiet --no-deps ai-dynamo-runtime==1.6.1 ai-dynamo==1.6.1
+	$(BIN)/python -m pip install --quiet uvloop msgspec pyzmq 'aiohttp<4' 'prometheus-client<1' pyyaml packaging zstandard
+	touch $(DYNAMO)
+
+dynamo: $(DYNAMO)
+
 setup: $(STAMP)
 	$(BIN)/trtspec models fetch smollm2
 
@@ -60,6 +73,7 @@ demo-eagle3: setup
 test: setup
 	-$(MAKE) --no-print-directory $(AIPERF)
 	-$(MAKE) --no-print-directory $(SPECULATORS)
+	-$(MAKE) --no-print-directory $(DYNAMO)
 	$(BIN)/python -m pytest -q
 
 test-fast: $(STAMP)
