@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from trtspec.cli._options import config_option, dry_run_option, emit_json, json_option, resolve_spec
+from trtspec.serve.targets import NAMES as TARGET_NAMES
 
 if TYPE_CHECKING:
     from trtspec.serve.deploy import DryRun
@@ -17,6 +19,8 @@ Examples:
   trtspec deploy -c trtspec.yaml --dry-run
   trtspec deploy --target docker         # print/run the docker run command for the image
   trtspec deploy --target k8s --dry-run  # Deployment + Service manifests
+  trtspec deploy --target dynamo         # Dynamo frontend + serve.dynamo.workers trtspec workers here
+  trtspec deploy --target dynamo-k8s --apply   # a DynamoGraphDeployment, applied with kubectl
   trtspec deploy status --json          # state, restarts, and a one-token probe
   trtspec deploy stop
 """
@@ -24,18 +28,19 @@ Examples:
 
 @click.group(invoke_without_command=True, epilog=EXAMPLES)
 @config_option
-@click.option("--target", type=click.Choice(["local", "docker", "k8s"]), default="local", show_default=True,
-              help="Where the server runs.")
+@click.option("--target", type=click.Choice(TARGET_NAMES), default="local", show_default=True,
+              help="Where the server runs (trtspec.serve.targets: local, docker, k8s, dynamo, dynamo-k8s).")
 @click.option("--engine", "engine", type=click.Path(file_okay=False), default=None,
               help="Engine directory (default: the one the spec builds, engines/<name>).")
 @click.option("--image", default=None, help="Container image for docker/k8s (default trtspec:cpu or trtspec:gpu).")
 @click.option("--openai-port", type=click.IntRange(0, 65535), default=None,
               help="Serve the OpenAI-compatible API on this port (serve.openai_port; 0 turns it off).")
+@click.option("--apply", is_flag=True, help="dynamo-k8s: `kubectl apply` the graph it writes.")
 @dry_run_option
 @json_option
 @click.pass_context
 def deploy(ctx: click.Context, config_path: str | None, target: str, engine: str | None, image: str | None,
-           openai_port: int | None, dry_run: bool, as_json: bool) -> None:
+           openai_port: int | None, apply: bool, dry_run: bool, as_json: bool) -> None:
     """Render the Triton model repository for the engine's backend and start the server.
 
     The repository is rendered into a temporary directory and swapped in with one rename, so a
@@ -61,7 +66,8 @@ def deploy(ctx: click.Context, config_path: str | None, target: str, engine: str
     if dry_run:
         _print_dry_run(stage.dry_run(spec, engine_dir, target, image), as_json)
         return
-    report = stage.deploy(spec, engine_dir, target, image, on_line=None if as_json else click.echo)
+    say = None if as_json else (lambda line: click.echo(line, err=line.startswith("warning")))
+    report = stage.deploy(spec, engine_dir, target, image, on_line=say, apply=apply)
     if as_json:
         emit_json(report)
     elif target == "local":
@@ -70,6 +76,12 @@ def deploy(ctx: click.Context, config_path: str | None, target: str, engine: str
                    f"{spec.serve.grpc_port}, http {spec.serve.http_port}, metrics {spec.serve.metrics_port}{openai} "
                    f"(pid {report['pid']}, supervisor {report['supervisor_pid']}, restart: {spec.serve.restart})\n"
                    f"log: {report['log']}\nnext: trtspec infer \"What is the capital of France?\"")
+    elif target == "dynamo":
+        click.echo(f"ready in {report['startup_s']} s: openai http://{report['host']}:{report['openai_port']}/v1 "
+                   f"(Dynamo frontend, router {spec.serve.dynamo.router}), {len(report['workers'])} workers "
+                   f"(metrics ports {', '.join(str(w['system_port']) for w in report['workers'])}), supervisor "
+                   f"{report['supervisor_pid']}\nlogs: {Path(report['supervisor_log']).parent}\n"
+                   f"next: trtspec deploy status")
     elif target == "docker":
         click.echo(f"container {report['container'][:12]} started; wait for "
                    f"http://{spec.serve.host}:{spec.serve.http_port}/v2/health/ready")
@@ -82,7 +94,8 @@ def _print_dry_run(plan: DryRun, as_json: bool) -> None:
     if as_json:
         emit_json(plan.to_dict())
         return
-    click.echo(f"would render {plan.repository}/ from {plan.engine_dir}:")
+    if plan.files:
+        click.echo(f"would render {plan.repository}/ from {plan.engine_dir}:")
     for name in plan.files:
         click.echo(f"  {name}")
     if plan.fills:
@@ -90,7 +103,7 @@ def _print_dry_run(plan: DryRun, as_json: bool) -> None:
                    "(only the keys each template has):")
         for call in plan.fills["calls"]:
             click.echo(f"  {call}")
-    click.echo("would run:" if plan.target != "k8s" else "would apply:")
+    click.echo("would apply:" if plan.target.endswith("k8s") else "would run:")
     click.echo(plan.command)
 
 
@@ -101,14 +114,17 @@ def _print_dry_run(plan: DryRun, as_json: bool) -> None:
 def stop(ctx: click.Context, config_path: str | None, as_json: bool) -> None:
     """Stop the tritonserver this workdir started (and no other process)."""
     from trtspec.artifacts import Layout
-    from trtspec.serve import server
+    from trtspec.serve import targets
 
     spec = resolve_spec(config_path or ctx.obj.get("config_path"))
-    result = server.stop_local(Layout.from_spec(spec))
+    layout = Layout.from_spec(spec)
+    row = targets.running(layout)
+    assert row.stop is not None
+    result = row.stop(layout)
     if as_json:
         emit_json(result)
     elif result["stopped"]:
-        click.echo(f"stopped tritonserver (pid {result['pid']})")
+        click.echo(f"stopped {'the Dynamo stack' if row.name == 'dynamo' else 'tritonserver'} (pid {result['pid']})")
     else:
         click.echo(f"nothing stopped: {result['reason']}")
 
@@ -130,7 +146,6 @@ def status(ctx: click.Context, config_path: str | None, probe: bool, url: str | 
     Exits 0 when the server serves (with --no-probe: when it runs and says ready), 1 otherwise.
     """
     from trtspec.artifacts import Layout
-    from trtspec.serve import server
 
     if url:
         from trtspec.client.triton import probe as one_token
@@ -142,12 +157,17 @@ def status(ctx: click.Context, config_path: str | None, probe: bool, url: str | 
             click.echo(f"serving: {result['model']} answered in {result['seconds']} s" if result["ok"]
                        else f"not serving: {result['error']}")
         ctx.exit(0 if result["ok"] else 1)
+    from trtspec.serve import targets
+
     spec = resolve_spec(config_path or ctx.obj.get("config_path"))
-    result = server.status(Layout.from_spec(spec), probe=probe, probe_timeout_s=timeout_s)
+    layout = Layout.from_spec(spec)
+    row = targets.running(layout)
+    assert row.status is not None
+    result = row.status(layout, probe=probe, probe_timeout_s=timeout_s)
     if as_json:
         emit_json(result)
     else:
-        click.echo(_status_line(result))
+        click.echo(_dynamo_status_line(result) if row.name == "dynamo" else _status_line(result))
     ctx.exit(0 if result["ready"] else 1)
 
 
@@ -171,6 +191,23 @@ def _status_line(result: dict[str, Any]) -> str:
     return (f"{head}: pid {result['pid']}, supervisor {result.get('supervisor_pid')}, restarts "
             f"{result.get('restarts', 0)}, grpc {result['host']}:{result['grpc_port']}, http {result['http_port']}, "
             f"metrics {result['metrics_port']}{_openai_part(result)}, up {result['uptime_s']} s\nlog: {result['log']}")
+
+
+def _dynamo_status_line(result: dict[str, Any]) -> str:
+    if result.get("state") == "stopped":
+        return f"not running ({result['reason']})"
+    head = (f"{'serving' if result['ready'] else result.get('state') or 'not serving'}: Dynamo frontend "
+            f"http://{result['host']}:{result['openai_port']}/v1, {result['registered_workers']} of "
+            f"{len(result['workers'])} workers registered, supervisor {result['supervisor_pid']}, up {result['uptime_s']} s")
+    lines = [head]
+    for worker in result["workers"]:
+        served = worker.get("served")
+        did = (f"served {served['requests']:.0f} requests, {served['generation_tokens']:.0f} tokens, "
+               f"{served['accepted_tokens']:.0f} of {served['draft_tokens']:.0f} draft tokens accepted"
+               if served else "no metrics")
+        lines.append(f"  worker {worker['index']}: {'running' if worker['running'] else 'down'} pid {worker['pid']}, "
+                     f"restarts {worker.get('restarts', 0)}, metrics :{worker['system_port']}, {did}")
+    return "\n".join(lines + [f"logs: {Path(result['supervisor_log']).parent}"])
 
 
 def _openai_part(result: dict[str, Any]) -> str:

@@ -2,9 +2,9 @@
 
 `dry_run` renders the repository into a throwaway directory and returns the plan: the files, the
 command line (local tritonserver, docker run) or the Kubernetes manifests, and for trtllm-engine
-the fill_template.py calls. `deploy` renders the repository for real and starts the server where
-`target` says: locally under the supervisor (trtspec.serve.server), one `docker run`, or the
-manifests written under <workdir>/server/k8s/ and applied with kubectl when it is on PATH.
+the fill_template.py calls. `deploy` renders the repository for real (where the target serves one) and starts or writes what the
+target's row in trtspec.serve.targets says: locally under the supervisor (trtspec.serve.server), one
+`docker run`, manifests applied with kubectl, a Dynamo stack here, or a DynamoGraphDeployment.
 Commands run only through trtspec.subproc. Progress goes out through `on_line`; this module
 prints nothing (cli/deploy_cmd.py draws).
 """
@@ -30,8 +30,10 @@ def engine_dir(spec: Any, engine: str | None) -> Path:
 
 
 def engine_path(target: str, engine: Path) -> str | None:
-    """Where the server finds the engine: None locally (its own path), the mount in a container."""
-    return None if target == "local" else f"{launch.CONTAINER_ENGINES}/{engine.name}"
+    """Where the server finds the engine: None here (its own path), the mount in a container."""
+    from trtspec.serve import targets
+
+    return f"{launch.CONTAINER_ENGINES}/{engine.name}" if targets.get(target).in_container else None
 
 
 @dataclass(frozen=True)
@@ -51,30 +53,25 @@ class DryRun:
 
 
 def dry_run(spec: Any, engine: Path, target: str, image: str | None) -> DryRun:
-    """Render into a throwaway directory to check everything; return what deploy would do."""
+    """Render into a throwaway directory to check everything (targets that serve a Triton
+    repository); return what deploy would do: the target row's command or manifests."""
     import tempfile
 
-    from trtspec import repository, subproc
-    from trtspec.serve import k8s, server
+    from trtspec import repository
+    from trtspec.serve import targets
 
+    row = targets.get(target)
+    if row.check is not None:
+        row.check(spec)
     layout = Layout.from_spec(spec)
-    with tempfile.TemporaryDirectory() as scratch:
-        files = repository.render(engine, spec, Path(scratch) / "repo", engine_path=engine_path(target, engine))
-        names = [str(f.relative_to(Path(scratch) / "repo")) for f in files]
-        fills = _fills(Path(scratch) / "repo")
-    if target == "local":
-        binary = server.find_tritonserver()
-        command = subproc.format_command(launch.local_command(spec, binary, layout.repository,
-                                                              layout.backend_dir.resolve()))
-        if spec.serve.openai_port:
-            from trtspec.serve.openai_frontend import command as openai_command
-
-            command += "\n" + subproc.format_command(openai_command(spec))
-    elif target == "docker":
-        command = subproc.format_command(launch.docker_command(spec, layout.repository, engine, image))
-    else:
-        command = k8s.manifests_yaml(k8s.k8s_manifests(spec, engine.name, image))
-    return DryRun(target, layout.repository, engine, names, command, fills)
+    names: list[str] = []
+    fills = None
+    if row.renders_repository:
+        with tempfile.TemporaryDirectory() as scratch:
+            files = repository.render(engine, spec, Path(scratch) / "repo", engine_path=engine_path(target, engine))
+            names = [str(f.relative_to(Path(scratch) / "repo")) for f in files]
+            fills = _fills(Path(scratch) / "repo")
+    return DryRun(target, layout.repository, engine, names, row.plan(spec, engine, image, layout), fills)
 
 
 def _fills(repo: Path) -> dict[str, Any] | None:
@@ -89,38 +86,29 @@ def _fills(repo: Path) -> dict[str, Any] | None:
 
 
 def deploy(spec: Any, engine: Path, target: str, image: str | None,
-           on_line: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Render the repository (one rename swaps it in) and start the server at `target`; the report."""
+           on_line: Callable[[str], None] | None = None, apply: bool = False) -> dict[str, Any]:
+    """Check the target's refusals, render the repository where the target serves one (one rename
+    swaps it in), then start or write what the target row says; the report."""
     from trtspec import repository
-    from trtspec.errors import ServerError
-    from trtspec.serve import server
+    from trtspec.serve import targets
 
     say = on_line or (lambda line: None)
+    row = targets.get(target)
     layout = Layout.from_spec(spec)
-    if target == "local":
-        current = server.status(layout, probe=False)
-        if current["running"] or current.get("supervised"):
-            raise ServerError(f"a trtspec tritonserver is already running (pid {current.get('pid')})",
+    if row.check is not None:
+        row.check(spec)
+    if row.status is not None and row.recorded is not None and row.recorded(layout):
+        from trtspec.errors import ServerError
+
+        current = row.status(layout, probe=False)
+        if current.get("running") or current.get("supervised"):
+            raise ServerError(f"a trtspec {target} deployment is already running in {layout.workdir}",
                               fix="`trtspec deploy stop` first")
-    files = repository.render(engine, spec, layout.repository, engine_path=engine_path(target, engine))
-    report: dict[str, Any] = {"target": target, "engine": str(engine), "repository": str(layout.repository),
-                              "files": [str(f) for f in files]}
-    if target == "local":
-        if spec.build.backend == "trtllm":  # the container's probe: the installed release knows every key written
-            from trtspec.serve.probe import check_before_start
-
-            say(check_before_start(engine))
-        say(f"repository: {layout.repository} ({len(files)} files); starting tritonserver ...")
-        report.update(server.start_local(spec, layout.repository, layout))
-        report["grpc_url"] = f"{spec.serve.host}:{spec.serve.grpc_port}"
-    elif target == "docker":
-        from trtspec import subproc
-
-        command = launch.docker_command(spec, layout.repository, engine, image)
-        result = subproc.run(command, timeout=120)
-        report.update(command=subproc.format_command(command), container=result.stdout.strip())
-    else:
-        report.update(apply_k8s(spec, layout, engine, image))
+    report: dict[str, Any] = {"target": target, "engine": str(engine)}
+    if row.renders_repository:
+        files = repository.render(engine, spec, layout.repository, engine_path=engine_path(target, engine))
+        report.update(repository=str(layout.repository), files=[str(f) for f in files])
+    report.update(row.start(spec, engine, image, layout, say, apply))
     return report
 
 

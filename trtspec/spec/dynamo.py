@@ -27,9 +27,10 @@ class DynamoSpec(Section):
     migration_limit: int = Field(3, ge=0, le=100)
     """Times the frontend moves a request whose worker died mid-answer to another worker (prompt and
     tokens so far replayed; the draft state starts cold). 0: the client gets an error instead."""
-    system_port: int = Field(0, ge=0, le=65535)
+    system_port: int = Field(0, ge=0, le=32767)
     """--target dynamo: the first worker's metrics and health port (DYN_SYSTEM_PORT; worker i gets
-    system_port + i), loopback only. 0 picks free ports at start (`deploy status` lists them)."""
+    system_port + i), on serve.host. 0 picks free ports at start (`deploy status` lists them). At
+    most 32767: Dynamo 1.6.1 reads the port as a signed 16-bit number."""
     release: str = DYNAMO_RELEASE
     """Dynamo release: the runtime image tag in a DynamoGraphDeployment (tensorrtllm-runtime:<release>)
     and the TensorRT-LLM release contract it carries. Here the installed ai-dynamo wheel runs."""

@@ -60,6 +60,7 @@ class PromptCache:
         self._kept: OrderedDict[int, tuple[SharedPrefix, list[int], int]] = OrderedDict()  # id -> (prompt, hashes, bytes)
         self._by_hash: dict[int, int] = {}  # block hash -> id of the newest kept prompt with that block chain
         self._next_id = 0
+        self.listener: Any = None  # kept(tokens) / dropped(tokens) per prompt (trtspec.runtime.cache.block_events)
 
     def __len__(self) -> int:
         return len(self._kept)
@@ -96,11 +97,15 @@ class PromptCache:
         self.bytes += size
         for chained in hashes:
             self._by_hash[chained] = key
+        if self.listener is not None:
+            self.listener.kept(prefix.tokens)
         return True
 
     def _drop_oldest(self) -> None:
-        key, (_, hashes, size) = self._kept.popitem(last=False)
+        key, (prefix, hashes, size) = self._kept.popitem(last=False)
         self.bytes -= size
+        if self.listener is not None:
+            self.listener.dropped(prefix.tokens)
         for chained in hashes:
             if self._by_hash.get(chained) == key:
                 del self._by_hash[chained]
