@@ -155,6 +155,35 @@ def test_run_bench_caps_concurrency_and_stamps_chunks():
     assert sends[-1] - sends[0] < run.durations[(BASELINE, 2, 0)]
 
 
+class BusyAtOneRead(SleepTarget):
+    """Counters that rise by one step a request; the `busy_read`-th read (1-based) found the server
+    still busy after bench's wait, as TritonTarget.counters says with `settled`."""
+
+    def __init__(self, busy_read: int):
+        super().__init__(0.001)
+        self.reads, self.busy_read, self.settled = 0, busy_read, True
+
+    def counters(self):
+        self.reads += 1
+        self.settled = self.reads != self.busy_read
+        return {'trtspec:engine_steps{draft="chain:4"}': float(sum(1 for _, seed in self.sent if seed is not None))}
+
+
+def test_a_cell_whose_counters_were_read_while_the_server_was_busy_says_so():
+    from rich.console import Console
+
+    prompts = [Prompt(0, "p0", "chat")]
+    # reads: the run's before, then (before, after) per block: speculative, baseline; the 3rd is busy
+    run = run_bench(BusyAtOneRead(busy_read=3), prompts, [1], max_tokens=2, baseline=True, warmup=False)
+    report = assemble_report(run.records, run.durations, {"model": "tiny"}, run.counters_delta, run.cell_counters)
+    unsettled = {r["variant"]: r.get("server_counters_unsettled_reads") for r in report["results"]}
+    assert unsettled == {SPECULATIVE: 1, BASELINE: None}
+    console = Console(record=True, width=300)
+    console.print(render_table(report))
+    text = " ".join(console.export_text().split())
+    assert "still busy when bench read its counters" in text and "for: 1 speculative:" in text
+
+
 def test_few_prompts_still_fill_every_slot_and_the_report_says_how_full():
     prompts = [Prompt(i, f"p{i}", "chat") for i in range(2)]
     target = SleepTarget(0.01)

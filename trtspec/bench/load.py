@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from trtspec.bench.metrics import BASELINE, SPECULATIVE, RequestRecord, SpecCounts
-from trtspec.bench.server_counters import diff_counters
+from trtspec.bench.server_counters import UNSETTLED_READS, diff_counters
 from trtspec.prompts import Prompt
 
 
@@ -189,6 +189,7 @@ def run_variants(variants: dict[str, tuple[Target, bool]], prompts: Sequence[Pro
     for concurrency, repeat, label, numbers in schedule(len(prompts), concurrencies, repeats, list(variants),
                                                         requests_per_slot):
         block_before = counted.counters() if before is not None else None
+        unsettled = int(not getattr(counted, "settled", True))
         start = time.perf_counter()
         target = variants[label][0]
         if hasattr(target, "async_streams") and not _in_event_loop():
@@ -203,11 +204,14 @@ def run_variants(variants: dict[str, tuple[Target, bool]], prompts: Sequence[Pro
         key = (label, concurrency, repeat)
         run.durations[key] = run.durations.get(key, 0.0) + time.perf_counter() - start
         block_after = counted.counters() if block_before is not None else None
+        unsettled += not getattr(counted, "settled", True)
         if block_before is not None and block_after is not None and target is counted:
             # blocks run one at a time, so this block's counter delta belongs to this cell alone
+            # (unless a read found the server still busy: then the cell says so)
             cell = run.cell_counters.setdefault((label, concurrency), {})
             for name, value in diff_counters(block_before, block_after).items():
                 cell[name] = cell.get(name, 0) + value
+            cell[UNSETTLED_READS] = cell.get(UNSETTLED_READS, 0) + unsettled
     after = counted.counters()
     if before is not None and after is not None:
         run.counters_delta = diff_counters(before, after)

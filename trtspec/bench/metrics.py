@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from trtspec.bench.full_load import full_load
-from trtspec.bench.server_counters import prompt_share_copied, steps_by_draft, steps_on_fewer_threads
+from trtspec.bench.server_counters import prompt_share_copied, steps_by_draft, steps_on_fewer_threads, unsettled_reads
 
 SPECULATIVE = "speculative"
 BASELINE = "baseline"
@@ -277,6 +277,8 @@ def summarize_cell(cell: Cell) -> dict[str, Any]:
         result["prefix_cache_hit_rate"] = copied
     if fewer := steps_on_fewer_threads(cell.counters):
         result["engine_steps_on_fewer_threads"] = fewer
+    if unsettled := unsettled_reads(cell.counters):
+        result["server_counters_unsettled_reads"] = unsettled  # read while busy: steps may be a neighbour's
     counts = sum_counts(ok)
     if counts is not None:
         source = "responses"

@@ -10,6 +10,9 @@ from typing import Any
 
 _DRAFT_LABEL = re.compile(r'draft="([^"]*)"')
 STEPS_METRIC = "trtspec:engine_steps"
+# not the server's: the block reads (before, after) of a cell that found the server still busy
+# after TritonTarget's wait (trtspec.bench.targets.SETTLE_S), kept beside the cell's counter deltas
+UNSETTLED_READS = "trtspec_bench:unsettled_reads"
 
 
 def steps_by_draft(delta: dict[str, float] | None) -> dict[str, int] | None:
@@ -56,3 +59,8 @@ def diff_counters(before: dict[str, float], after: dict[str, float]) -> dict[str
 
     return {key: value - (before.get(key, 0) if number(before.get(key, 0)) else 0)
             for key, value in after.items() if number(value)}
+
+
+def unsettled_reads(delta: dict[str, float] | None) -> int:
+    """A cell's counter reads that found the server busy (its steps may be a neighbour's); 0 without."""
+    return int((delta or {}).get(UNSETTLED_READS, 0))

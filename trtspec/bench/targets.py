@@ -46,7 +46,7 @@ def spec_counts_from_triton(stats: dict[str, Any] | None) -> SpecCounts | None:
                       accepted_per_position=list(positions) if positions is not None else None)
 
 
-SETTLE_S = 2.0  # longest wait for a server's idle report before its counters are read anyway
+SETTLE_S = 5.0  # longest wait for a server's idle report before its counters are read anyway
 IDLE_GAUGES = ("trtspec:num_requests_running", "trtspec:num_requests_waiting")
 
 
@@ -81,6 +81,7 @@ class TritonTarget:
                                fix="bench in-process with --engine DIR") from None
         self.client = TritonLLMClient(url=url, model=model, metrics_url=metrics_url)
         self.name = f"triton {url}"
+        self.settled = True  # whether the last counters() found the server idle (else read at SETTLE_S)
 
     def stream(self, prompt: str, *, max_tokens: int, speculative: bool, temperature: float,
                seed: int | None) -> Iterator[Chunk]:
@@ -115,17 +116,24 @@ class TritonTarget:
         """The server's counters once its engine has reported its last step.
 
         The cpu model sends its step counters at most every 0.1 s while requests run and at once
-        when its batch empties, but a block's last response can reach the client before that
+        when it goes busy or its batch empties (trtspec.triton_model.model.gauges_due: before,
+        idle gauges left from the last block could stand through a short block, and a loaded
+        machine's bench read them as its end: a speculative cell without steps, issue 71), but
+        a block's last response can reach the client before that
         report: read then, a block's last steps were counted in the next block's cell (seen as a
         few speculating steps in a baseline cell). So the read waits, up to SETTLE_S, until the
-        model's running and waiting gauges say it is idle. Servers without them are read once."""
+        model's running and waiting gauges say it is idle. Servers without them are read once.
+        A server still busy at SETTLE_S (another client's requests, or a machine so loaded that
+        the engine's idle report lags) is read anyway and `settled` is False: bench marks the
+        cell (server_counters_unsettled_reads) whose counters may then hold a neighbour's steps."""
         deadline = time.monotonic() + SETTLE_S
         while True:
             try:
                 values = self.client.server_metrics()
             except Exception:  # noqa: BLE001 - a server without a metrics port still benches
                 return None
-            if not _busy(values) or time.monotonic() >= deadline:
+            self.settled = not _busy(values)
+            if self.settled or time.monotonic() >= deadline:
                 return values
             time.sleep(0.02)
 
