@@ -208,9 +208,18 @@ def _options_yaml(options: dict[str, Any], contract: contracts.Contract) -> str:
 
 
 def graph_yaml(manifests: list[dict[str, Any]]) -> str:
-    from trtspec.serve.k8s import manifests_yaml
+    """Multi-document YAML, written out in full; the ConfigMap's options file as a literal block."""
+    import yaml
 
-    return manifests_yaml(manifests)
+    class Dumper(yaml.SafeDumper):
+        def ignore_aliases(self, data: Any) -> bool:
+            return True
+
+    def text(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
+
+    Dumper.add_representer(str, text)
+    return "---\n".join(yaml.dump(m, Dumper=Dumper, sort_keys=False) for m in manifests)
 
 
 def write(spec: Any, server_dir: Path, engine_dir: Path, image: str | None = None, *,
