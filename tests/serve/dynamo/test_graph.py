@@ -224,3 +224,22 @@ def test_placement_takes_whole_nodes_and_says_when_nothing_fits(r1_spec):
 
     with pytest.raises(TrtSpecError, match="does not fit 8 nodes"):
         graph.placement(r1_spec, plan=lambda spec: NeverFits())
+
+
+def test_deploy_command_writes_the_graph(tmp_path, tiny_llama, spec_factory):
+    """`trtspec deploy --target dynamo-k8s` through the CLI (the targets table's dynamo-k8s row)."""
+    from click.testing import CliRunner
+
+    from trtspec.cli import main
+
+    spec = spec_factory(tmp_path, tiny_llama, backend="trtllm", mode="ngram")
+    path = tmp_path / "trtspec.yaml"
+    path.write_text(yaml.safe_dump(spec.model_dump(mode="json")))
+    dry = CliRunner().invoke(main, ["deploy", "-c", str(path), "--target", "dynamo-k8s", "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    assert not (tmp_path / "work" / "server" / "dynamo-k8s").exists() and "kind: DynamoGraphDeployment" in dry.output
+    wrote = CliRunner().invoke(main, ["deploy", "-c", str(path), "--target", "dynamo-k8s"])
+    assert wrote.exit_code == 0, wrote.output
+    config_map, dgd = yaml.safe_load_all((tmp_path / "work" / "server" / "dynamo-k8s" / "graph.yaml").read_text())
+    assert yaml.safe_load(config_map["data"]["llm_api_options.yaml"])["speculative_config"]["decoding_type"] == "NGram"
+    assert [c["name"] for c in dgd["spec"]["components"]] == [graph.FRONTEND, graph.TRTLLM_WORKER]
