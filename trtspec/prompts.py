@@ -18,7 +18,10 @@ from trtspec.errors import TrtSpecError
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 PACKAGED = {"train": "train_prompts.jsonl", "calibration": "calibration_prompts.jsonl",
-            "bench": "bench_prompts.jsonl"}
+            "bench": "bench_prompts.jsonl",
+            # agent-style traffic: `edit` (edits of a given text or code, copy-heavy, 50-520 SmolLM2
+            # tokens) and `tool` (tool calls and JSON output); `--prompts` takes its path
+            "traffic": "traffic_prompts.jsonl"}
 
 
 @dataclass(frozen=True)

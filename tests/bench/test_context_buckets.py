@@ -106,3 +106,12 @@ def test_bench_shows_acceptance_by_context_length_for_an_eagle3_head(tiny_llama,
     console.print(render_table(report))
     text = console.export_text()
     assert "by context length" in text and "warning: the EAGLE-3 head's max_position_embeddings is 256" in text
+
+
+def test_the_packaged_traffic_prompts_hold_edits_and_tool_calls():
+    from trtspec.prompts import load_prompts, packaged_prompt_file
+
+    prompts = load_prompts(packaged_prompt_file("traffic"))
+    assert {p.category for p in prompts} == {"edit", "tool"} and len(prompts) >= 12
+    # the edits carry the text they edit: copy-heavy, and long enough to fill more than one bucket
+    assert max(len(p.text) for p in prompts if p.category == "edit") > 2000

@@ -121,8 +121,8 @@ def test_compare_modes_finds_the_draft_and_medusa_heads_in_the_spec_checkpoints(
 
 
 def test_mode_names_and_exit_layer_candidates():
-    assert modes_compare.parse_modes("all") == ["eagle3", "draft-target", "ngram", "lookahead", "layerskip",
-                                                "medusa", "mtp"]
+    assert modes_compare.parse_modes("all") == ["eagle3", "draft-target", "ngram", "suffix", "lookahead",
+                                                "layerskip", "medusa", "mtp"]
     assert modes_compare.parse_modes("layerskip, ngram") == ["ngram", "layerskip"]  # table order
     with pytest.raises(TrtSpecError, match="unknown mode jacobi"):
         modes_compare.parse_modes("ngram,jacobi")

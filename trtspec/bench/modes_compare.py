@@ -125,9 +125,10 @@ def settings(mode: str, drafter: Any) -> dict[str, Any]:
 
 
 def measure(engine: Any, made: dict[str, Any], prompts: Sequence[Any], *, max_draft_len: int, concurrency: list[int],
-            max_tokens: int, repeats: int, temperature: float = 0.0, on_request: Callable | None = None
-            ) -> list[dict[str, Any]]:
-    """summarize_cell results of plain decoding and every mode in `made`, interleaved."""
+            max_tokens: int, repeats: int, temperature: float = 0.0, on_request: Callable | None = None,
+            records: list | None = None) -> list[dict[str, Any]]:
+    """summarize_cell results of plain decoding and every mode in `made`, interleaved; each
+    request's RequestRecord appended to `records` where given."""
     from trtspec.bench.load import run_variants
     from trtspec.bench.metrics import group_cells, summarize_cell
     from trtspec.bench.targets import EngineTarget, mode_variant
@@ -144,6 +145,8 @@ def measure(engine: Any, made: dict[str, Any], prompts: Sequence[Any], *, max_dr
     finally:
         for variant in engines.values():
             variant.close()
+    if records is not None:
+        records.extend(run.records)
     return [summarize_cell(cell) for cell in group_cells(run.records, run.durations, order=list(variants))]
 
 
@@ -191,8 +194,11 @@ def run(spec: Any, engine_dir: Path, wanted: Sequence[str], prompts: Sequence[An
     engine = load_engine(engine_dir)
     try:
         made, skipped = drafters(engine, engine_dir, wanted, artifact_dirs(spec, engine_dir, engine.mode))
+        records: list[Any] = []
         results = measure(engine, made, prompts, max_draft_len=engine.max_draft_len, concurrency=concurrency,
-                          max_tokens=max_tokens, repeats=repeats, temperature=temperature, on_request=on_request)
+                          max_tokens=max_tokens, repeats=repeats, temperature=temperature, on_request=on_request,
+                          records=records)
+        max_seq_len = engine.config.max_seq_len
     finally:
         engine.close()
     report = clean_json({
@@ -205,11 +211,22 @@ def run(spec: Any, engine_dir: Path, wanted: Sequence[str], prompts: Sequence[An
                                "in ABBA blocks; draft length fixed at every batch size; tokens/s = median over "
                                "repeats; speedup = median of per-repeat ratios to plain decoding",
                      "machine": machine_metadata()},
-        "modes": mode_rows(results, list(wanted), skipped, made), "results": results})
+        "modes": mode_rows(results, list(wanted), skipped, made), "results": results,
+        **per_mode_sections(records, [m for m in wanted if m in made], max_seq_len)})
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "modes.json"
     artifacts.write_json(path, report)
     return report, path
+
+
+def per_mode_sections(records: Sequence[Any], measured: Sequence[str], max_seq_len: int | None) -> dict[str, Any]:
+    """Per mode against plain decoding: `by_category` (bench.metrics.by_category) and
+    `by_context_length` (bench.context_buckets), keyed by mode."""
+    from trtspec.bench.context_buckets import by_context_length
+    from trtspec.bench.metrics import by_category
+
+    return {"by_category": {mode: by_category(records, mode, BASELINE) for mode in measured},
+            "by_context_length": {mode: by_context_length(records, max_seq_len, mode, BASELINE) for mode in measured}}
 
 
 def render_text(report: dict[str, Any]) -> str:
@@ -226,6 +243,16 @@ def render_text(report: dict[str, Any]) -> str:
         al = row.get("acceptance_length")
         lines.append(f"{row['concurrency']:>4}  {row['mode']:<13} {_number(row.get('output_throughput'), 7, 1)} "
                      f"{_number(row.get('speedup'), 8, 2)}x  {_number(al, 5, 2)}  {positions}")
+    for title, key, name in (("by prompt category", "by_category", "category"),
+                             ("by context length (prompt tokens)", "by_context_length", "bucket")):
+        sections = report.get(key) or {}
+        if sections:
+            lines.append(f"{title}: per-user tokens/s over plain decoding (AL)")
+        for mode, section in sections.items():
+            rows = section["rows"] if isinstance(section, dict) else section
+            cells = [f"{r[name]} {_number(r.get('speedup'), 0, 2)}x ({_number(r.get('spec_decode_acceptance_length'), 0, 2)})"
+                     for r in rows]
+            lines.append(f"  {mode:<13} " + ", ".join(cells))
     return "\n".join(lines)
 
 
