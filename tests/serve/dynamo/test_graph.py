@@ -127,7 +127,10 @@ def test_eagle3_graph_one_node(eagle3_spec, tmp_path):
     assert (speculative["use_dynamic_tree"], speculative["dynamic_tree_max_topK"],
             speculative["max_total_draft_tokens"], speculative["max_draft_len"]) == (True, 2, 6, 3)
     assert "model" not in options and "backend" not in options
-    assert frontend["type"] == "frontend" and "--router-mode" in frontend["podTemplate"]["spec"]["containers"][0]["args"]
+    frontend_args = frontend["podTemplate"]["spec"]["containers"][0]["args"]
+    assert frontend["type"] == "frontend" and "--router-mode" in frontend_args
+    # the operator owns the frontend's port (DYN_HTTP_PORT=8000, probed there): serve.openai_port is not passed
+    assert "--http-port" not in frontend_args
 
 
 def test_deepseek_r1_fp8_on_h100_spreads_over_two_nodes(r1_spec, tmp_path):

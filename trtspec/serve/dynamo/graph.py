@@ -148,10 +148,10 @@ def graph_manifests(spec: Any, engine_dir: Path, image: str | None = None,
     refuse(spec, contract)
     name, dynamo, gpu = resource_name(engine_dir.name), spec.serve.dynamo, spec.build.backend != "cpu"
     runtime = image or (contract.image if gpu else None)
+    # no --http-port: the operator sets DYN_HTTP_PORT to its service port (8000) and probes /live and
+    # /health there (deploy/operator/internal/dynamo/component_frontend.go); a flag would move the server
     frontend_args = ["-m", "dynamo.frontend", "--router-mode", dynamo.router,
                      "--migration-limit", str(dynamo.migration_limit)]
-    if spec.serve.openai_port:
-        frontend_args += ["--http-port", str(spec.serve.openai_port)]
     artifacts_volume = {"name": "artifacts", "persistentVolumeClaim": {"claimName": f"{name}-artifacts"}}
     engine_mount = {"name": "artifacts", "mountPath": f"{ENGINES}/{engine_dir.name}",
                     "subPath": f"engines/{engine_dir.name}", "readOnly": True}
