@@ -1,0 +1,219 @@
+"""`trtspec deploy --target dynamo` for real: NVIDIA Dynamo's frontend and KV router over two trtspec
+workers (the tiny n-gram engine), plus one EAGLE-3 worker (a tiny seeded head) as a second model.
+
+Dynamo's ZeroMQ publishers bind every interface, so the stack runs in a private network namespace:
+`test_in_a_private_network_namespace` runs this file again under `unshare -rn` (loopback up) with
+TRTSPEC_DYNAMO_NETNS=1, and the tests below run only there, against one stack for the module. Each
+engine step waits 10 ms (TRTSPEC_INJECT_STEP_DELAY_S) so that a 400-token answer is still streaming
+when its worker is killed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+INSIDE = os.environ.get("TRTSPEC_DYNAMO_NETNS") == "1"
+ROOT = Path(__file__).resolve().parents[3]
+PROMPTS = ["the quick brown fox jumps over the lazy dog. the quick brown",
+           "What is the capital of France? The capital",
+           "def add(a, b):\n    return"]
+inside = pytest.mark.skipif(not INSIDE, reason="runs inside test_in_a_private_network_namespace's namespace")
+pytestmark = pytest.mark.e2e
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(INSIDE, reason="this is the namespace's own run")
+def test_in_a_private_network_namespace():
+    if importlib.util.find_spec("dynamo") is None or importlib.util.find_spec("dynamo.frontend") is None:
+        pytest.skip("NVIDIA Dynamo is not installed (make dynamo)")
+    if not (shutil.which("unshare") and shutil.which("ip")) or subprocess.run(
+            ["unshare", "-rn", "true"], capture_output=True).returncode != 0:
+        pytest.skip("no private network namespace here (unshare -rn failed)")
+    inner = f'ip link set lo up && exec "{sys.executable}" -m pytest -q -x -p no:cacheprovider "{__file__}" -k "not private_network"'
+    result = subprocess.run(["unshare", "-rn", "sh", "-c", inner], cwd=ROOT, capture_output=True, text=True,
+                            timeout=1500, env={**os.environ, "TRTSPEC_DYNAMO_NETNS": "1"})
+    assert result.returncode == 0, (result.stdout[-8000:] + result.stderr[-2000:])
+    assert " passed" in result.stdout and " skipped" not in result.stdout, result.stdout[-3000:]
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return response.read().decode()
+
+
+def _served(port: int) -> float:
+    from trtspec.serve.dynamo.metrics import parse_served
+
+    return parse_served(_get(f"http://127.0.0.1:{port}/metrics"))["requests"]
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory, tiny_llama):
+    import openai
+
+    from tests.builders.conftest import make_eagle3_head
+    from tests.serve.conftest import free_ports, make_spec
+    from trtspec import subproc
+    from trtspec.artifacts import Layout
+    from trtspec.builders import build
+    from trtspec.serve import deploy
+    from trtspec.serve.dynamo import launcher
+
+    root = tmp_path_factory.mktemp("dynamo")
+    (port,) = free_ports(1)
+    spec = make_spec(root / "ngram", tiny_llama, serve={"openai_port": port, "startup_timeout_s": 400})
+    engine = build(spec).engine_dir
+    make_eagle3_head(root / "eagle3" / "work" / "checkpoints" / "eagle3", tiny_llama)
+    eagle_spec = make_spec(root / "eagle3", tiny_llama, mode="eagle3", name="tiny-eagle3")
+    eagle_engine = build(eagle_spec).engine_dir
+    layout = Layout.from_spec(spec)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TRTSPEC_INJECT_STEP_DELAY_S", "0.01")
+        record = deploy.deploy(spec, engine, "dynamo", None)
+        eagle_port = launcher.system_ports(eagle_spec)[0]
+        eagle_pid = subproc.start(launcher.worker_command(eagle_spec, eagle_engine) + ["--component", "eagle"],
+                                  log_path=root / "eagle-worker.log",
+                                  env={**record["env"], "DYN_SYSTEM_PORT": str(eagle_port)})
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", timeout=120, max_retries=0)
+    try:
+        deadline = time.monotonic() + 400
+        while "tiny-eagle3" not in {m.id for m in client.models.list().data}:
+            assert subproc.is_running(eagle_pid) and time.monotonic() < deadline, (root / "eagle-worker.log").read_text()[-3000:]
+            time.sleep(0.5)
+        yield {"spec": spec, "engine": engine, "eagle_engine": eagle_engine, "layout": layout, "client": client,
+               "ports": [w["system_port"] for w in record["workers"]], "eagle_port": eagle_port}
+    finally:
+        subproc.stop(eagle_pid, timeout=10)
+        launcher.stop(layout)
+
+
+_ENGINES: dict[Path, object] = {}
+
+
+def _alone(engine_dir: Path, prompt: str, max_tokens: int):
+    """The engine alone, in this process (loaded once per directory): (prompt ids, greedy result)."""
+    from trtspec.runtime import load_engine
+
+    engine = _ENGINES.get(engine_dir) or _ENGINES.setdefault(engine_dir, load_engine(engine_dir))
+    ids = engine.encode(prompt, chat=False)
+    return ids, engine.generate(ids, max_new_tokens=max_tokens)
+
+
+@inside
+@pytest.mark.parametrize("model", ["tiny", "tiny-eagle3"])
+def test_greedy_answers_equal_the_engine_alone(stack, model):
+    engine_dir = stack["engine"] if model == "tiny" else stack["eagle_engine"]
+    for prompt in PROMPTS:
+        ids, alone = _alone(engine_dir, prompt, 24)
+        answer = stack["client"].completions.create(model=model, prompt=prompt, max_tokens=24, temperature=0)
+        assert answer.usage.prompt_tokens == len(ids)
+        assert answer.choices[0].text == alone.text
+        assert answer.usage.completion_tokens == len(alone.token_ids)
+        details = answer.usage.completion_tokens_details
+        assert details.accepted_prediction_tokens == alone.stats.num_accepted_tokens
+        assert details.rejected_prediction_tokens == alone.stats.num_draft_tokens - alone.stats.num_accepted_tokens
+    if model == "tiny-eagle3":  # the head drafted (a random head: most drafts are refused)
+        metrics = _get(f"http://127.0.0.1:{stack['eagle_port']}/metrics")
+        assert "vllm:spec_decode_num_drafts_total" in metrics
+
+
+@inside
+def test_bad_requests_get_an_error_not_a_hang(stack):
+    import openai
+
+    with pytest.raises(openai.BadRequestError):
+        stack["client"].completions.create(model="tiny", prompt="hi", max_tokens=-3)
+    with pytest.raises(openai.NotFoundError):
+        stack["client"].completions.create(model="no-such-model", prompt="hi", max_tokens=3)
+
+
+@inside
+def test_a_repeated_long_prefix_goes_to_the_worker_holding_it(stack):
+    client, ports = stack["client"], stack["ports"]
+    words = "the quick brown fox jumps over the lazy dog speculative decoding drafts tokens".split()
+    for attempt in range(4):  # two long prompts at once: the router spreads them by load
+        prefixes = [" ".join(words[(i * 7 + attempt * 3 + j) % len(words)] for j in range(120)) for i in range(2)]
+        before = [_served(p) for p in ports]
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(lambda p: client.completions.create(model="tiny", prompt=p, max_tokens=48, temperature=0),
+                          prefixes))
+        after = [_served(p) for p in ports]
+        if after[0] - before[0] == 1 and after[1] - before[1] == 1:
+            break
+    else:
+        pytest.fail("four pairs of concurrent requests never went one to each worker")
+    time.sleep(1.0)  # the stored blocks reach the router
+    for repeat in range(2):
+        for prefix in prefixes:
+            before = [_served(p) for p in ports]
+            client.completions.create(model="tiny", prompt=prefix + f" one {repeat}", max_tokens=4, temperature=0)
+            gained = [_served(p) - b for p, b in zip(ports, before, strict=True)]
+            assert gained == ([1, 0] if prefix == prefixes[0] else [0, 1]) or gained == (
+                [0, 1] if prefix == prefixes[0] else [1, 0]), gained
+    # each prefix went back where it was first served: both workers served, each its own prefix
+    frontend = _get(f"http://127.0.0.1:{stack['spec'].serve.openai_port}/metrics")
+    assert "dynamo_frontend" in frontend
+
+
+@inside
+def test_workers_publish_vllm_named_speculative_counters(stack):
+    names = ["vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
+             "vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_accepted_tokens_per_pos_total"]
+    texts = [_get(f"http://127.0.0.1:{p}/metrics") for p in stack["ports"]]
+    for text in texts:
+        assert all(name in text for name in names), text[-2000:]
+    from trtspec.serve.dynamo.metrics import parse_served
+
+    assert sum(parse_served(t)["accepted_tokens"] for t in texts) > 0  # n-gram drafts were accepted
+
+
+@inside
+def test_a_worker_killed_mid_stream_leaves_nothing_hanging(stack):
+    import openai
+
+    from trtspec import subproc
+    from trtspec.serve.dynamo import launcher
+
+    client, layout = stack["client"], stack["layout"]
+    stream = client.completions.create(model="tiny", prompt=PROMPTS[0], max_tokens=400, temperature=0, stream=True)
+    pieces = [next(iter(stream)).choices[0].text]
+    status = launcher.status(layout)
+    busy = [w for w in status["workers"] if (w["served"] or {}).get("running")]
+    assert len(busy) == 1, status["workers"]
+    victim = busy[0]
+    subproc.kill(victim["pid"])
+    started = time.monotonic()
+    outcome = "completed"
+    try:
+        for chunk in stream:
+            pieces.append(chunk.choices[0].text)
+    except openai.APIError as error:  # migration gave up: an error, at once
+        outcome = f"error: {error}"
+    assert time.monotonic() - started < 120
+    if outcome == "completed":  # migrated: the other worker replayed prompt + tokens, greedy goes on the same
+        assert "".join(pieces) == _alone(stack["engine"], PROMPTS[0], 400)[1].text
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda i: client.completions.create(model="tiny", prompt=PROMPTS[i % 3],
+                                                                    max_tokens=16, temperature=0), range(8)))
+    assert all(a.choices[0].finish_reason in ("length", "stop") for a in answers)
+    deadline = time.monotonic() + 400  # the supervisor starts it again; it loads and registers
+    while time.monotonic() < deadline:
+        status = launcher.status(layout)
+        worker = status["workers"][victim["index"]]
+        if status["ready"] and worker["restarts"] >= 1 and worker["pid"] != victim["pid"] and worker["served"]:
+            break
+        time.sleep(1.0)
+    else:
+        pytest.fail(f"worker {victim['index']} did not return: {json.dumps(status)[:2000]}")
+    assert status["registered_workers"] >= 2
