@@ -26,8 +26,10 @@ from trtspec.serve.openai_protocol import (
     chunk,
     completion_request,
     full_response,
+    tool_call_chunk,
     usage_chunk,
 )
+from trtspec.serve.openai_tools import tool_calls
 
 
 def create_app(triton_url: str, model: str, served_names: tuple[str, ...]) -> Any:
@@ -93,7 +95,12 @@ def create_app(triton_url: str, model: str, served_names: tuple[str, ...]) -> An
     async def answer(forward: Forward) -> Any:
         pieces = state["triton"].generate(forward.values)
         # Wait for the first response before answering, so a refusal keeps its HTTP status.
-        first = await anext(pieces)
+        try:
+            first = await anext(pieces)
+        except OpenAIError as problem:
+            if forward.guide is not None and problem.status == 400 and problem.param is None:
+                problem.param = forward.guide.param  # a schema the grammar cannot compile names its field
+            raise
         if not forward.stream:
             text, last = [first.text], first
             while not last.final:
@@ -107,14 +114,25 @@ def create_app(triton_url: str, model: str, served_names: tuple[str, ...]) -> An
         """SSE: (chat: the role first) a chunk per text piece, the finish chunk with the
         speculative statistics, the usage chunk when asked, then [DONE]."""
         piece = first
+        calling = forward.guide is not None and bool(forward.guide.tools)
+        held: list[str] = []  # a tool call's text, sent as one tool_calls delta once complete
         try:
             if forward.kind == "chat":
                 yield _sse(chunk(forward, "", first=True))
             while True:
-                if piece.text:
+                if piece.text and calling:
+                    held.append(piece.text)
+                elif piece.text:
                     yield _sse(chunk(forward, piece.text))
                 if piece.final:
-                    yield _sse(chunk(forward, None, finish_reason=piece.stats.get("finish_reason"), stats=piece.stats))
+                    reason = piece.stats.get("finish_reason")
+                    calls = tool_calls("".join(held), forward.guide.tools) if calling and forward.guide else None
+                    if calls is not None:
+                        yield _sse(tool_call_chunk(forward, calls))
+                        reason = "tool_calls"
+                    elif held:
+                        yield _sse(chunk(forward, "".join(held)))
+                    yield _sse(chunk(forward, None, finish_reason=reason, stats=piece.stats))
                     break
                 piece = await anext(pieces)
             if forward.include_usage:

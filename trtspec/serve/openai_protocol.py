@@ -11,10 +11,11 @@ prompt goes as plain text (`chat_template: false`), as OpenAI completions are no
 Parameters served: model, prompt / messages, max_tokens (max_completion_tokens for chat),
 temperature (default 1, OpenAI's), top_p, top_k (vLLM's extension), seed, stop (a string or up to
 4), n (1 only), stream, stream_options.include_usage, presence/frequency_penalty (0 only: the
-cpu engine has no penalties), and trtspec's `speculative` (false: this request without
-speculation). Known OpenAI features the engine does not have (logprobs, tools, echo, best_of
-above 1, logit_bias, response_format other than text, n above 1) are refused with 400; keys
-OpenAI does not define are ignored, as vLLM and trtllm-serve do.
+cpu engine has no penalties), response_format (text, json_object, json_schema) and, for chats,
+tools with tool_choice (trtspec.serve.openai_tools: both become the model's guided-decoding
+inputs), and trtspec's `speculative` (false: this request without speculation). Known OpenAI
+features the engine does not have (logprobs, functions, echo, best_of above 1, logit_bias, n
+above 1) are refused with 400; keys OpenAI does not define are ignored, as vLLM and trtllm-serve do.
 """
 
 from __future__ import annotations
@@ -25,18 +26,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trtspec.sampling_rules import sampling_problem
+from trtspec.serve.openai_tools import FormatProblem, Guide, response_format_guide, tool_calls, tools_guide
 
 COMPLETION_DEFAULT_MAX_TOKENS = 16   # OpenAI's documented default for /v1/completions
 MAX_STOP = 4
 ROLES = ("system", "user", "assistant", "developer")
 # (key, value that means "off"): features a request may name only in their off state.
 REFUSED: dict[str, tuple[Any, ...]] = {"logprobs": (None, False, 0), "top_logprobs": (None, 0), "echo": (None, False), "suffix": (None, ""),
-           "best_of": (None, 1), "tools": (None, []), "functions": (None, []), "logit_bias": (None, {}),
+           "best_of": (None, 1), "functions": (None, []), "logit_bias": (None, {}),
            "presence_penalty": (None, 0, 0.0), "frequency_penalty": (None, 0, 0.0)}
 WHY = {"presence_penalty": "the cpu engine's sampler applies no penalties",
        "frequency_penalty": "the cpu engine's sampler applies no penalties",
        "best_of": "the engine returns one sequence per request", "logprobs": "the engine returns no log probabilities",
-       "top_logprobs": "the engine returns no log probabilities", "tools": "tool calls are not served",
+       "top_logprobs": "the engine returns no log probabilities",
        "functions": "function calls are not served", "echo": "the prompt is not echoed",
        "suffix": "insertion (suffix) is not served", "logit_bias": "the sampler takes no logit bias"}
 
@@ -63,6 +65,7 @@ class Forward:
     values: dict[str, Any]          # Triton input name -> Python value (typed by the client)
     stream: bool = False
     include_usage: bool = False
+    guide: Guide | None = None      # the grammar the output follows (response_format or tools)
     id: str = field(default_factory=lambda: secrets.token_hex(12))
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -98,9 +101,7 @@ def _common(body: Any, served: tuple[str, ...], *, max_key: str, default_max: in
     n = _number(body, "n", int, 1, None, 1)
     if n != 1:
         raise _bad(f"n: only 1 is served (got {n}); send n separate requests", "n")
-    format_ = body.get("response_format")
-    if format_ not in (None, {"type": "text"}):
-        raise _bad("response_format: only {\"type\": \"text\"} is served", "response_format")
+    guide = _guide(lambda: response_format_guide(body.get("response_format")))
     max_tokens = _number(body, max_key, int, 1, 2**31 - 1, None)
     if max_tokens is None and max_key == "max_completion_tokens":
         max_tokens = _number(body, "max_tokens", int, 1, 2**31 - 1, None)
@@ -137,7 +138,25 @@ def _common(body: Any, served: tuple[str, ...], *, max_key: str, default_max: in
     values["streaming"] = stream
     values["stream_delta"] = True  # each streamed response: only the new text (trtspec's addition)
     return model, {"values": {k: v for k, v in values.items() if v is not None}, "stream": stream,
-                   "include_usage": bool((options or {}).get("include_usage"))}
+                   "include_usage": bool((options or {}).get("include_usage")), "guide": guide}
+
+
+def _guide(read: Any) -> Any:
+    """Run an openai_tools reader, its FormatProblem as a 400 naming the field."""
+    try:
+        return read()
+    except FormatProblem as problem:
+        raise _bad(*problem.args) from None
+
+
+def _guided(common: dict[str, Any]) -> dict[str, Any]:
+    """The guided-decoding inputs of a Forward's guide, added to its values."""
+    guide = common["guide"]
+    if guide is not None:
+        common["values"]["guided_decoding_guide_type"] = guide.guide_type
+        if guide.guide is not None:
+            common["values"]["guided_decoding_guide"] = guide.guide
+    return common
 
 
 def completion_request(body: Any, served: tuple[str, ...]) -> Forward:
@@ -149,8 +168,10 @@ def completion_request(body: Any, served: tuple[str, ...]) -> Forward:
         raise _bad("prompt: one string per request (lists of prompts and token ids are not served)", "prompt")
     if not prompt:
         raise _bad("prompt: empty; send some text", "prompt")
+    if body.get("tools"):
+        raise _bad("tools: served on /v1/chat/completions only", "tools")
     common["values"].update(text_input=prompt, chat_template=False)
-    return Forward(kind="completion", model=model, **common)
+    return Forward(kind="completion", model=model, **_guided(common))
 
 
 def chat_request(body: Any, served: tuple[str, ...]) -> Forward:
@@ -161,15 +182,29 @@ def chat_request(body: Any, served: tuple[str, ...]) -> Forward:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise _bad("messages: a non-empty list of {\"role\", \"content\"}", "messages")
+    from trtspec.serve.openai_tools import history_message, tools_message
+
+    tools_guide_, functions = _guide(lambda: tools_guide(body.get("tools"), body.get("tool_choice")))
+    if tools_guide_ is not None and common["guide"] is not None:
+        raise _bad("response_format: not with tools (the tool call's arguments follow the tool's schema)",
+                   "response_format")
+    common["guide"] = common["guide"] or tools_guide_
     plain = []
     for i, message in enumerate(messages):
         role = message.get("role") if isinstance(message, dict) else None
-        if role not in ROLES:
-            raise _bad(f"messages[{i}].role: one of {', '.join(ROLES)} (got {role!r})", "messages")
-        plain.append({"role": "system" if role == "developer" else role,
+        if role not in ROLES + ("tool",):
+            raise _bad(f"messages[{i}].role: one of {', '.join(ROLES + ('tool',))} (got {role!r})", "messages")
+        message = history_message(message)
+        plain.append({"role": "system" if message["role"] == "developer" else message["role"],
                       "content": _content(message.get("content"), i)})
+    if functions:
+        described = tools_message(functions)
+        if plain[0]["role"] == "system":
+            plain[0]["content"] = plain[0]["content"] + "\n\n" + described
+        else:
+            plain.insert(0, {"role": "system", "content": described})
     common["values"].update(text_input="", messages=json.dumps(plain))
-    return Forward(kind="chat", model=model, **common)
+    return Forward(kind="chat", model=model, **_guided(common))
 
 
 def _content(content: Any, index: int) -> str:
@@ -208,7 +243,11 @@ def _head(forward: Forward, chunk: bool) -> dict[str, Any]:
 
 def full_response(forward: Forward, text: str, stats: dict[str, Any]) -> dict[str, Any]:
     reason = stats.get("finish_reason") or "stop"
-    if forward.kind == "chat":
+    calls = tool_calls(text, forward.guide.tools) if forward.guide is not None and forward.guide.tools else None
+    if calls is not None:
+        choice = {"index": 0, "message": {"role": "assistant", "content": None, "tool_calls": calls},
+                  "logprobs": None, "finish_reason": "tool_calls"}
+    elif forward.kind == "chat":
         choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
                   "finish_reason": reason}
     else:
@@ -232,6 +271,12 @@ def chunk(forward: Forward, text: str | None, *, first: bool = False, finish_rea
     if stats is not None:
         body["speculative_decoding"] = speculative_stats(stats)
     return body
+
+
+def tool_call_chunk(forward: Forward, calls: list[dict[str, Any]]) -> dict[str, Any]:
+    """A streamed tool call: the whole call in one delta (sent once the call is complete)."""
+    delta = {"tool_calls": [{"index": i, **call} for i, call in enumerate(calls)]}
+    return {**_head(forward, True), "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}]}
 
 
 def usage_chunk(forward: Forward, stats: dict[str, Any]) -> dict[str, Any]:

@@ -68,6 +68,9 @@ class TritonForwarder:
             served = await self.served()
         except InferenceServerException as error:
             raise OpenAIError(503, f"the Triton model is not reachable: {error.message()}") from None
+        if "guided_decoding_guide_type" in values and served.name("guided_decoding_guide_type") is None:
+            raise OpenAIError(400, f"structured output is not served: the Triton model {self.model!r} has no "
+                                   "guided_decoding_guide_type input (trtspec's cpu model has it)")
         try:
             inputs = served.inputs(values)
         except InvalidRequestError as error:
