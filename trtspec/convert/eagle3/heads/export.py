@@ -9,7 +9,11 @@
                1.2+ and ModelOpt's tooling.
   speculators  `layers.N.*`, d2t + t2d, speculators_config (verifier = the target), a full
                transformer_layer_config, norm_before_residual, top-level ids (inputs of layers). For
-               `vllm serve DIR` and speculators' --from-pretrained.
+               `vllm serve DIR` and speculators' --from-pretrained. speculators resolves the verifier
+               when the head loads (a hub id or a path), so it is never an alias: `--verifier` as
+               given (a path made absolute), else the hub id the model came from, else the model's
+               own directory, else the converted target (checkpoints/target), absolute. Written in
+               speculators 0.9.0's layout (its SpeculatorModelConfig loads it, tests/peers).
 
 Tensors are written bit for bit (same dtype), so importing an export gives the canonical head back
 (the round-trip test). Each export carries `trtspec_head_forward`; where the head's function is not
@@ -37,7 +41,7 @@ CONSUMERS = {
 }
 # the function each format's consumers compute (see layouts.FORWARDS)
 CONSUMER_FORWARD = {"eagle": ("eagle",), "modelopt": ("eagle",), "speculators": ("eagle", "norm_before_residual")}
-SPECULATORS_VERSION = "0.3.0"
+SPECULATORS_VERSION = "0.9.0"  # the release whose config class loads this layout (tests/peers)
 
 
 def export_head(canonical_dir: Path, out_dir: Path, fmt: str, *, target_config: dict[str, Any],
@@ -69,13 +73,35 @@ def export_head(canonical_dir: Path, out_dir: Path, fmt: str, *, target_config: 
     if forward not in CONSUMER_FORWARD[fmt]:
         notes.append(f"this head computes hidden_norm(input_layernorm(h)) as ModelOpt trained it; {fmt}'s consumers "
                      "compute hidden_norm(h), so their drafts differ from trtspec's (trtspec re-imports it exactly)")
-    return {"format": fmt, "path": str(out_dir), "tensors": len(out_tensors), "consumers": CONSUMERS[fmt],
+    extra = {"verifier": verifier} if fmt == "speculators" else {}
+    return {"format": fmt, "path": str(out_dir), "tensors": len(out_tensors), "consumers": CONSUMERS[fmt], **extra,
             "layer_ids": {"output_of_layer": ids, "input_of_layer": conv.from_output(ids, conv.INPUT)},
             "forward": forward, "notes": notes}
 
 
 
-def export_checkpoint(spec: Any, out: Path, fmt: str, *, force: bool = False) -> dict[str, Any]:
+def resolve_verifier(source: str, target_dir: Path, given: str | None = None) -> str:
+    """What a speculators head names as its verifier: a hub id or an absolute path, never an alias.
+
+    `given` (`--verifier`) wins: an existing path made absolute, else taken as a hub id. Else the
+    model's hub id (without @revision: speculators' name_or_path takes none), a local checkpoint
+    directory the model came from, or the converted target directory (an alias, a .gguf).
+    """
+    from trtspec import hub
+
+    if given:
+        path = Path(given).expanduser()
+        return str(path.resolve()) if path.exists() else given
+    if hub.is_hub_id(source):
+        return source.split("@", 1)[0]
+    path = Path(source).expanduser()
+    if (path / "config.json").is_file():
+        return str(path.resolve())
+    return str(Path(target_dir).resolve())
+
+
+def export_checkpoint(spec: Any, out: Path, fmt: str, *, force: bool = False,
+                      verifier: str | None = None) -> dict[str, Any]:
     """`trtspec export-head`: checkpoints/eagle3 of the spec's workdir written to `out` in `fmt`
     (atomically: a failed export leaves `out` as it was); the summary, with its path."""
     from trtspec import artifacts
@@ -90,7 +116,8 @@ def export_checkpoint(spec: Any, out: Path, fmt: str, *, force: bool = False) ->
         raise TrtSpecError(f"{out} already exists", fix="pass --force to replace it, or choose another directory")
     with artifacts.atomic_dir(out) as staging:
         summary = export_head(head, staging, fmt, target_config=artifacts.read_json(target / "config.json"),
-                              verifier=spec.model.source, max_draft_len=spec.speculative.max_draft_len)
+                              verifier=resolve_verifier(spec.model.source, target, verifier),
+                              max_draft_len=spec.speculative.max_draft_len)
     summary["path"] = str(out)
     return summary
 
@@ -132,7 +159,7 @@ def _speculators_config(config: dict[str, Any], llama: dict[str, Any], ids: list
             "verifier": {"name_or_path": verifier, "architectures": target_config.get("architectures") or []}},
         "transformer_layer_config": {"model_type": "llama", "architectures": ["LlamaForCausalLM"], **llama},
         "draft_vocab_size": config["draft_vocab_size"], "norm_before_residual": forward == "norm_before_residual",
-        "norm_before_fc": False, "target_hidden_size": int(target_config["hidden_size"]),
+        "norm_before_fc": False, "fc_norm": False, "norm_output": False, "target_hidden_size": int(target_config["hidden_size"]),
         "eagle_aux_hidden_state_layer_ids": conv.from_output(ids, conv.INPUT), "embed_requires_grad": False,
         "torch_dtype": config.get("torch_dtype", "float32"),
     }
