@@ -100,6 +100,7 @@ class Eagle3Drafter(Drafter):
         self.kv_config = head.config
         # indices into the target's hidden_states tuple (index 0 is the embedding output)
         self.aux_layer_ids = tuple(i + 1 for i in aux_layer_ids)
+        self._direct: bool | None = None  # eagle3_forward.supports(head), asked on the first forward
 
     @classmethod
     def from_dir(cls, path: Path, target) -> Eagle3Drafter:
@@ -207,6 +208,20 @@ class Eagle3Drafter(Drafter):
     def forward(self, feeds: list[HeadFeed]):
         """The EAGLE layers over a packed batch; per feed (logits of its last num_logits rows,
         pre-norm h of every row). Each feed's cache grows by its tokens."""
+        from trtspec.runtime.drafters import eagle3_forward
+
+        if self._direct is None:
+            self._direct = eagle3_forward.supports(self.head)
+        if not self._direct:
+            return self.forward_modules(feeds)
+        head = self.head
+        layout, embeds, h, positions = self.packed(feeds)
+        h = eagle3_forward.layers(head, layout, embeds, h, positions)
+        return self.outputs(feeds, h, lambda rows: eagle3_forward.readout(head, rows))
+
+    def forward_modules(self, feeds: list[HeadFeed]):
+        """`forward` through the head's transformers modules: what eagle3_forward.layers repeats
+        operation for operation (its test compares the two bit for bit)."""
         import torch
 
         from trtspec.runtime.forward.batch import _mask_placeholder

@@ -1,0 +1,91 @@
+"""The EAGLE-3 head's direct forward (trtspec.runtime.drafters.eagle3_forward) equals its
+transformers modules' forward bit for bit, at every head forward of real generations: chains,
+static and dynamic trees, several sessions in flight, every HEAD_FORWARDS kind."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from tests.runtime.conftest import TINY_PROMPTS
+
+
+def _pool_state(pool) -> list:
+    # the pool is torch.empty: slots never written may hold NaN bit patterns, equal in both copies
+    return [t.nan_to_num().clone() for t in (*pool.keys, *pool.values)]
+
+
+def _checked(engine) -> list[int]:
+    """Make every head forward of `engine` run both routes from the same cache state and compare
+    logits, hidden rows and the keys and values written; returns per forward its row count."""
+    drafter = engine.drafter
+    assert drafter._direct is not False
+    drafter._direct = True
+    direct, rows = type(drafter).forward, []
+
+    def both(feeds):
+        lengths = [f.kv.length for f in feeds]
+        pool = feeds[0].kv.pool
+        reference = [(logits.clone(), h.clone()) for logits, h in drafter.forward_modules(feeds)]
+        written = _pool_state(pool)
+        for feed, length in zip(feeds, lengths, strict=True):
+            feed.kv.length = length
+        mine = direct(drafter, feeds)
+        assert [f.kv.length for f in feeds] == [length + len(f.token_ids) for f, length in zip(feeds, lengths,
+                                                                                                strict=True)]
+        for (logits, h), (ref_logits, ref_h) in zip(mine, reference, strict=True):
+            assert torch.equal(logits, ref_logits) and torch.equal(h, ref_h)
+        assert all(torch.equal(a, b) for a, b in zip(_pool_state(pool), written, strict=True))
+        rows.append(sum(len(f.token_ids) for f in feeds))
+        return mine
+
+    drafter.forward = both
+    return rows
+
+
+def _run_in_flight(engine, prompts, max_new_tokens=16) -> list:
+    results: list = [None] * len(prompts)
+
+    def run(i):
+        results[i] = engine.generate(prompts[i], max_new_tokens=max_new_tokens)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
+@pytest.mark.parametrize("kind", ["modelopt", "eagle", "norm_before_residual"])
+def test_direct_forward_equals_modules(eagle_engine, kind):
+    from trtspec.runtime.drafters import eagle3_forward
+
+    drafter = eagle_engine.drafter
+    assert eagle3_forward.supports(drafter.head)
+    saved = drafter.head.forward_kind
+    drafter.head.forward_kind = kind
+    rows = _checked(eagle_engine)
+    try:
+        plain = eagle_engine.generate(TINY_PROMPTS[0], max_new_tokens=24, speculative=False)
+        spec = eagle_engine.generate(TINY_PROMPTS[0], max_new_tokens=24)
+        _run_in_flight(eagle_engine, TINY_PROMPTS)
+        with eagle_engine.variant(eagle_choices=[[0], [1], [0, 0], [0, 1], [0, 0, 0]],
+                                  draft_len_schedule=((1, 5),)) as static_tree:
+            static_tree.generate(TINY_PROMPTS[1], max_new_tokens=12)
+        with eagle_engine.variant(tree=(2, 3, 4), draft_len_schedule=((1, 4),)) as dynamic_tree:
+            _run_in_flight(dynamic_tree, TINY_PROMPTS[:2], max_new_tokens=12)
+    finally:
+        del drafter.forward
+        drafter.head.forward_kind = saved
+    assert spec.token_ids == plain.token_ids
+    assert len(rows) > 20 and max(rows) > 1 and 1 in rows  # catch-up rows, single chain rows, batches
+
+
+def test_switch_keeps_the_module_route(eagle_engine, monkeypatch):
+    from trtspec.runtime.drafters import eagle3_forward
+
+    monkeypatch.setenv("TRTSPEC_EAGLE3_FORWARD", "modules")
+    assert not eagle3_forward.supports(eagle_engine.drafter.head)

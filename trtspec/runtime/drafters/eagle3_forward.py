@@ -1,0 +1,98 @@
+"""The EAGLE-3 head's layers over a packed batch without transformers' per-call plumbing.
+
+Why (profiled on SmolLM2-135M's shape, float32, in process, AMD EPYC; docs/BENCHMARKS-log.md,
+"An EAGLE-3 draft step without the module calls"): a draft position is one head forward, a single
+decoder layer and a 4,096-row lm_head, about a twentieth of the target's weights; through
+transformers' modules it also made ~15 nn.Module calls, seven separate linear calls (q, k, v, o,
+gate, up, down), a rotary embedding and cache write in torch and keyword plumbing, which on a
+lone sequence cost about as much as its weights. This module calls the same operations directly,
+as trtspec.runtime.forward.llama_forward does for the target: q, k and v in one row-kernel call
+and gate and up in one where prepack stacked them (trtspec.runtime.forward.fused_linears: the same
+numbers, bit for bit), the rotary embedding and cache write in one compiled call where the batch
+takes the kernel attention route (Layout.attend_unrotated, proven equal by llama_forward's tests).
+
+Contract: `layers` returns exactly what Eagle3Drafter.forward_modules computes through the
+head's transformers modules (tests/runtime/drafters/test_rt_eagle3_forward.py checks it bit for
+bit, one and several sessions, catch-up rows and tree masks, every HEAD_FORWARDS kind). It reads
+the head's own modules and parameters and changes nothing. `supports` admits only heads built
+of the transformers classes whose forward this repeats; any other goes through the modules.
+TRTSPEC_EAGLE3_FORWARD=modules keeps the module path (to compare the two).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from trtspec.runtime.forward.llama_forward import _projections, _rotate_half
+from trtspec.runtime.forward.norms import rms_norm
+
+_LAYERS = {"LlamaDecoderLayer"}
+_NORMS = {"LlamaRMSNorm"}
+_ACTIVATIONS = {"SiLUActivation", "SiLU"}
+_LINEARS = {"Linear", "PackedLinear"}
+
+
+def supports(head: Any) -> bool:
+    """True when every layer of `head` is a float32 transformers Llama decoder layer (the first
+    with its hidden_norm) whose forward `layers` repeats, and the switch does not ask for modules."""
+    import torch
+
+    if os.environ.get("TRTSPEC_EAGLE3_FORWARD", "direct") == "modules":
+        return False
+    if any(parameter.dtype != torch.float32 for parameter in head.parameters()):
+        return False
+    if getattr(head.config, "pretraining_tp", 1) not in (None, 1):
+        return False
+
+    def kinds(layer: Any) -> bool:
+        attention, mlp = layer.self_attn, layer.mlp
+        linears = (attention.q_proj, attention.k_proj, attention.v_proj, attention.o_proj,
+                   mlp.gate_proj, mlp.up_proj, mlp.down_proj)
+        return (type(layer).__name__ in _LAYERS and type(mlp.act_fn).__name__ in _ACTIVATIONS
+                and {type(layer.input_layernorm).__name__, type(layer.post_attention_layernorm).__name__} <= _NORMS
+                and {type(linear).__name__ for linear in linears} <= _LINEARS)
+
+    return (all(kinds(layer) for layer in head.layers) and type(head.layers[0].hidden_norm).__name__ in _NORMS
+            and type(head.norm).__name__ in _NORMS)
+
+
+def layers(head: Any, layout: Any, embeds: Any, h: Any, positions: Any):
+    """The EAGLE layers over packed rows; returns every row's pre-norm output.
+    # embeds, h: [1, T, hidden] (the tokens' embeddings, the paired hidden rows); positions: [1, T] long"""
+    import torch
+    import torch.nn.functional as F
+
+    row_cos, row_sin = head.rotary_emb(h, positions)  # [1, T, head_dim]
+    cos, sin = row_cos.unsqueeze(1), row_sin.unsqueeze(1)
+    rows = h.shape[1]
+    for index, layer in enumerate(head.layers):
+        attention, mlp = layer.self_attn, layer.mlp
+        residual = h
+        if index == 0:  # HEAD_FORWARDS (eagle3.py): where the hidden norm sits, what the residual is
+            hidden = rms_norm(rms_norm(h, layer.input_layernorm) if head.forward_kind == "modelopt" else h,
+                              layer.hidden_norm)
+            if head.forward_kind == "norm_before_residual":
+                residual = hidden
+            x = torch.cat([rms_norm(embeds, layer.input_layernorm), hidden], dim=-1)
+        else:
+            x = rms_norm(h, layer.input_layernorm)
+        query, key, value = _projections(x, attention.q_proj, attention.k_proj, attention.v_proj)
+        attended = layout.attend_unrotated(attention.layer_idx, query, key, value, row_cos, row_sin,
+                                           attention.head_dim, attention.scaling)
+        if attended is None:  # torch's attention route: rotate here
+            shape = (1, rows, -1, attention.head_dim)
+            query, key, value = (y.view(shape).transpose(1, 2) for y in (query, key, value))
+            query = (query * cos) + (_rotate_half(query) * sin)
+            key = (key * cos) + (_rotate_half(key) * sin)
+            attended = layout.attend(attention.layer_idx, query, key, value, attention.scaling)
+        h = residual + attention.o_proj.forward(attended.reshape(1, rows, -1).contiguous())
+        x = rms_norm(h, layer.post_attention_layernorm)
+        gate, up = _projections(x, mlp.gate_proj, mlp.up_proj)
+        h = h + mlp.down_proj.forward(F.silu(gate) * up)
+    return h
+
+
+def readout(head: Any, rows: Any):
+    """Head logits of kept pre-norm rows: lm_head(norm(rows)). # rows: [N, hidden] -> [N, draft_vocab]"""
+    return head.lm_head.forward(rms_norm(rows, head.norm))
