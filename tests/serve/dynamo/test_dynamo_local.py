@@ -201,6 +201,7 @@ def test_a_worker_killed_mid_stream_leaves_nothing_hanging(stack):
     except openai.APIError as error:  # migration gave up: an error, at once
         outcome = f"error: {error}"
     assert time.monotonic() - started < 120
+    print(f"killed worker {victim['index']} mid-stream: {outcome} after {time.monotonic() - started:.1f} s")
     if outcome == "completed":  # migrated: the other worker replayed prompt + tokens, greedy goes on the same
         assert "".join(pieces) == _alone(stack["engine"], PROMPTS[0], 400)[1].text
     with ThreadPoolExecutor(8) as pool:
