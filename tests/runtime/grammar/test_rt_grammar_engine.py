@@ -57,14 +57,13 @@ def test_constrained_greedy_equals_plain_constrained_greedy(engine):
     from trtspec.runtime.grammar.compile import GrammarSpec
 
     drafts = 0
-    for schema in (SCHEMA, TOOL_SCHEMA):
+    for schema, prompt in ((SCHEMA, PROMPTS[0]), (TOOL_SCHEMA, PROMPTS[1]), (SCHEMA, PROMPTS[2])):
         grammar = GrammarSpec.json_schema(schema)
-        for prompt in PROMPTS[:2]:
-            plain = engine.generate(prompt, max_new_tokens=64, grammar=grammar, speculative=False)
-            spec = engine.generate(prompt, max_new_tokens=64, grammar=grammar)
-            assert spec.token_ids == plain.token_ids, (engine.mode, prompt, plain.text, spec.text)
-            _check(plain, schema)
-            drafts += spec.stats.num_drafts + spec.stats.num_grammar_cut_tokens
+        plain = engine.generate(prompt, max_new_tokens=64, grammar=grammar, speculative=False)
+        spec = engine.generate(prompt, max_new_tokens=64, grammar=grammar)
+        assert spec.token_ids == plain.token_ids, (engine.mode, prompt, plain.text, spec.text)
+        _check(plain, schema)
+        drafts += spec.stats.num_drafts + spec.stats.num_grammar_cut_tokens
     # a random draft's tokens are mostly refused by the grammar (cut); either way something was drafted
     assert drafts > 0, "nothing was drafted: the test compared plain decoding with itself"
 
