@@ -80,6 +80,23 @@ def by_context_length(records: Iterable[Any], max_seq_len: int | None, numerator
     return {"max_seq_len": max_seq_len, "edges": bounds, "rows": rows, "unmeasured": len(ok) - len(measured)}
 
 
+def acceptance_by_length(prompt_tokens: list[int], stats: list[Any], max_seq_len: int | None = None
+                         ) -> list[dict[str, Any]]:
+    """Per bucket of prompt length: requests and mean acceptance length (1 + accepted / drafts) of
+    runtime GenerationStats (convert's head profile: one request at a time, greedy)."""
+    bounds = edges(max_seq_len, max(prompt_tokens, default=0))
+    rows: dict[int, list[Any]] = {}
+    for length, stat in zip(prompt_tokens, stats, strict=True):
+        rows.setdefault(next((i for i, upper in enumerate(bounds) if length <= upper), len(bounds) - 1), []).append(stat)
+    out = []
+    for bucket, group in sorted(rows.items()):
+        drafts = sum(s.num_drafts for s in group)
+        accepted = sum(s.num_accepted_tokens for s in group)
+        out.append({"bucket": label(bounds[bucket - 1] if bucket else 0, bounds[bucket]), "requests": len(group),
+                    "mean_acceptance_length": round(1 + accepted / drafts, 4) if drafts else None})
+    return out
+
+
 def head_context(head_config: dict[str, Any] | None, longest_prompt: int, max_seq_len: int | None
                  ) -> dict[str, Any] | None:
     """The head's max_position_embeddings against the longest bucket and max_seq_len, with a

@@ -89,6 +89,9 @@ def test_profile_measures_every_tree_shape_the_spec_builds(eagle3_run, tiny_llam
         assert shape["drafts"] > 0 and 1.0 <= shape["mean_acceptance_length"] <= 5.0
         assert sum(shape["Acceptance_Length_Histogram"].values()) == shape["drafts"]
     assert len(summary_lines(profile)) == 3
+    # the chain's acceptance by prompt length (trtspec.bench.context_buckets): every request in a bucket
+    buckets = profile["shapes"][0]["by_context_length"]
+    assert sum(b["requests"] for b in buckets) == 2 and all(b["mean_acceptance_length"] >= 1.0 for b in buckets)
 
 
 # --- the independent reference: EAGLE-3 draft-and-verify in plain PyTorch -------------------------

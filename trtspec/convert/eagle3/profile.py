@@ -116,7 +116,7 @@ def measure_profile(target_dir: Path, head_dir: Path, prompts: list[str], *, max
         plain = {"seconds": 0.0, "tokens": 0}
         for number, shape in enumerate(shapes):
             engine = base if not shape["options"] else base.variant(**_engine_options(shape["options"]))
-            requests, seconds = [], 0.0
+            requests, seconds, lengths = [], 0.0, []
             try:
                 for index, prompt in enumerate(prompts):
                     # plain decodings once, beside the chain; alternate which goes first
@@ -130,6 +130,7 @@ def measure_profile(target_dir: Path, head_dir: Path, prompts: list[str], *, max
                             seconds += elapsed
                             result.stats.num_output_tokens = len(result.token_ids)
                             requests.append(result.stats)
+                            lengths.append(len(result.prompt_token_ids))
                         else:
                             plain["seconds"] += elapsed
                             plain["tokens"] += len(result.token_ids)
@@ -141,6 +142,10 @@ def measure_profile(target_dir: Path, head_dir: Path, prompts: list[str], *, max
             figures = shape_figures(requests, plain["seconds"], plain["tokens"], seconds, max_draft_len)
             if not timed:
                 figures.pop("speed")
+            if number == 0:  # the chain's acceptance by prompt length (trtspec.bench.context_buckets)
+                from trtspec.bench.context_buckets import acceptance_by_length
+
+                figures["by_context_length"] = acceptance_by_length(lengths, requests)
             results.append({"draft": shape["draft"], **({"options": shape["options"]} if shape["options"] else {}),
                             **figures})
     finally:
