@@ -40,6 +40,46 @@ def test_generate_streams_text_and_reports_stats(tiny_bundle):
                                     "--temperature", "0.7", "--seed", "3"])
     assert out.exit_code == 0, out.output
     assert "tok/s" in out.stderr and "acceptance" in out.stderr
+    # the one-time costs are paid by a warm-up first and reported apart, before the figures (issue 71)
+    lines = out.stderr.splitlines()
+    warm = [i for i, line in enumerate(lines) if line.startswith("[warm-up] ")]
+    timed = [i for i, line in enumerate(lines) if line.startswith("[ngram] ")]
+    assert len(warm) == 1 and len(timed) == 1 and warm[0] < timed[0], out.stderr
+    assert "not in the figures below" in lines[warm[0]]
+    cold = CliRunner().invoke(main, ["generate", "--engine", str(tiny_bundle), "1 2 3 4 5", "--max-tokens", "8",
+                                     "--temperature", "0.7", "--seed", "3", "--no-warmup"])
+    assert cold.exit_code == 0 and "warm-up" not in cold.stderr and "[ngram] " in cold.stderr
+    assert cold.stdout == out.stdout  # the warm-up leaves the seeded answer as it was
+
+
+def test_generate_compare_measures_both_alike_in_one_process(tiny_bundle):
+    out = CliRunner().invoke(main, ["generate", "--engine", str(tiny_bundle), "1 2 3 4 5 1 2 3 4 5",
+                                    "--max-tokens", "24", "--compare", "--json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.stdout)
+    spec, plain = data["speculative"], data["plain"]
+    assert spec["speculative"] is True and plain["speculative"] is False
+    assert spec["token_ids"] == plain["token_ids"] and spec["text"] == plain["text"]  # greedy: lossless
+    assert spec["warmup_seconds"] > 0 and plain["warmup_seconds"] > 0
+    assert data["speedup"] == pytest.approx(spec["tokens_per_s"] / plain["tokens_per_s"])
+    assert spec["stats"]["num_drafts"] > 0 and plain["stats"]["num_drafts"] == 0
+    # the same keys as one run's --json
+    single = json.loads(CliRunner().invoke(main, ["generate", "--engine", str(tiny_bundle), "1 2 3 4 5 1 2 3 4 5",
+                                                  "--max-tokens", "24", "--json"]).stdout)
+    assert set(single) == set(spec) and single["token_ids"] == spec["token_ids"]
+    text = CliRunner().invoke(main, ["generate", "--engine", str(tiny_bundle), "1 2 3 4 5 1 2 3 4 5",
+                                     "--max-tokens", "24", "--compare"])
+    assert text.exit_code == 0, text.output
+    assert [line.split("]")[0] for line in text.stderr.splitlines() if line.startswith("[")] == [
+        "[warm-up", "[warm-up, no-spec", "[ngram", "[ngram, no-spec"]
+    assert "speculative / plain: " in text.stderr and text.stdout.count(spec["text"].strip()) == 1
+
+
+def test_generate_compare_and_no_spec_refused_in_one_line(tiny_bundle):
+    out = CliRunner().invoke(main, ["generate", "--engine", str(tiny_bundle), "hi", "--compare", "--no-spec"])
+    assert out.exit_code != 0
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "--compare" in errors[0], out.stderr
 
 
 def test_generate_rejects_bad_arguments_in_one_line(tiny_bundle):
