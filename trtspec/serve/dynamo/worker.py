@@ -137,8 +137,10 @@ class TrtspecEngine(LLMEngine):
                         "completion_tokens_details": {"accepted_prediction_tokens": accepted,
                                                       "rejected_prediction_tokens":
                                                           int(stats.num_draft_tokens) - accepted}}
+                    counted = self.engine.scheduler.stats
                     self.metrics.record(stats, prompt_tokens=len(prompt), generated=generated,
-                                        finish_reason=item.finish_reason)
+                                        finish_reason=item.finish_reason,
+                                        cache=(counted.prefix_cache_queries, counted.prefix_cache_hits))
                     yield chunk
                     return
                 yield chunk
