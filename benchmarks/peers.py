@@ -15,6 +15,7 @@ from measured acceptance and measured draft/verify costs.
     /tmp/venv/bin/python -m benchmarks peers --render reports/bench-engine.json  # tables again
     /tmp/venv/bin/python -m benchmarks peers --replay reports/bench-engine.json  # n-gram settings, no model
     /tmp/venv/bin/python -m benchmarks peers --verify-cost --threads 1  # cost of a pass by width
+    .venv/bin/python -m benchmarks peers --vllm --help   # beside vLLM's CPU engine instead (peers_vllm.py)
 
 HF's contenders run on a model loaded as transformers loads it; the engine's on its own
 (prepacked, see trtspec/runtime/forward/prepack.py) unless --no-prepack or --hf-on-engine-model.
@@ -47,6 +48,10 @@ def leviathan_speedup(alpha: float, gamma: float, cost_ratio: float) -> float:
 
 
 def main() -> int:
+    if "--vllm" in sys.argv[1:]:
+        from benchmarks import peers_vllm
+
+        return peers_vllm.main()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--max-draft-len", type=int, default=8)
