@@ -45,7 +45,7 @@ def test_a_chain_is_cut_at_its_first_refused_token(integer_grammar):
     assert draft.token_ids.tolist() == [10, 4]
     assert draft.draft_probs.shape == (2, 16)
     assert grammar.cut_tokens == 2
-    rows = grammar.allowed
+    rows = grammar.allowed_rows()
     assert rows.shape == (3, 16)                       # pending + the 2 kept tokens
     assert _allowed(rows[0]) == list(range(11))         # digits or '-' first
     assert _allowed(rows[1]) == list(range(1, 10))      # after '-': a non-zero digit
@@ -57,7 +57,7 @@ def test_a_chain_is_cut_at_its_first_refused_token(integer_grammar):
 def test_a_draft_refused_from_its_first_token_is_dropped(integer_grammar):
     grammar = _grammar(integer_grammar)
     assert grammar.constrain(Draft(torch.tensor([11, 1]))) is None
-    assert grammar.allowed.shape == (1, 16)
+    assert grammar.allowed_rows().shape == (1, 16)
 
 
 def test_a_tree_loses_refused_nodes_with_their_subtrees(integer_grammar):
@@ -69,7 +69,7 @@ def test_a_tree_loses_refused_nodes_with_their_subtrees(integer_grammar):
     assert draft.token_ids.tolist() == [1, 0, 2]
     assert draft.score_rank == [0, 2, 3]
     assert grammar.cut_tokens == 3
-    rows = grammar.allowed                               # root, then the kept nodes in the new tree's order
+    rows = grammar.allowed_rows()                        # root, then the kept nodes in the new tree's order
     assert _allowed(rows[1]) == list(range(10)) + [EOS]  # after '1'
     assert _allowed(rows[2]) == [EOS]                    # after '0': nothing but the end
     assert _allowed(rows[3]) == list(range(10)) + [EOS]  # after '12'
@@ -145,6 +145,4 @@ def test_sampling_under_a_grammar_follows_the_masked_target(integer_grammar, poi
 
 
 def mask_rows(grammar, logits):
-    from trtspec.runtime.grammar.masking import mask_logits
-
-    return mask_logits(logits, grammar.next_allowed())
+    return grammar.mask_next(logits)

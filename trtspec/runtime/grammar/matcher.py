@@ -4,7 +4,7 @@ Per step (trtspec.runtime.loop.step): `constrain(draft)` before verification wal
 through the matcher position by position, cuts a chain at its first rejected token (a tree loses
 each rejected node with its subtree), records the allowed tokens at every verify row (row 0 after
 the committed tokens, row 1 + i after draft token i) and rolls the matcher back to the committed
-tokens; `mask(logits)` applies those rows; `advance(committed)` (from Sequence.commit) accepts
+tokens; `mask(logits)` applies those rows (packed bitmasks: masking.py); `advance(committed)` (from Sequence.commit) accepts
 the tokens the step committed. So the matcher only ever holds committed tokens between steps.
 A row after an accepted end-of-sequence token allows everything: output ends at EOS anyway.
 """
@@ -27,7 +27,7 @@ class SequenceGrammar:
         self._xgrammar = xgrammar
         self.matcher = xgrammar.GrammarMatcher(grammar.compiled)
         self.vocab_size = grammar.vocab_size
-        self.allowed: Any = None  # [rows, vocab] bool, this step's verify rows
+        self.bitmask: Any = None  # [rows, ceil(vocab / 32)] int32: this step's verify rows, packed
         self.cut_tokens = 0       # draft tokens the grammar refused, over the request
 
     # -- before verification --------------------------------------------------------------------
@@ -36,14 +36,14 @@ class SequenceGrammar:
         """The draft the grammar allows (None when nothing of it is), and this step's rows;
         refused tokens are counted in `stats.num_grammar_cut_tokens` (a GenerationStats)."""
         if draft is None:
-            self.allowed = self._walk([], [])[1]
+            self.bitmask = self._walk([], [])[1]
             return None
         tokens = draft.token_ids.tolist()
         if draft.tree is None:
             parents = list(range(-1, len(tokens) - 1))
         else:
             parents = list(draft.tree.parent)
-        kept, self.allowed = self._walk(tokens, parents)
+        kept, self.bitmask = self._walk(tokens, parents)
         if len(kept) == len(tokens):
             return draft
         self.cut_tokens += len(tokens) - len(kept)
@@ -55,7 +55,7 @@ class SequenceGrammar:
 
     def _walk(self, tokens: list[int], parents: list[int]) -> tuple[list[int], Any]:
         """Depth-first over the nodes (a chain: each node's parent is the one before): the nodes
-        whose path the grammar accepts, and the allowed rows [1 + len(those)] (root first)."""
+        whose path the grammar accepts, and their packed allowed rows [1 + len(those)] (root first)."""
         import torch
 
         xgrammar, matcher = self._xgrammar, self.matcher
@@ -87,23 +87,33 @@ class SequenceGrammar:
         fill(0)
         visit(-1)
         kept.sort()
-        rows = [0] + [1 + node for node in kept]
-        return kept, unpack_bitmask(bitmask[torch.tensor(rows)], self.vocab_size)
+        if len(kept) == len(tokens):
+            return kept, bitmask
+        return kept, bitmask[torch.tensor([0] + [1 + node for node in kept])]
 
     # -- verification ---------------------------------------------------------------------------
 
     def mask(self, logits: Any) -> Any:
-        """# logits: [rows, vocab] for this step's verify rows -> the same, -inf where not allowed"""
-        return mask_logits(logits, self.allowed[: logits.shape[0]])
+        """# logits: [rows, vocab] for this step's verify rows -> float32, -inf where not allowed"""
+        return mask_logits(logits, self.bitmask[: logits.shape[0]])
 
     def mask_draft_probs(self, draft_probs: Any) -> Any:
         """The draft's distributions masked like the target's rows they are checked against.
         # draft_probs: [k, vocab] (row i: the distribution draft token i was drawn from)"""
-        return mask_probs(draft_probs, self.allowed[: draft_probs.shape[0]])
+        return mask_probs(draft_probs, self.bitmask[: draft_probs.shape[0]])
+
+    def mask_next(self, logits: Any) -> Any:
+        """Logits for the token after the committed ones (a prefill's first token), masked.
+        # logits: [1, vocab] -> [1, vocab] float32"""
+        return mask_logits(logits, self._walk([], [])[1])
+
+    def allowed_rows(self) -> Any:
+        """This step's verify rows as bool (for tests and inspection). # -> [rows, vocab] bool"""
+        return unpack_bitmask(self.bitmask, self.vocab_size)
 
     def next_allowed(self) -> Any:
         """The allowed tokens after the committed ones. # -> [1, vocab] bool"""
-        return self._walk([], [])[1]
+        return unpack_bitmask(self._walk([], [])[1], self.vocab_size)
 
     # -- commit ---------------------------------------------------------------------------------
 

@@ -40,7 +40,6 @@ from trtspec.runtime.cache.paged import KVPool
 from trtspec.runtime.cache.prefix_reuse import PrefixReuse
 from trtspec.runtime.config import EngineConfig
 from trtspec.runtime.forward.batch import Feed, forward
-from trtspec.runtime.grammar.masking import mask_logits
 from trtspec.runtime.loop.request import RequestCancelled
 from trtspec.runtime.loop.stats import GenerationStats, SchedulerStats
 from trtspec.runtime.policy.by_load import CostModel
@@ -145,7 +144,7 @@ def run_step(view: StepView, batch: list[Any]) -> None:
                 view.reuse.prefilled(sequence)
             last = logits[index][-1:]
             if sequence.grammar is not None:
-                last = mask_logits(last, sequence.grammar.next_allowed())
+                last = sequence.grammar.mask_next(last)
             _commit(view, sequence, [choose(last, sequence.params, sequence.generator)])
     # 6. What the step measured, to the cost model.
     record_step(view.cost_model, record)
