@@ -51,7 +51,7 @@ def main() -> int:
     if "--vllm" in sys.argv[1:]:
         from benchmarks import peers_vllm
 
-        return peers_vllm.main()
+        return peers_vllm.run()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--max-draft-len", type=int, default=8)

@@ -193,7 +193,8 @@ def page_rows(data: dict) -> list[dict]:
     return rows
 
 
-def main() -> int:
+def run() -> int:
+    """`python -m benchmarks peers --vllm ...` (benchmarks/peers.py hands its argv here)."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks peers --vllm", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--vllm", action="store_true", help="(selects this comparison in `benchmarks peers`)")
@@ -237,4 +238,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

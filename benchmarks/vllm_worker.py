@@ -84,7 +84,7 @@ def closed_loop(llm, prompts: list[list[int]], max_tokens: int, concurrency: int
     return {"wall_s": wall, "records": sorted(records, key=lambda r: r["prompt"]), "spec": spec}
 
 
-def main() -> int:
+def serve() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True)
     parser.add_argument("--speculative", default=None, help="vLLM speculative_config as JSON")
@@ -109,4 +109,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(serve())
