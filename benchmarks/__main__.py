@@ -11,8 +11,8 @@ HERE = Path(__file__).resolve().parent
 # The comparisons, grouped as a reader looks for them; each name is a module of this package.
 GROUPS = {
     "against peers, in process": ("peers", "batching", "threads", "answers"),
-    "through servers": ("servers", "openai-overhead"),
-    "drafting": ("trees", "self-drafting", "heads-layouts", "dtype-agreement"),
+    "through servers": ("servers", "openai-overhead", "dynamo"),
+    "drafting": ("trees", "self-drafting", "heads-layouts", "dtype-agreement", "eagle3-draft", "grammar"),
     "where the time goes": ("step-costs", "scaling-ceiling", "prefill-share", "prompt-reuse", "decode-forward",
                             "attention-split", "linear-kernels", "linear-sequence"),
 }
