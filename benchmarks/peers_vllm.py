@@ -148,7 +148,8 @@ def measure(args) -> dict:
                                                                       cell["vllm"][0]["records"], strict=True))
         out["cells"][name] = {"trtspec": mine, "vllm": theirs, "tokens_equal": same, "of": len(prompts),
                               "ratio": median_ratio(mine["by_repeat"], theirs["by_repeat"]),
-                              "load": [min(cell["load"]), max(cell["load"])]}
+                              "load": [min(cell["load"]), max(cell["load"])],
+                              "token_ids": {n: [r["token_ids"] for r in cell[n][0]["records"]] for n in ("trtspec", "vllm")}}
     return out
 
 
