@@ -20,7 +20,9 @@ added as it is generated, so a running request's tokens already serve the others
 
 Contract deviation from drafters/base.py: the drafter is not read-only (its global trie is
 mutable state shared by sessions). Sessions are opened and asked in the scheduler's loop thread
-only, one at a time, so no lock is needed; a session never reads another request's prompt.
+only, one at a time, so no lock is needed; a session never reads another request's prompt. Engine
+variants that share the drafter (bench's modes and tune's shapes) run one after another, never at
+once; two engines stepping at the same time on one SuffixDrafter would need a lock here.
 Drafts are point masses chosen from past tokens only, so rejection sampling keeps sampling
 lossless and greedy output is the target's own.
 
