@@ -72,9 +72,15 @@ class StackSupervisor:
         self.say(f"worker {worker['index']} started (pid {worker['pid']}, metrics port {worker['system_port']})")
 
     def registered(self) -> int:
+        """Workers the frontend lists, once it serves the model (it adds the model to /v1/models a
+        moment after the first worker registers: a request before then is answered 404)."""
         from trtspec.serve.dynamo.launcher import _get_json
 
-        health = _get_json(f"http://{self.record['host']}:{self.record['openai_port']}/health")
+        base = f"http://{self.record['host']}:{self.record['openai_port']}"
+        models = _get_json(f"{base}/v1/models") or {}
+        if self.spec.model_name not in {m.get("id") for m in models.get("data", [])}:
+            return 0
+        health = _get_json(f"{base}/health")
         return len([i for i in (health or {}).get("instances", []) if i.get("endpoint") == "generate"])
 
     # -- the loop --------------------------------------------------------------------------------
