@@ -97,7 +97,8 @@ def counted_as_cancelled(leave_a_stream, cancelled, attempts: int = 3, wait_s: f
     The tiny model writes 1,000 tokens in ~0.4 s and a cancel reached its engine in 0.03-0.08 s
     through the OpenAI frontend (2026-11-28), so a loaded machine can finish an answer before the
     cancel arrives: that try proves nothing either way and the next one is made. Broken cancelling
-    fails every try."""
+    fails every try. The servers these tests use sleep a few ms after each step
+    (TRTSPEC_INJECT_STEP_DELAY_S) so an answer lasts 2 s or more whatever the machine's load."""
     for _ in range(attempts):
         before = cancelled()
         leave_a_stream()
@@ -125,11 +126,12 @@ def metrics_when(client, condition, timeout: float = 10.0) -> dict[str, float]:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, tiny_llama):
     """A running tritonserver serving the tiny cpu engine: (spec, client, engine_dir)."""
-    # 1 ms after every engine step (TRTSPEC_INJECT_STEP_DELAY_S): the cancel tests' 400-token answers
-    # then last 0.4 s or more, longer than a loaded machine takes to deliver the cancel (without it,
-    # all three tries finished first at load 3-5 on 2 cores, with 400 tokens and with 960)
+    # 5 ms after every engine step (TRTSPEC_INJECT_STEP_DELAY_S): the cancel tests' 400-token answers
+    # then last 2 s or more, longer than a loaded machine takes to deliver the cancel (without it,
+    # all three tries finished first at load 3-5 on 2 cores, with 400 tokens and with 960; at 1 ms,
+    # 0.4 s, all three tries of the sync cancel test finished first beside two busy processes, issue 71)
     with serving_tiny(tmp_path_factory.mktemp("served"), tiny_llama, instance_count=1,
-                      env={"TRTSPEC_INJECT_STEP_DELAY_S": "0.001"}) as running:
+                      env={"TRTSPEC_INJECT_STEP_DELAY_S": "0.005"}) as running:
         yield running
 
 

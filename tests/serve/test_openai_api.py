@@ -23,9 +23,12 @@ def openai_served(tmp_path_factory, tiny_llama):
     from tests.serve.conftest import free_ports, serving_tiny
 
     (port,) = free_ports(1)
-    # max_seq_len 1024 (the tiny model's positions): the cancel test needs a long answer
+    # max_seq_len 1024 (the tiny model's positions): the cancel test needs a long answer, and 2 ms after
+    # each step (TRTSPEC_INJECT_STEP_DELAY_S) makes its 1,000 tokens last 2 s or more, longer than a
+    # loaded machine takes to deliver the cancel (0.4 s without: a busy machine can finish first)
     with serving_tiny(tmp_path_factory.mktemp("openai"), tiny_llama, openai_port=port,
-                      build_fields={"max_seq_len": 1024}) as (spec, client, engine):
+                      build_fields={"max_seq_len": 1024},
+                      env={"TRTSPEC_INJECT_STEP_DELAY_S": "0.002"}) as (spec, client, engine):
         from openai import OpenAI
 
         api = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=120)
@@ -194,7 +197,7 @@ def test_supervisor_restarts_a_dead_frontend_and_stop_ends_it(openai_served):
     assert server.stop_local(layout)["stopped"] and not subproc.is_running(second)
 
 
-def test_a_full_server_answers_503_server_busy(tmp_path, tiny_llama):
+def test_a_full_server_answers_503_server_busy(tmp_path, tiny_llama, monkeypatch):
     """One batch slot and no queue (build.max_batch_size 1, serve.max_queue_size 0): while one
     stream runs, the next request is refused at once with OpenAI's 503, and served after."""
     import openai
@@ -210,14 +213,18 @@ def test_a_full_server_answers_503_server_busy(tmp_path, tiny_llama):
                      serve={"openai_port": port, "max_queue_size": 0})
     layout = Layout.from_spec(spec)
     repository.render(build(spec).engine_dir, spec, layout.repository)
+    # 2 ms after each step: the 1,000-token stream lasts 2 s or more, so on a loaded machine the
+    # second request still finds it running (the server inherits the environment)
+    monkeypatch.setenv("TRTSPEC_INJECT_STEP_DELAY_S", "0.002")
     server.start_local(spec, layout.repository, layout)
     try:
         api = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=120)
         refused = None
         for _ in range(5):
-            # The tiny model streams its 1,000 tokens in about half a second, so the next request
-            # may come after the stream ended; with one slot and no queue it is then served, which
-            # says the stream had ended: try again (five times at most, never passing without a 503).
+            # The stream's 1,000 tokens take 2 s or more (half a second without the step delay), but
+            # the next request may still come after it ended; with one slot and no queue it is then
+            # served, which says the stream had ended: try again (five times at most, never passing
+            # without a 503).
             running = api.completions.create(model="tiny", prompt="Count to a thousand", max_tokens=1000,
                                              stream=True, temperature=0)
             next(iter(running))
