@@ -287,7 +287,7 @@ def _report(cells, concurrencies, args) -> None:
                   f"| {med(runs, 'cpu_ms_per_token'):.2f} | {med(runs, 'draft_ms'):.2f} | {med(runs, 'head_ms') if spec else 0:.2f} "
                   f"| {med(runs, 'head_calls_per_step'):.2f} | {med(runs, 'verify_ms'):.2f} "
                   f"| {(med(runs, 'draft_ms') + med(runs, 'verify_ms')) / plain if spec else 1:.3f} "
-                  f"| {statistics.median(lengths) if lengths else float('nan'):.3f} "
+                  f"| {f'{statistics.median(lengths):.3f}' if lengths and spec else '-'} "
                   f"| {min(r['load'] for r in runs):.1f}-{max(r['load'] for r in runs):.1f} |")
         direct, modules = cells[("direct", concurrency)], cells[("modules", concurrency)]
         ratios = [d["draft_ms"] / m["draft_ms"] for d, m in zip(direct, modules, strict=True) if m["draft_ms"]]
