@@ -10,7 +10,8 @@ max_num_seqs 8, statistics on) and answers one JSON command a line:
       closed loop through the LLMEngine's own step(): C requests in flight, the next added as one
       ends; greedy, detokenize off. Answers per request token ids, TTFT (add_request to the first
       step that returns a token) and end-to-end seconds, the wall time, and the spec-decode
-      counters this command added (drafts, draft tokens, accepted, accepted per position).
+      counters this command added (drafts, draft tokens, accepted, accepted per position). The EOS
+      that ends an answer is dropped from its ids, as trtspec's outputs leave it out.
   {"op": "quit"}
 
 Each answer is one stdout line starting with RESULT_MARK (vLLM logs on the same streams). Settings
@@ -74,8 +75,14 @@ def closed_loop(llm, prompts: list[list[int]], max_tokens: int, concurrency: int
                 record["ttft_s"] = now - record["start"]
             if output.finished:
                 del inflight[output.request_id]
+                completion = output.outputs[0]
+                # vLLM keeps the EOS that ended an answer in its token ids; trtspec (and the count of
+                # output tokens both report) does not: drop it so both count and compare alike
+                if completion.finish_reason == "stop" and completion.stop_reason is None and tokens:
+                    tokens = tokens[:-1]
                 records.append({"prompt": record["prompt"], "token_ids": tokens, "tokens": len(tokens),
-                                "ttft_s": record["ttft_s"], "e2e_s": now - record["start"]})
+                                "ttft_s": record["ttft_s"], "e2e_s": now - record["start"],
+                                "finish_reason": completion.finish_reason})
     wall = time.perf_counter() - started
     after = spec_counters(llm)
     spec = {key: after[key] - before[key] for key in COUNTERS.values()}
