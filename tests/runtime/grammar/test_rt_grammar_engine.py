@@ -25,9 +25,7 @@ PROMPTS = ["What is the capital of France?", "the quick brown fox", "def add(a, 
 def _check(result, schema):
     """The output parses and has the schema's required keys with allowed values."""
     assert result.finish_reason == "stop", result.text  # EOS came where the grammar was complete
-    # strict=False: xgrammar 0.2.8 compiles a string with maxLength to [^"\\\r\n]{0,n}, which admits
-    # raw control characters (a tab, \x1f) that strict JSON forbids; its plain strings exclude them
-    value = json.loads(result.text, strict=False)
+    value = json.loads(result.text)  # strict: no raw control characters in strings (compile._bounded_strings)
     assert set(value) == set(schema["required"])
     return value
 

@@ -146,3 +146,21 @@ def test_sampling_under_a_grammar_follows_the_masked_target(integer_grammar, poi
 
 def mask_rows(grammar, logits):
     return grammar.mask_next(logits)
+
+
+def test_bounded_strings_refuse_control_characters(tiny_llama):
+    """xgrammar 0.2.8 compiles maxLength to [^"\\\r\n]{0,n}, which lets a tab into a JSON string;
+    compile_grammar writes the bound as a pattern without control characters instead."""
+    from transformers import AutoTokenizer
+
+    from trtspec.runtime.grammar.compile import GrammarSpec, compile_grammar
+    from trtspec.runtime.grammar.matcher import SequenceGrammar
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_llama)
+    tab, letter, quote = (tokenizer.encode(text) for text in ("\t", "a", '"'))
+    assert len(tab) == len(letter) == len(quote) == 1
+    grammar = SequenceGrammar(compile_grammar(GrammarSpec.json_schema({"type": "string", "maxLength": 4}),
+                                              tokenizer, 512, {tokenizer.eos_token_id}))
+    grammar.advance(quote)
+    allowed = grammar.next_allowed()[0]
+    assert allowed[letter[0]] and not allowed[tab[0]]

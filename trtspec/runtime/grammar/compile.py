@@ -81,11 +81,31 @@ def compile_grammar(spec: GrammarSpec, tokenizer: Any, vocab_size: int, stop_ids
         elif spec.kind == "json_object":
             compiled = compiler.compile_json_schema('{"type": "object"}', any_whitespace=False)
         else:
-            if not isinstance(json.loads(spec.schema or "null"), dict):
+            schema = json.loads(spec.schema or "null")
+            if not isinstance(schema, dict):
                 raise ValueError("the schema is not a JSON object")
-            compiled = compiler.compile_json_schema(spec.schema, any_whitespace=False, strict_mode=True)
+            compiled = compiler.compile_json_schema(json.dumps(_bounded_strings(schema)), any_whitespace=False,
+                                                    strict_mode=True)
     except (RuntimeError, ValueError, TypeError) as error:
         reason = _XGRAMMAR_PREFIX.sub("", str(error).strip().splitlines()[-1] if str(error).strip() else "")
         raise GrammarError(f"the JSON schema cannot be compiled into a grammar: {reason or type(error).__name__}",
                            fix="give a valid JSON schema (xgrammar does not support every keyword)") from None
     return CompiledGrammar(spec=spec, compiled=compiled, vocab_size=int(vocab_size))
+
+
+def _bounded_strings(node: Any) -> Any:
+    """The schema with every string bounded by minLength / maxLength (and no pattern, format, enum
+    or const) written as the equivalent pattern without control characters: xgrammar 0.2.8 compiles
+    the bounds to [^"\\\r\n]{min,max}, which admits raw control characters (a tab, 0x1f) that
+    JSON forbids inside strings, and no escapes either; the pattern keeps the escapes out as it did
+    and the control characters out as JSON does."""
+    if isinstance(node, list):
+        return [_bounded_strings(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {key: _bounded_strings(value) for key, value in node.items()}
+    bounds = [key for key in ("minLength", "maxLength") if isinstance(out.get(key), int)]
+    if out.get("type") == "string" and bounds and not {"pattern", "format", "enum", "const"} & set(out):
+        low, high = out.pop("minLength", 0), out.pop("maxLength", "")
+        out["pattern"] = r'^[^\x00-\x1f"\\]{' + f"{low},{high}" + "}$"
+    return out
