@@ -1,8 +1,9 @@
 """What an EAGLE-3 draft step costs beside the target's verify and plain steps, on the head's two forward routes.
 
 Plain greedy decoding, then EAGLE-3 chains of --draft-len (drafting forced on at every batch size)
-with the head on transformers' modules (`modules`: Eagle3Drafter.forward_modules) and on the
-direct route (`direct`: trtspec.runtime.drafters.eagle3_forward), in process on SmolLM2 with the
+with the head on transformers' modules (`modules`: Eagle3Drafter.forward_modules), on the
+direct route (`direct`: trtspec.runtime.drafters.eagle3_forward) and, where the bfloat16 row kernel
+runs, with its linear layers on it (`bf16`: head_dtype bfloat16, direct route), in process on SmolLM2 with the
 held-back dev prompts, at each concurrency; the cells of a repeat run in turn, in alternating
 order, on one engine. Per cell: tokens/s, ms per step of the draft (propose_batch) and of the
 target's forward, ms per head forward, and the break-even acceptance length L* = (draft + verify)
@@ -18,7 +19,8 @@ trained head's directory for real acceptance.
 
 --micro N times head forwards alone instead, N per route and shape in alternating order (a chain
 step: one row per session; a catch-up: fc and 3 rows per session, after 200 cached positions),
-and prints where the direct route's time goes (torch.profiler, self CPU time by operation).
+and prints where the direct route's time goes (torch.profiler, self CPU time by operation); where
+the bfloat16 row kernel runs, the head on it (head_dtype bfloat16, direct route) is a third route.
 """
 
 from __future__ import annotations
@@ -85,13 +87,27 @@ class Timers:
     the cores; the loop runs on one torch thread here) in the drafter's proposals, its head forwards
     and the target's forwards."""
 
-    def __init__(self, engine) -> None:
+    def __init__(self, drafters: list) -> None:
         from trtspec.runtime.loop import step
 
         self.draft = self.head = self.verify = 0.0
         self.head_calls = self.steps = 0
-        drafter, forward, propose = engine.drafter, engine.drafter.forward, engine.drafter.propose_batch
+        for drafter in drafters:
+            self._wrap(drafter)
         target_forward = step.forward
+
+        def timed_target(*args):
+            started = time.thread_time()
+            try:
+                return target_forward(*args)
+            finally:
+                self.verify += time.thread_time() - started
+                self.steps += 1
+
+        step.forward = timed_target
+
+    def _wrap(self, drafter) -> None:
+        forward, propose = drafter.forward, drafter.propose_batch
 
         def timed_propose(*args):
             started = time.thread_time()
@@ -108,15 +124,7 @@ class Timers:
                 self.head += time.thread_time() - started
                 self.head_calls += 1
 
-        def timed_target(*args):
-            started = time.thread_time()
-            try:
-                return target_forward(*args)
-            finally:
-                self.verify += time.thread_time() - started
-                self.steps += 1
-
-        drafter.propose_batch, drafter.forward, step.forward = timed_propose, timed_head, timed_target
+        drafter.propose_batch, drafter.forward = timed_propose, timed_head
 
     def reset(self) -> None:
         self.draft = self.head = self.verify = 0.0
@@ -151,23 +159,26 @@ def main() -> None:
                                          max_batch_size=max(8, *concurrencies),
                                          draft_len_schedule=((1, args.draft_len),), kv_cache_reuse_mib=0,
                                          adapt_threads=False)
+        bf16 = bfloat16_head(head, engine.target)
     if args.micro:
-        micro(engine, concurrencies, args.micro)
+        micro(engine, concurrencies, args.micro, bf16)
         engine.close()
         return
     prompts = [chat_ids(engine.tokenizer, row["prompt"]) for row in dev_rows(held_back=True)]
-    timers = Timers(engine)
+    drafter = engine.drafter
+    variants = VARIANTS + (("bf16",) if bf16 is not None else ())
+    timers = Timers([drafter] + ([bf16] if bf16 is not None else []))
     release_idle_openmp_team()
     contenders = {"plain": trtspec_contender(engine, args.max_tokens, speculative=False),
                   "spec": trtspec_contender(engine, args.max_tokens, speculative=True)}
-    closed_loop(contenders["spec"], prompts[:2], 2)  # warm-up, both head routes
-    engine.drafter._direct = False
-    closed_loop(contenders["spec"], prompts[:2], 2)
+    for variant in variants[1:]:  # warm-up, every head route
+        use(engine, drafter, bf16, variant)
+        closed_loop(contenders["spec"], prompts[:2], 2)
     cells: dict[tuple[str, int], list[dict]] = {}
     for repeat in range(args.repeats):
-        for variant in VARIANTS if repeat % 2 == 0 else VARIANTS[::-1]:
+        for variant in variants if repeat % 2 == 0 else variants[::-1]:
             if variant != "plain":
-                engine.drafter._direct = variant == "direct"
+                use(engine, drafter, bf16, variant)
             for concurrency in concurrencies:
                 work = [prompts[i % len(prompts)] for i in range(concurrency * args.requests_per_slot)]
                 before = engine.cumulative_stats()
@@ -186,15 +197,39 @@ def main() -> None:
                     "acceptance_length": 1 + (after.num_accepted_tokens - before.num_accepted_tokens) / drafts
                     if drafts else None, "load": load_average(),
                     "token_ids": [r["token_ids"] for r in sorted(records, key=lambda r: r["prompt"])]})
+    engine.drafter = drafter
     engine.close()
-    _report(cells, concurrencies, args)
+    _report(cells, concurrencies, args, variants)
     if args.json:
         print(json.dumps({f"{k[0]} c{k[1]}": [{n: v for n, v in run.items() if n != "token_ids"} for run in runs]
                           for k, runs in cells.items()}))
 
 
-def micro(engine, concurrencies: list[int], repeats: int, context: int = 200) -> None:
-    """Head forwards alone (module docstring, --micro): ms per forward by route, shape and sessions."""
+def use(engine, drafter, bf16, variant: str) -> None:
+    """The head route of `variant` for the next requests (none is in flight): the float32 head on
+    the module or the direct route, or the bfloat16 head (direct), swapped in as the engine's drafter."""
+    engine.drafter = bf16 if variant == "bf16" else drafter
+    engine.drafter._direct = variant != "modules"
+
+
+def bfloat16_head(head_dir: Path, target):
+    """The head again, its linear layers on the bfloat16 row kernel (head_dtype bfloat16), or None
+    where that kernel cannot run here."""
+    from trtspec.runtime.drafters.eagle3 import Eagle3Drafter
+    from trtspec.runtime.forward.linear_choice import ROWDOT_BF16
+    from trtspec.runtime.forward.prepack import prepack_linears
+    from trtspec.runtime.kernels import rowdot
+
+    if rowdot.bfloat16_unavailable() is not None:
+        return None
+    drafter = Eagle3Drafter.from_dir(head_dir, target)
+    prepack_linears(drafter.head, (ROWDOT_BF16,))
+    return drafter
+
+
+def micro(engine, concurrencies: list[int], repeats: int, bf16=None, context: int = 200) -> None:
+    """Head forwards alone (module docstring, --micro): ms per forward by route, shape and sessions;
+    `bf16`: the same head on the bfloat16 row kernel (route bf16: direct), or None."""
     import torch
 
     from trtspec.runtime.cache.paged import BlockTable, KVPool, SeqKV
@@ -221,14 +256,17 @@ def micro(engine, concurrencies: list[int], repeats: int, context: int = 200) ->
         aux = torch.randn(3 * sessions, aux_size, generator=generator)
         return kvs, chain, aux
 
+    routes = ["modules", "direct"] + (["bf16"] if bf16 is not None else [])
+
     def run(route: str, shape: str, sessions: int, kvs, chain, aux) -> float:
-        drafter._direct = route == "direct"
+        which = bf16 if route == "bf16" else drafter
+        which._direct = route != "modules"
         started = time.thread_time()
         if shape == "chain":
-            drafter.forward(chain)
+            which.forward(chain)
         else:  # a catch-up: fc over the aux rows, then 3 rows per session
-            projected = drafter.head.fc(aux).split(3)
-            drafter.forward([HeadFeed(kv, [7, 8, 9], h) for kv, h in zip(kvs, projected, strict=True)])
+            projected = which.head.fc(aux).split(3)
+            which.forward([HeadFeed(kv, [7, 8, 9], h) for kv, h in zip(kvs, projected, strict=True)])
         seconds = time.thread_time() - started
         for kv in kvs:
             kv.length = context
@@ -239,21 +277,26 @@ def micro(engine, concurrencies: list[int], repeats: int, context: int = 200) ->
             parts = shapes(sessions)
             for shape in ("chain", "catch-up"):
                 for _ in range(5):
-                    run("direct", shape, sessions, *parts)
-                    run("modules", shape, sessions, *parts)
+                    for route in routes:
+                        run(route, shape, sessions, *parts)
                 for repeat in range(repeats):
-                    for route in ("modules", "direct") if repeat % 2 == 0 else ("direct", "modules"):
+                    for route in routes if repeat % 2 == 0 else routes[::-1]:
                         timings.setdefault((route, shape, sessions), []).append(run(route, shape, sessions, *parts))
         print("CPU ms of this thread (one torch thread) per head forward")
         print("| sessions | shape | modules ms/forward (median) | direct ms/forward (median) | direct / modules "
-              "(median of paired ratios) |")
-        print("|---:|---|---:|---:|---:|")
+              "(median of paired ratios) | bf16 (direct) ms/forward | bf16 / direct |")
+        print("|---:|---|---:|---:|---:|---:|---:|")
+
+        def paired(a, b) -> float:
+            return statistics.median(x / y for x, y in zip(a, b, strict=True))
+
         for sessions in concurrencies:
             for shape in ("chain", "catch-up"):
                 modules, direct = timings[("modules", shape, sessions)], timings[("direct", shape, sessions)]
-                ratio = statistics.median(d / m for d, m in zip(direct, modules, strict=True))
+                low = timings.get(("bf16", shape, sessions))
+                extra = (f"{1e3 * statistics.median(low):.3f} | {paired(low, direct):.3f}" if low else "- | -")
                 print(f"| {sessions} | {shape} | {1e3 * statistics.median(modules):.3f} "
-                      f"| {1e3 * statistics.median(direct):.3f} | {ratio:.3f} |")
+                      f"| {1e3 * statistics.median(direct):.3f} | {paired(direct, modules):.3f} | {extra} |")
         print(f"load after: {load_average():.1f}")
         from torch.profiler import ProfilerActivity, profile
 
@@ -266,7 +309,7 @@ def micro(engine, concurrencies: list[int], repeats: int, context: int = 200) ->
             print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=14))
 
 
-def _report(cells, concurrencies, args) -> None:
+def _report(cells, concurrencies, args, variants) -> None:
     def med(runs, key):
         return statistics.median(r[key] for r in runs)
 
@@ -278,7 +321,7 @@ def _report(cells, concurrencies, args) -> None:
     print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for concurrency in concurrencies:
         plain = med(cells[("plain", concurrency)], "verify_ms")
-        for variant in VARIANTS:
+        for variant in variants:
             runs = cells[(variant, concurrency)]
             speeds = ", ".join(f"{r['tokens_per_s']:.1f}" for r in runs)
             lengths = [r["acceptance_length"] for r in runs if r["acceptance_length"] is not None]
@@ -291,10 +334,16 @@ def _report(cells, concurrencies, args) -> None:
                   f"| {min(r['load'] for r in runs):.1f}-{max(r['load'] for r in runs):.1f} |")
         direct, modules = cells[("direct", concurrency)], cells[("modules", concurrency)]
         ratios = [d["draft_ms"] / m["draft_ms"] for d, m in zip(direct, modules, strict=True) if m["draft_ms"]]
-        same = all(d["token_ids"] == m["token_ids"] for d, m in zip(direct, modules, strict=True))
+        plain_ids = cells[("plain", concurrency)][0]["token_ids"]
+        same = all(run["token_ids"] == plain_ids for variant in variants for run in cells[(variant, concurrency)])
         print(f"conc {concurrency}: direct / modules draft CPU ms per step, per repeat: "
               f"{', '.join(f'{r:.3f}' for r in ratios)} (median {statistics.median(ratios):.3f}); "
-              f"same tokens on both routes: {same}")
+              f"every route's tokens the plain ones: {same}")
+        if ("bf16", concurrency) in cells:
+            low = cells[("bf16", concurrency)]
+            ratios = [b["draft_ms"] / d["draft_ms"] for b, d in zip(low, direct, strict=True) if d["draft_ms"]]
+            print(f"conc {concurrency}: bf16 / direct draft CPU ms per step, per repeat: "
+                  f"{', '.join(f'{r:.3f}' for r in ratios)} (median {statistics.median(ratios):.3f})")
 
 
 if __name__ == "__main__":

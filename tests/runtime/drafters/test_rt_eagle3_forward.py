@@ -89,3 +89,34 @@ def test_switch_keeps_the_module_route(eagle_engine, monkeypatch):
 
     monkeypatch.setenv("TRTSPEC_EAGLE3_FORWARD", "modules")
     assert not eagle3_forward.supports(eagle_engine.drafter.head)
+
+
+def test_bfloat16_head_is_lossless(tiny_llama, modelopt_eagle3):
+    """head_dtype bfloat16: every head linear on the bfloat16 row kernel, the target's stay float32;
+    greedy output is the target's; both head routes still agree bit for bit."""
+    from trtspec.runtime import Engine
+    from trtspec.runtime.forward.linear_choice import ROWDOT_BF16
+    from trtspec.runtime.kernels import rowdot
+
+    why = rowdot.bfloat16_unavailable()
+    if why is not None:
+        pytest.skip(f"the bfloat16 row kernel cannot run here: {why}")
+    with Engine.from_checkpoints(tiny_llama, mode="eagle3", draft_dir=modelopt_eagle3[1], max_draft_len=4,
+                                 head_dtype="bfloat16", draft_len_schedule=((1, 4),)) as engine:
+        kernels = {part: {m.kernel for m in model.modules() if type(m).__name__ == "PackedLinear"}
+                   for part, model in (("target", engine.target), ("head", engine.drafter.head))}
+        assert kernels["head"] == {ROWDOT_BF16} and ROWDOT_BF16 not in kernels["target"]
+        rows = _checked(engine)
+        for prompt in TINY_PROMPTS[:2]:
+            plain = engine.generate(prompt, max_new_tokens=24, speculative=False)
+            spec = engine.generate(prompt, max_new_tokens=24)
+            assert spec.token_ids == plain.token_ids and spec.stats.num_drafts > 0
+        assert rows
+
+
+def test_head_dtype_is_checked(tiny_llama, modelopt_eagle3):
+    from trtspec.errors import IncompatibleArtifactError
+    from trtspec.runtime import Engine
+
+    with pytest.raises(IncompatibleArtifactError, match="head_dtype 'float16'"):
+        Engine.from_checkpoints(tiny_llama, mode="eagle3", draft_dir=modelopt_eagle3[1], head_dtype="float16")

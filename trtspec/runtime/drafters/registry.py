@@ -21,7 +21,8 @@ from trtspec.errors import IncompatibleArtifactError, ModelSourceError
 
 # engine options that configure a drafter, not the Engine (EngineConfig): by mode
 DRAFTER_OPTIONS = {"ngram": ("ngram_min", "ngram_max"), "lookahead": ("lookahead",), "layerskip": ("exit_layer",),
-                   "medusa": ("medusa_choices",), "mtp": ("mtp_layers",), "suffix": ("suffix",)}
+                   "medusa": ("medusa_choices",), "mtp": ("mtp_layers",), "suffix": ("suffix",),
+                   "eagle3": ("head_dtype",)}
 
 
 @dataclass
@@ -69,5 +70,23 @@ def eagle3(parts: DrafterParts):
 
     drafter = Eagle3Drafter.from_dir(parts.need_draft_dir(), parts.target)
     # its forwards take 2-20 rows (catch-up, tree frontiers): SGEMM would repack per call
-    parts.prepack(drafter.head)
+    head_dtype = parts.options.get("head_dtype") or "float32"
+    if head_dtype == "float32":
+        parts.prepack(drafter.head)
+    elif head_dtype == "bfloat16":
+        # The head's linear layers on the bfloat16 row kernel whatever the target runs: half the
+        # bytes a draft position reads (docs/BENCHMARKS-log.md, "Where an EAGLE-3 draft step goes").
+        # Its drafts may differ from the float32 head's; the target's verification keeps greedy exact.
+        from trtspec.runtime.forward.linear_choice import ROWDOT_BF16
+        from trtspec.runtime.forward.prepack import prepack_linears
+        from trtspec.runtime.kernels import rowdot
+
+        why = rowdot.bfloat16_unavailable()
+        if why is not None:
+            raise IncompatibleArtifactError(f"EAGLE-3 head_dtype bfloat16 needs the bfloat16 row kernel, which cannot "
+                                            f"run here: {why}", fix="use head_dtype float32 on this machine")
+        prepack_linears(drafter.head, (ROWDOT_BF16,))
+    else:
+        raise IncompatibleArtifactError(f"EAGLE-3 head_dtype {head_dtype!r} is not float32 or bfloat16",
+                                        fix="use head_dtype float32 (the default) or bfloat16")
     return drafter
