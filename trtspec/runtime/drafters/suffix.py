@@ -41,6 +41,10 @@ from trtspec.runtime.drafters.base import Draft, Drafter, DraftSession
 
 DEPTH, FACTOR, OFFSET, MIN_TOKEN_PROB = 24, 1.0, 0.0, 0.1       # vLLM's suffix_decoding_* defaults
 MAX_CACHED_REQUESTS, MAX_CACHED_NODES = 10_000, 1_000_000
+# Draft.match is capped here: the load policy weighs chains drafted only on matches of at least M
+# tokens for every M it has seen (policy.ngram_matches), and 23 levels x max_draft_len choices per
+# step would price far more options than the few n-gram lookup has, for little more information
+MATCH_LEVELS = 8
 
 
 class _Node:
@@ -255,7 +259,7 @@ class SuffixSession(DraftSession):
         score, match, ids, parents = max(drafts, key=lambda draft: draft[0])
         if not ids:
             return None
-        return as_draft(ids, parents, match)
+        return as_draft(ids, parents, min(match, MATCH_LEVELS))
 
 
 def as_draft(ids: list[int], parents: list[int], match: int) -> Draft:
