@@ -33,7 +33,7 @@ class FormatProblem(ValueError):
 class Guide:
     """What the served model is asked to follow, and where the request said so."""
 
-    guide_type: str           # guided_decoding_guide_type: json_object | json_schema
+    guide_type: str           # guided_decoding_guide_type: json_schema (json_object is sent as a schema)
     guide: str | None         # guided_decoding_guide: the JSON schema text
     param: str                # the request field a compile error names: response_format | tools
     tools: tuple[str, ...] = ()  # the callable tools' names (empty: no tool call)
@@ -44,8 +44,8 @@ def response_format_guide(value: Any) -> Guide | None:
     if value is None or value == {"type": "text"}:
         return None
     kind = value.get("type") if isinstance(value, dict) else None
-    if kind == "json_object":
-        return Guide("json_object", None, "response_format")
+    if kind == "json_object":  # as a schema: the legacy tensorrtllm backend's guide types have no json_object
+        return Guide("json_schema", json.dumps(ANY_OBJECT), "response_format")
     if kind == "json_schema":
         spec = value.get("json_schema")
         schema = spec.get("schema", ANY_OBJECT) if isinstance(spec, dict) else None
