@@ -46,7 +46,9 @@ def container_venv(tag: str) -> Path:
     venv = cache / f"container-{tag}-{key}"
     if (venv / "pins.json").is_file():
         return venv
-    staging = cache / f".container-{tag}-{key}.partial"
+    # this process's own staging directory: two test runs on one machine (CI beside a developer's
+    # run) would share one, and the second's rmtree would take the first's venv from under its pip
+    staging = cache / f".container-{tag}-{key}.partial-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     subprocess.run([sys.executable, "-m", "venv", str(staging)], check=True)
     constraints = staging / "constraints.txt"
@@ -54,7 +56,12 @@ def container_venv(tag: str) -> Path:
     subprocess.run([str(staging / "bin" / "python"), "-m", "pip", "install", "--quiet", "-c", str(constraints),
                     *pins], check=True)
     (staging / "pins.json").write_text(json.dumps(pins))
-    staging.rename(venv)  # venv scripts keep the staging path in their shebangs; only `bin/python` is used
+    try:
+        staging.rename(venv)  # venv scripts keep the staging path in their shebangs; only `bin/python` is used
+    except OSError:  # another run finished first: use its venv
+        shutil.rmtree(staging, ignore_errors=True)
+        if not (venv / "pins.json").is_file():
+            raise
     return venv
 
 
