@@ -250,7 +250,9 @@ def render_text(report: dict[str, Any]) -> str:
             lines.append(f"{title}: per-user tokens/s over plain decoding (AL)")
         for mode, section in sections.items():
             rows = section["rows"] if isinstance(section, dict) else section
-            cells = [f"{r[name]} {_number(r.get('speedup'), 0, 2)}x ({_number(r.get('spec_decode_acceptance_length'), 0, 2)})"
+            several = len({r["max_concurrency"] for r in rows}) > 1
+            cells = [(f"c{r['max_concurrency']} " if several else "") + f"{r[name]} "
+                     f"{_number(r.get('speedup'), 0, 2)}x ({_number(r.get('spec_decode_acceptance_length'), 0, 2)})"
                      for r in rows]
             lines.append(f"  {mode:<13} " + ", ".join(cells))
     return "\n".join(lines)
