@@ -67,17 +67,18 @@ def layers(head: Any, layout: Any, embeds: Any, h: Any, positions: Any):
     row_cos, row_sin = head.rotary_emb(h, positions)  # [1, T, head_dim]
     cos, sin = row_cos.unsqueeze(1), row_sin.unsqueeze(1)
     rows = h.shape[1]
+    compiled = _compiled(head)
+    norm = rms_norm if compiled is None else compiled.norm
     for index, layer in enumerate(head.layers):
         attention, mlp = layer.self_attn, layer.mlp
         residual = h
         if index == 0:  # HEAD_FORWARDS (eagle3.py): where the hidden norm sits, what the residual is
-            hidden = rms_norm(rms_norm(h, layer.input_layernorm) if head.forward_kind == "modelopt" else h,
-                              layer.hidden_norm)
+            hidden = norm(norm(h, layer.input_layernorm) if head.forward_kind == "modelopt" else h, layer.hidden_norm)
             if head.forward_kind == "norm_before_residual":
                 residual = hidden
-            x = torch.cat([rms_norm(embeds, layer.input_layernorm), hidden], dim=-1)
+            x = torch.cat([norm(embeds, layer.input_layernorm), hidden], dim=-1)
         else:
-            x = rms_norm(h, layer.input_layernorm)
+            x = norm(h, layer.input_layernorm)
         query, key, value = _projections(x, attention.q_proj, attention.k_proj, attention.v_proj)
         attended = layout.attend_unrotated(attention.layer_idx, query, key, value, row_cos, row_sin,
                                            attention.head_dim, attention.scaling)
@@ -88,12 +89,74 @@ def layers(head: Any, layout: Any, embeds: Any, h: Any, positions: Any):
             key = (key * cos) + (_rotate_half(key) * sin)
             attended = layout.attend(attention.layer_idx, query, key, value, attention.scaling)
         h = residual + attention.o_proj.forward(attended.reshape(1, rows, -1).contiguous())
-        x = rms_norm(h, layer.post_attention_layernorm)
-        gate, up = _projections(x, mlp.gate_proj, mlp.up_proj)
-        h = h + mlp.down_proj.forward(F.silu(gate) * up)
+        x = norm(h, layer.post_attention_layernorm)
+        activated = compiled.silu_mul(x, mlp) if compiled is not None else None
+        if activated is None:
+            gate, up = _projections(x, mlp.gate_proj, mlp.up_proj)
+            activated = F.silu(gate) * up
+        h = h + mlp.down_proj.forward(activated)
     return h
 
 
 def readout(head: Any, rows: Any):
     """Head logits of kept pre-norm rows: lm_head(norm(rows)). # rows: [N, hidden] -> [N, draft_vocab]"""
-    return head.lm_head.forward(rms_norm(rows, head.norm))
+    compiled = _compiled(head)
+    return head.lm_head.forward((rms_norm if compiled is None else compiled.norm)(rows, head.norm))
+
+
+class _Compiled:
+    """The RMS norm and SiLU x up of llama_layers.cpp (trtspec.runtime.forward.native_layers), one
+    foreign call each instead of 6 and 2 torch operations: where native_layers' probe found them
+    equal to torch's, bit for bit, on the head's sizes at this thread count."""
+
+    def __init__(self, library: Any, exp: tuple[int, int], eps: float, intermediate: int):
+        self.library, self.exp, self.eps, self.intermediate = library, exp, eps, intermediate
+
+    def norm(self, x: Any, module: Any):
+        """rms_norm(x, module). # x: [..., hidden] float32"""
+        import torch
+
+        if module.variance_epsilon != self.eps or x.dtype != torch.float32:
+            return rms_norm(x, module)
+        x = x if x.is_contiguous() else x.contiguous()
+        out = torch.empty_like(x)
+        size = x.shape[-1]
+        self.library.llama_rms_norm(x.data_ptr(), module.weight.data_ptr(), self.eps, x.numel() // size, size,
+                                    out.data_ptr())
+        return out
+
+    def silu_mul(self, x: Any, mlp: Any):
+        """F.silu(gate_proj(x)) * up_proj(x) from gate and up in one row-kernel call, or None where
+        prepack did not stack them (the caller runs torch's). # x: [1, T, hidden] -> [1, T, intermediate]"""
+        import torch
+
+        from trtspec.runtime.kernels import rowdot
+
+        fused = getattr(mlp.gate_proj, "fused", None)
+        if (fused is None or fused.members != (mlp.gate_proj, mlp.up_proj) or not fused.usable()
+                or fused.sizes != (self.intermediate, self.intermediate) or fused.bias is not None):
+            return None
+        gate_up = rowdot.linear(x, fused.packed, None)  # what Fused.__call__ computes, not yet split
+        out = torch.empty(*gate_up.shape[:-1], self.intermediate, dtype=gate_up.dtype)
+        self.library.llama_silu_mul(gate_up.data_ptr(), gate_up.numel() // (2 * self.intermediate),
+                                    self.intermediate, self.exp[0], self.exp[1], out.data_ptr())
+        return out
+
+
+def _compiled(head: Any) -> _Compiled | None:
+    """The compiled norm and SiLU x up for `head`, or None: the library is missing, TRTSPEC_CPU_LAYERS=torch,
+    torch's exp kernel is not found, or the probe (native_layers.exact_here) found a difference here."""
+    from types import SimpleNamespace
+
+    from trtspec.runtime.forward import native_layers
+    from trtspec.runtime.kernels import native
+
+    if not native_layers.wanted():
+        return None
+    exp = native_layers._torch_exp()
+    config = head.config
+    sizes = SimpleNamespace(hidden_size=config.hidden_size, intermediate=config.intermediate_size,
+                            eps=float(config.rms_norm_eps))
+    if exp is None or not native_layers.exact_here(sizes, exp):
+        return None
+    return _Compiled(native.library(), exp, sizes.eps, sizes.intermediate)
