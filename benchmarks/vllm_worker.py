@@ -78,7 +78,8 @@ def closed_loop(llm, prompts: list[list[int]], max_tokens: int, concurrency: int
                 completion = output.outputs[0]
                 # vLLM keeps the EOS that ended an answer in its token ids; trtspec (and the count of
                 # output tokens both report) does not: drop it so both count and compare alike
-                if completion.finish_reason == "stop" and completion.stop_reason is None and tokens:
+                # (stop_reason: None for the tokenizer's EOS, the id for generation_config's eos ids)
+                if completion.finish_reason == "stop" and not isinstance(completion.stop_reason, str) and tokens:
                     tokens = tokens[:-1]
                 records.append({"prompt": record["prompt"], "token_ids": tokens, "tokens": len(tokens),
                                 "ttft_s": record["ttft_s"], "e2e_s": now - record["start"],
