@@ -39,6 +39,9 @@ def infer(prompt: str, config_path: str | None, url: str | None, model: str | No
     from trtspec.client.triton import TritonLLMClient, pick_model
 
     spec = resolve_spec(config_path)
+    if url is None and model is None and _dynamo_here(spec):  # deploy --target dynamo: its OpenAI frontend
+        _infer_dynamo(spec, prompt, raw, max_tokens, temperature, top_p, seed, as_json)
+        return
     render = renderer(spec, raw)
     text_input = render(prompt)
     host = "127.0.0.1" if spec.serve.host in ("0.0.0.0", "") else spec.serve.host
@@ -67,3 +70,38 @@ def infer(prompt: str, config_path: str | None, url: str | None, model: str | No
     if stats.get("num_drafts"):
         parts.append(f"mean acceptance length {1 + stats['total_accepted_draft_tokens'] / stats['num_drafts']:.2f}")
     click.secho("; ".join(parts), dim=True, err=True)
+
+
+def _dynamo_here(spec) -> bool:
+    from trtspec.artifacts import Layout
+    from trtspec.serve import targets
+
+    return targets.running(Layout.from_spec(spec)).name == "dynamo"
+
+
+def _infer_dynamo(spec, prompt: str, raw: bool, max_tokens: int, temperature, top_p, seed, as_json: bool) -> None:
+    """One request through the Dynamo frontend's OpenAI API (trtspec.serve.dynamo.ask)."""
+    from trtspec.artifacts import Layout
+    from trtspec.serve.dynamo import ask
+
+    url = ask.base_url(Layout.from_spec(spec))
+    pieces, stats = [], {}
+    for text, final in ask.stream(url, spec.model_name, prompt, raw=raw, max_tokens=max_tokens,
+                                  temperature=temperature, top_p=top_p, seed=seed):
+        if final is not None:
+            stats = final
+        elif as_json:
+            pieces.append(text)
+        else:
+            click.echo(text, nl=False)
+    if as_json:
+        emit_json({"model": spec.model_name, "url": url, "text": "".join(pieces), **stats})
+        return
+    click.echo()
+    parts = [f"{stats.get('num_output_tokens', '?')} tokens in {stats['time_s']:.2f} s (Dynamo {url})",
+             f"finish {stats.get('finish_reason')}"]
+    if stats.get("accepted_prediction_tokens") is not None:
+        drafted = stats["accepted_prediction_tokens"] + (stats.get("rejected_prediction_tokens") or 0)
+        parts.append(f"accepted {stats['accepted_prediction_tokens']}/{drafted} draft tokens")
+    click.secho("; ".join(parts), dim=True, err=True)
+

@@ -179,6 +179,27 @@ def test_workers_publish_vllm_named_speculative_counters(stack):
 
 
 @inside
+def test_infer_and_deploy_status_reach_the_stack(stack, tmp_path):
+    import yaml
+    from click.testing import CliRunner
+
+    from trtspec.cli import main
+
+    config = tmp_path / "trtspec.yaml"
+    config.write_text(yaml.safe_dump(stack["spec"].model_dump(mode="json")))
+    result = CliRunner().invoke(main, ["infer", "-c", str(config), "--raw", "--json", "--max-tokens", "16",
+                                       PROMPTS[1]])
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.output)
+    alone = _alone(stack["engine"], PROMPTS[1], 16)[1]
+    assert answer["text"] == alone.text and answer["num_output_tokens"] == len(alone.token_ids)
+    status = CliRunner().invoke(main, ["deploy", "status", "-c", str(config), "--json"])
+    assert status.exit_code == 0, status.output
+    workers = json.loads(status.output)["workers"]
+    assert len(workers) == 2 and all(w["served"]["requests"] >= 1 for w in workers)  # both served
+
+
+@inside
 def test_a_worker_killed_mid_stream_leaves_nothing_hanging(stack):
     import openai
 
@@ -218,3 +239,4 @@ def test_a_worker_killed_mid_stream_leaves_nothing_hanging(stack):
     else:
         pytest.fail(f"worker {victim['index']} did not return: {json.dumps(status)[:2000]}")
     assert status["registered_workers"] >= 2
+
