@@ -110,21 +110,3 @@ def deploy(spec: Any, engine: Path, target: str, image: str | None,
         report.update(repository=str(layout.repository), files=[str(f) for f in files])
     report.update(row.start(spec, engine, image, layout, say, apply))
     return report
-
-
-def apply_k8s(spec: Any, layout: Layout, engine: Path, image: str | None) -> dict[str, str]:
-    """Write the manifests under <workdir>/server/k8s/ and `kubectl apply` them where kubectl is."""
-    import shutil
-
-    from trtspec import subproc
-    from trtspec.serve import k8s
-
-    text = k8s.manifests_yaml(k8s.k8s_manifests(spec, engine.name, image))
-    path = layout.server_dir / "k8s" / "trtspec.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    applied = "not applied (kubectl not found): kubectl apply -f " + str(path)
-    if shutil.which("kubectl"):
-        subproc.run(["kubectl", "apply", "-f", str(path)], timeout=120)
-        applied = "applied with kubectl"
-    return {"manifests": str(path), "applied": applied}

@@ -114,9 +114,19 @@ def _k8s_plan(spec: Any, engine: Path, image: str | None, layout: Layout) -> str
 
 
 def _k8s_start(spec: Any, engine: Path, image: str | None, layout: Layout, say: Say, apply: bool) -> dict[str, Any]:
-    from trtspec.serve.deploy import apply_k8s
+    """Write the manifests under <workdir>/server/k8s/ and `kubectl apply` them where kubectl is."""
+    import shutil
 
-    return apply_k8s(spec, layout, engine, image)
+    from trtspec import subproc
+
+    path = layout.server_dir / "k8s" / "trtspec.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(_k8s_plan(spec, engine, image, layout))
+    applied = "not applied (kubectl not found): kubectl apply -f " + str(path)
+    if shutil.which("kubectl"):
+        subproc.run(["kubectl", "apply", "-f", str(path)], timeout=120)
+        applied = "applied with kubectl"
+    return {"manifests": str(path), "applied": applied}
 
 
 # -- dynamo (here) and dynamo-k8s (a cluster) ------------------------------------------------------------
