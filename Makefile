@@ -56,7 +56,8 @@ peers-venv: $(VLLM) $(SPECULATORS)
 # torch, pydantic, transformers or fastapi changes (pip freeze before/after). Without it those tests skip.
 $(DYNAMO): | $(STAMP)
 	$(BIN)/python -m pip install --quiet --no-deps ai-dynamo-runtime==1.6.1 ai-dynamo==1.6.1
-	$(BIN)/python -m pip install --quiet uvloop msgspec pyzmq 'aiohttp<4' 'prometheus-client<1' pyyaml packaging zstandard
+	$(BIN)/python -m pip install --quiet uvloop msgspec pyzmq 'aiohttp<4' 'prometheus-client<1' pyyaml packaging zstandard \
+	    scikit-learn  # dynamo.profiler.utils.config imports dynamo.planner, which imports sklearn (tests/serve/dynamo/test_graph.py)
 	touch $(DYNAMO)
 
 dynamo: $(DYNAMO)
