@@ -120,3 +120,17 @@ def test_head_dtype_is_checked(tiny_llama, modelopt_eagle3):
 
     with pytest.raises(IncompatibleArtifactError, match="head_dtype 'float16'"):
         Engine.from_checkpoints(tiny_llama, mode="eagle3", draft_dir=modelopt_eagle3[1], head_dtype="float16")
+
+
+def test_rotary_table_rows_are_the_modules_own(eagle_engine):
+    """The direct route's rotary table gives the module's cos and sin bit for bit, at scattered
+    positions and past the first table (it grows)."""
+    from trtspec.runtime.drafters import eagle3_forward
+
+    rotary = eagle_engine.drafter.head.rotary_emb
+    h = torch.zeros(1, 1, eagle_engine.drafter.kv_config.hidden_size)
+    positions = torch.tensor([[0, 5, 17, 1000, 4095, 4096, 6000]])
+    cos, sin = eagle3_forward._rotary(rotary, h, positions)
+    assert rotary.trtspec_table is not False and rotary.trtspec_table[0].shape[1] > 6000
+    reference = rotary(h, positions)
+    assert torch.equal(cos, reference[0]) and torch.equal(sin, reference[1])

@@ -10,7 +10,9 @@ alone (the rest of the small operations remain). This module calls the same oper
 as trtspec.runtime.forward.llama_forward does for the target: q, k and v in one row-kernel call
 and gate and up in one where prepack stacked them (trtspec.runtime.forward.fused_linears: the same
 numbers, bit for bit), the rotary embedding and cache write in one compiled call where the batch
-takes the kernel attention route (Layout.attend_unrotated, proven equal by llama_forward's tests).
+takes the kernel attention route (Layout.attend_unrotated, proven equal by llama_forward's tests),
+the norms and SiLU x up compiled where native_layers' probe finds them exact here, and the rotary
+cos and sin read from a table of the module's own rows (`_rotary`).
 
 Contract: `layers` returns exactly what Eagle3Drafter.forward_modules computes through the
 head's transformers modules (tests/runtime/drafters/test_rt_eagle3_forward.py checks it bit for
@@ -64,7 +66,7 @@ def layers(head: Any, layout: Any, embeds: Any, h: Any, positions: Any):
     import torch
     import torch.nn.functional as F
 
-    row_cos, row_sin = head.rotary_emb(h, positions)  # [1, T, head_dim]
+    row_cos, row_sin = _rotary(head.rotary_emb, h, positions)  # [1, T, head_dim]
     cos, sin = row_cos.unsqueeze(1), row_sin.unsqueeze(1)
     rows = h.shape[1]
     compiled = _compiled(head)
@@ -102,6 +104,40 @@ def readout(head: Any, rows: Any):
     """Head logits of kept pre-norm rows: lm_head(norm(rows)). # rows: [N, hidden] -> [N, draft_vocab]"""
     compiled = _compiled(head)
     return head.lm_head.forward((rms_norm if compiled is None else compiled.norm)(rows, head.norm))
+
+
+TABLE_ROWS = 4096  # positions in the first rotary table (it doubles when a position passes it)
+
+
+def _rotary(rotary: Any, h: Any, positions: Any):
+    """rotary(h, positions), read from a table of every position that `rotary` computed once: its
+    ~10 small operations a forward become one index. Each row of the table is the module's own
+    output for that position (the product of one inverse frequency and one position, then cos and
+    sin, elementwise), checked at build on single positions and a batch; where a check differs or
+    the rope type depends on the sequence (anything but default), the module runs every forward.
+    # h: [1, T, hidden] float32; positions: [1, T] long -> cos, sin [1, T, head_dim]"""
+    table = getattr(rotary, "trtspec_table", None)
+    last = int(positions.max())
+    if table is None or (table is not False and table[0].shape[1] <= last):
+        size = max(last + 1, TABLE_ROWS if table is None else 2 * table[0].shape[1])
+        table = rotary.trtspec_table = _rotary_table(rotary, h, size)
+    if table is False:
+        return rotary(h, positions)
+    return table[0][:, positions[0]], table[1][:, positions[0]]
+
+
+def _rotary_table(rotary: Any, h: Any, size: int):
+    """(cos, sin) [1, size, head_dim] of positions 0..size - 1, or False (`_rotary`)."""
+    import torch
+
+    if getattr(rotary, "rope_type", "default") != "default" or h.dtype != torch.float32:
+        return False
+    cos, sin = rotary(h, torch.arange(size)[None])
+    probe = torch.tensor([[0, 1, 2, 3, 63, 255, size // 2, size - 1]])
+    checks = [(rotary(h, probe[:, i:i + 1]), probe[0, i:i + 1]) for i in range(probe.shape[1])]
+    checks.append((rotary(h, probe), probe[0]))
+    same = all(torch.equal(c, cos[:, at]) and torch.equal(s, sin[:, at]) for (c, s), at in checks)
+    return (cos, sin) if same else False
 
 
 class _Compiled:
