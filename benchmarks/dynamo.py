@@ -163,7 +163,8 @@ def main() -> int:
     args = parser.parse_args()
     if os.environ.get("TRTSPEC_BENCH_NETNS") != "1":  # again, inside a private network namespace
         inner = " ".join(f"'{a}'" for a in [sys.executable, "-m", "benchmarks", "dynamo", *sys.argv[1:]])
-        return subprocess.run(["unshare", "-rn", "sh", "-c", f"ip link set lo up && exec {inner}"], cwd=ROOT,
+        return subprocess.run(["unshare", "-rn", "--pid", "--fork", "--mount-proc", "--kill-child", "sh", "-c",
+                               f"ip link set lo up && exec {inner}"], cwd=ROOT,
                               env={**os.environ, "TRTSPEC_BENCH_NETNS": "1"}).returncode
     report = run(args)
     text = json.dumps(report, indent=2)

@@ -2,7 +2,8 @@
 workers (the tiny n-gram engine), plus one EAGLE-3 worker (a tiny seeded head) as a second model.
 
 Dynamo's ZeroMQ publishers bind every interface, so the stack runs in a private network namespace:
-`test_in_a_private_network_namespace` runs this file again under `unshare -rn` (loopback up) with
+`test_in_a_private_network_namespace` runs this file again under `unshare -rn` (loopback up; a pid
+namespace too, so nothing outlives the run, even one killed by a timeout) with
 TRTSPEC_DYNAMO_NETNS=1, and the tests below run only there, against one stack for the module. Each
 engine step waits 10 ms (TRTSPEC_INJECT_STEP_DELAY_S) so that a 400-token answer is still streaming
 when its worker is killed.
@@ -28,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[3]
 PROMPTS = ["the quick brown fox jumps over the lazy dog. the quick brown",
            "What is the capital of France? The capital",
            "def add(a, b):\n    return"]
+UNSHARE = ["unshare", "-rn", "--pid", "--fork", "--mount-proc", "--kill-child"]
 inside = pytest.mark.skipif(not INSIDE, reason="runs inside test_in_a_private_network_namespace's namespace")
 pytestmark = pytest.mark.e2e
 
@@ -38,10 +40,12 @@ def test_in_a_private_network_namespace():
     if importlib.util.find_spec("dynamo") is None or importlib.util.find_spec("dynamo.frontend") is None:
         pytest.skip("NVIDIA Dynamo is not installed (make dynamo)")
     if not (shutil.which("unshare") and shutil.which("ip")) or subprocess.run(
-            ["unshare", "-rn", "true"], capture_output=True).returncode != 0:
-        pytest.skip("no private network namespace here (unshare -rn failed)")
+            [*UNSHARE, "true"], capture_output=True).returncode != 0:
+        pytest.skip("no private network and pid namespace here (unshare -rn --pid failed)")
     inner = f'ip link set lo up && exec "{sys.executable}" -m pytest -q -x -p no:cacheprovider "{__file__}" -k "not private_network"'
-    result = subprocess.run(["unshare", "-rn", "sh", "-c", inner], cwd=ROOT, capture_output=True, text=True,
+    # its own pid namespace too: whatever the run leaves (a stack a killed run never stopped) dies with it
+    result = subprocess.run([*UNSHARE, "sh", "-c", inner],
+                            cwd=ROOT, capture_output=True, text=True,
                             timeout=1500, env={**os.environ, "TRTSPEC_DYNAMO_NETNS": "1"})
     assert result.returncode == 0, (result.stdout[-8000:] + result.stderr[-2000:])
     assert " passed" in result.stdout and " skipped" not in result.stdout, result.stdout[-3000:]
