@@ -70,6 +70,10 @@ def _run(python: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([str(python), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=1200)
 
 
+# the first run on a machine installs the container's venv (~1.5 GB from PyPI) before three subprocesses
+# of up to 1200 s each; beside two busy processes that passed pytest's 900 s (issue 71, run 2: in the
+# convert after the install), and alone with the venv made it took 775 s here
+@pytest.mark.timeout(3600)
 def test_eagle3_convert_and_export_run_on_the_containers_modelopt(in_tmp):
     tmp_path = in_tmp
     tag = contracts.default_container()
