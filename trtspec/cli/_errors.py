@@ -53,8 +53,10 @@ def usage_line(error: click.UsageError) -> str:
     """One `problem; fix` line for any click usage error."""
     see_help = f"see '{_command_path(error.ctx)} --help'"
     if isinstance(error, click.NoSuchOption | click.exceptions.NoSuchCommand):
+        # click lists every close match, best first (difflib); the best one is the useful hint
+        # ('--temprature' also came close to generate's '--compare')
         possibilities = error.possibilities or []
-        fix = f"did you mean {' or '.join(repr(p) for p in possibilities)}?" if possibilities else see_help
+        fix = f"did you mean {possibilities[0]!r}?" if possibilities else see_help
         return f"{_sentence(error.message)}; {fix}"
     if isinstance(error, click.BadParameter) and not isinstance(error, click.MissingParameter) and error.param:
         hint = error.param_hint or error.param.get_error_hint(error.ctx)
