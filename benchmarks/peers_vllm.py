@@ -17,7 +17,7 @@ Reports per cell output tokens/s (pooled over the repeat), TTFT p50, acceptance 
 (the median of per-repeat ratios). `--agreement` runs only EAGLE-3 at concurrency 1 and prints both
 engines' acceptance length and per-position acceptance (accepted at position i / drafts).
 
-Not here: the OpenAI-API half (`vllm serve` beside trtspec's endpoint through one client).
+`--api` runs the same comparison through each server's OpenAI API instead (benchmarks/peers_api.py).
 """
 
 from __future__ import annotations
@@ -155,7 +155,9 @@ def measure(args) -> dict:
 
 def to_markdown(data: dict) -> str:
     lines = [f"{data['cpu']}, {data['cores']} cores; {data['prompts']} dev prompts, "
-             f"{data['settings'].get('max_tokens')} tokens, float32 greedy, repeats {data['settings'].get('repeats')}",
+             f"{data['settings'].get('max_tokens')} tokens, float32 greedy, repeats {data['settings'].get('repeats')}"
+             + ("; through each server's OpenAI API (streaming /v1/completions, the openai client)" if data.get("api")
+                else "; in process"),
              "", "| method | conc | trtspec tok/s | vLLM tok/s | trtspec / vLLM | trtspec TTFT p50 ms | "
              "vLLM TTFT p50 ms | trtspec acc. len | vLLM acc. len | tokens equal | load |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
@@ -209,6 +211,11 @@ def run() -> int:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1, help="trtspec's torch threads")
     parser.add_argument("--agreement", action="store_true", help="only EAGLE-3 at concurrency 1: acceptance both ways")
+    parser.add_argument("--api", action="store_true",
+                        help="through each server's OpenAI API instead: vLLM's api_server beside trtspec's endpoint "
+                             "(benchmarks/peers_api.py)")
+    parser.add_argument("--workdir", type=Path, default=None, help="--api: where the servers' files go (default: a "
+                                                                   "new temporary directory)")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--render", type=Path, default=None, help="only print the table of a results JSON")
     parser.add_argument("--page-rows", action="store_true", help="with --render: the rows for docs/benchmarks as JSON")
@@ -217,6 +224,8 @@ def run() -> int:
         data = json.loads(args.render.read_text())
         print(json.dumps(page_rows(data), indent=1) if args.page_rows else to_markdown(data))
         return 0
+    if args.agreement and args.api:
+        parser.error("--agreement runs in process only (the API gives no per-position counts for trtspec)")
     if args.agreement:
         args.methods, args.concurrency, args.repeats = "eagle3", "1", 1
     args.methods = args.methods.split(",")
@@ -224,7 +233,12 @@ def run() -> int:
     if "eagle3" in args.methods and not (args.eagle3 and args.eagle3_speculators):
         parser.error("eagle3 needs --eagle3 (trtspec's head) and --eagle3-speculators (its speculators export)")
     started = time.time()
-    data = measure(args)
+    if args.api:
+        from benchmarks import peers_api
+
+        data = peers_api.measure(args)
+    else:
+        data = measure(args)
     data["seconds"] = time.time() - started
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
