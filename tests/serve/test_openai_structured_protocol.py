@@ -33,8 +33,53 @@ def test_json_schema_and_json_object_become_the_guided_decoding_inputs():
     assert "guided_decoding_guide_type" not in _chat(response_format={"type": "text"}).values
 
 
-def test_tools_constrain_the_call_and_a_named_function_forces_it():
-    forward = _chat(tools=[WEATHER, TIME])  # tool_choice auto, served as required
+def test_tool_choice_auto_is_free_text_in_which_a_call_is_whole():
+    forward = _chat(tools=[WEATHER, TIME])  # tool_choice auto (the default)
+    assert forward.values["guided_decoding_guide_type"] == "structural_tag" and forward.guide.auto
+    tag = json.loads(forward.values["guided_decoding_guide"])["format"]
+    assert tag["type"] == "triggered_tags" and tag["triggers"] == ['{"name": ']
+    assert [t["begin"] for t in tag["tags"]] == ['{"name": "get_weather", "arguments": ',
+                                                 '{"name": "get_time", "arguments": ']
+    assert tag["tags"][0]["content"]["json_schema"] == WEATHER["function"]["parameters"]
+    assert not tag["at_least_one"] and not tag["stop_after_first"]  # parallel_tool_calls: OpenAI's default true
+    one = json.loads(_chat(tools=[WEATHER], parallel_tool_calls=False).values["guided_decoding_guide"])
+    assert one["format"]["stop_after_first"]
+    assert "otherwise answer in text" in json.loads(forward.values["messages"])[0]["content"]
+
+
+def test_an_auto_answer_is_text_calls_or_both():
+    forward = _chat(tools=[WEATHER, TIME])
+    text = full_response(forward, 'It is {"name":"x"} sunny.', {"finish_reason": "stop"})["choices"][0]
+    assert text["finish_reason"] == "stop" and text["message"] == {"role": "assistant",
+                                                                   "content": 'It is {"name":"x"} sunny.'}
+    both = ('Let me look. {"name": "get_weather", "arguments": {"city": "Oslo"}} and '
+            '{"name": "get_time", "arguments": {}}')
+    choice = full_response(forward, both, {"finish_reason": "stop"})["choices"][0]
+    assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] == "Let me look.  and "
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in choice["message"]["tool_calls"]] \
+        == [("get_weather", {"city": "Oslo"}), ("get_time", {})]
+    # a call cut by max_tokens stays text, the whole ones before it are calls
+    cut = full_response(forward, both[:-6], {"finish_reason": "length"})["choices"][0]
+    assert cut["finish_reason"] == "length" and len(cut["message"]["tool_calls"]) == 1
+    assert cut["message"]["content"].endswith('{"name": "get_time", "arguments')
+
+
+def test_an_auto_stream_sends_text_until_a_call_may_begin():
+    from trtspec.serve.openai_tools import AutoStream
+
+    stream = AutoStream(("get_time",))
+    pieces = ["Hi {", '"na', 'me": "get_time", "arguments": {}}', " bye"]
+    sent = [stream.feed(piece) for piece in pieces]
+    # "{" and '{"na' may begin a call: held back; once the trigger is whole, the rest is held to the end
+    assert sent == ["Hi ", "", "", ""]
+    content, calls = stream.finish()
+    assert content == " bye" and [c["function"]["name"] for c in calls] == ["get_time"]
+    plain = AutoStream(("get_time",))
+    assert [plain.feed(p) for p in ["a {", "b", " c"]] == ["a ", "{b", " c"]
+
+
+def test_tools_constrain_a_required_call_and_a_named_function_forces_it():
+    forward = _chat(tools=[WEATHER, TIME], tool_choice="required")
     schema = json.loads(forward.values["guided_decoding_guide"])
     assert [c["properties"]["name"] for c in schema["anyOf"]] == [{"const": "get_weather"}, {"const": "get_time"}]
     assert schema["anyOf"][0]["properties"]["arguments"] == WEATHER["function"]["parameters"]
@@ -57,6 +102,7 @@ def test_tools_constrain_the_call_and_a_named_function_forces_it():
     ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice",
      "one of get_weather"),
     ({"tools": [WEATHER], "response_format": {"type": "json_object"}}, "response_format", "not with tools"),
+    ({"tools": [WEATHER], "parallel_tool_calls": "yes"}, "parallel_tool_calls", "true or false"),
 ])
 def test_bad_formats_are_refused_naming_the_field(fields, param, words):
     with pytest.raises(OpenAIError) as raised:
@@ -67,7 +113,7 @@ def test_bad_formats_are_refused_naming_the_field(fields, param, words):
 
 
 def test_a_tool_call_answer_has_openai_shape():
-    forward = _chat(tools=[WEATHER])
+    forward = _chat(tools=[WEATHER], tool_choice="required")
     text = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
     choice = full_response(forward, text, {"finish_reason": "stop"})["choices"][0]
     assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] is None
@@ -87,4 +133,12 @@ def test_tool_turns_in_the_history_are_read_as_text():
                               {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}], tools=[WEATHER])
     messages = json.loads(forward.values["messages"])
     assert json.loads(messages[2]["content"]) == {"name": "get_weather", "arguments": {"city": "Oslo"}}
+    # several calls (parallel), after some text: one line each, as the model writes them
+    two = _chat(messages=[{"role": "user", "content": "weather?"},
+                          {"role": "assistant", "content": "Both:", "tool_calls": [
+                              {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}},
+                              {"id": "c2", "type": "function", "function": {"name": "get_time", "arguments": "{}"}}]}],
+                tools=[WEATHER, TIME])
+    assert json.loads(two.values["messages"])[2]["content"] == \
+        'Both:\n{"name": "get_weather", "arguments": {}}\n{"name": "get_time", "arguments": {}}'
     assert messages[3] == {"role": "user", "content": "Tool result: sunny"}

@@ -29,6 +29,7 @@ def test_guide_type_and_schema_are_read():
 @pytest.mark.parametrize("values, message", [
     ({"guided_decoding_guide_type": "regex", "guided_decoding_guide": "[0-9]+"}, "'regex' is not served"),
     ({"guided_decoding_guide_type": "json_schema"}, "guided_decoding_guide: required"),
+    ({"guided_decoding_guide_type": "structural_tag"}, "guided_decoding_guide: required"),
     ({"guided_decoding_guide": "{}"}, "without guided_decoding_guide_type"),
 ])
 def test_guides_the_engine_cannot_follow_are_refused_in_one_line(values, message):
@@ -42,7 +43,7 @@ def test_the_additions_are_declared_and_recorded_in_the_contract():
 
     recorded = json.loads(CONTRACT.read_text())["guided_decoding"]
     assert recorded["stock"] == [] and set(recorded["cpu_additions"]) <= set(added_names())
-    assert set(GUIDE_TYPES) == {"json", "json_object", "json_schema"}
+    assert set(GUIDE_TYPES) == {"json", "json_object", "json_schema", "structural_tag"}
 
 
 def test_every_guide_type_compiles_on_the_engine(tiny_llama):
@@ -53,8 +54,12 @@ def test_every_guide_type_compiles_on_the_engine(tiny_llama):
     from trtspec.triton_model.model import _grammar
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_llama)
+    from trtspec.serve.openai_tools import auto_tag
+
+    tool = {"name": "f", "parameters": {"type": "object"}}
+    guides = {"json_schema": json.dumps({"type": "integer"}), "structural_tag": json.dumps(auto_tag([tool], True))}
     for guide_type in GUIDE_TYPES:
-        guide = json.dumps({"type": "integer"}) if guide_type == "json_schema" else None
+        guide = guides.get(guide_type)
         values = _req(guided_decoding_guide_type=guide_type, **({"guided_decoding_guide": guide} if guide else {}))
         spec = _grammar(parse_request(values, max_seq_len=512))
         assert spec == GrammarSpec(guide_type, guide)

@@ -32,10 +32,12 @@ ADDED_INPUTS = (
     # (trtllm-1.1.0.json, inflight_batcher_llm tensorrt_llm and ensemble config.pbtxt), so one client
     # sends the same tensors to both. They are trtspec's additions on the cpu model.
     ("guided_decoding_guide_type", "BYTES", [1], "trtspec's: the output follows a grammar: json (any JSON value), "
-                                                 "json_object (any JSON object) or json_schema (the schema in "
-                                                 "guided_decoding_guide); the tensorrtllm backend's name"),
-    ("guided_decoding_guide", "BYTES", [1], "trtspec's: the JSON schema for guided_decoding_guide_type "
-                                            "json_schema; the tensorrtllm backend's name"),
+                                                 "json_object (any JSON object), json_schema (the schema in "
+                                                 "guided_decoding_guide) or structural_tag (an xgrammar "
+                                                 "structural tag there); the tensorrtllm backend's name"),
+    ("guided_decoding_guide", "BYTES", [1], "trtspec's: the JSON schema or structural tag for "
+                                            "guided_decoding_guide_type json_schema or structural_tag; the "
+                                            "tensorrtllm backend's name"),
 )
 # trtspec's outputs beyond the stock model's, sent with sampling_param_return_perf_metrics.
 ADDED_OUTPUTS = (

@@ -29,7 +29,7 @@ from trtspec.serve.openai_protocol import (
     tool_call_chunk,
     usage_chunk,
 )
-from trtspec.serve.openai_tools import tool_calls
+from trtspec.serve.openai_tools import AutoStream, tool_calls
 
 
 def create_app(triton_url: str, model: str, served_names: tuple[str, ...]) -> Any:
@@ -112,26 +112,36 @@ def create_app(triton_url: str, model: str, served_names: tuple[str, ...]) -> An
 
     async def events(forward: Forward, first: Any, pieces: Any):
         """SSE: (chat: the role first) a chunk per text piece, the finish chunk with the
-        speculative statistics, the usage chunk when asked, then [DONE]."""
+        speculative statistics, the usage chunk when asked, then [DONE]. A forced tool call is held
+        and sent as one tool_calls delta once complete; under tool_choice auto, text streams until a
+        call may begin (openai_tools.AutoStream) and the calls follow as one delta at the end."""
         piece = first
-        calling = forward.guide is not None and bool(forward.guide.tools)
-        held: list[str] = []  # a tool call's text, sent as one tool_calls delta once complete
+        guide = forward.guide
+        forced = guide is not None and bool(guide.tools) and not guide.auto
+        auto = AutoStream(guide.tools) if guide is not None and guide.auto else None
+        held: list[str] = []  # a forced call's text
         try:
             if forward.kind == "chat":
                 yield _sse(chunk(forward, "", first=True))
             while True:
-                if piece.text and calling:
+                text = auto.feed(piece.text) if auto is not None and piece.text else piece.text
+                if piece.text and forced:
                     held.append(piece.text)
-                elif piece.text:
-                    yield _sse(chunk(forward, piece.text))
+                elif text:
+                    yield _sse(chunk(forward, text))
                 if piece.final:
                     reason = piece.stats.get("finish_reason")
-                    calls = tool_calls("".join(held), forward.guide.tools) if calling and forward.guide else None
+                    calls = tool_calls("".join(held), guide.tools) if forced and guide else None
+                    rest = "".join(held)
+                    if auto is not None:  # the held tail: content and calls, or all of it text
+                        content, found = auto.finish()
+                        calls = found or None
+                        rest = (content or "") if calls else auto.text[auto.sent:]
+                    if rest and not (forced and calls):
+                        yield _sse(chunk(forward, rest))
                     if calls is not None:
                         yield _sse(tool_call_chunk(forward, calls))
-                        reason = "tool_calls"
-                    elif held:
-                        yield _sse(chunk(forward, "".join(held)))
+                        reason = "tool_calls" if reason == "stop" else reason
                     yield _sse(chunk(forward, None, finish_reason=reason, stats=piece.stats))
                     break
                 piece = await anext(pieces)

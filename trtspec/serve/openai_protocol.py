@@ -12,8 +12,8 @@ Parameters served: model, prompt / messages, max_tokens (max_completion_tokens f
 temperature (default 1, OpenAI's), top_p, top_k (vLLM's extension), seed, stop (a string or up to
 4), n (1 only), stream, stream_options.include_usage, presence/frequency_penalty (0 only: the
 cpu engine has no penalties), response_format (text, json_object, json_schema) and, for chats,
-tools with tool_choice (trtspec.serve.openai_tools: both become the model's guided-decoding
-inputs), and trtspec's `speculative` (false: this request without speculation). Known OpenAI
+tools with tool_choice and parallel_tool_calls (trtspec.serve.openai_tools: both become the
+model's guided-decoding inputs), and trtspec's `speculative` (false: this request without speculation). Known OpenAI
 features the engine does not have (logprobs, functions, echo, best_of above 1, logit_bias, n
 above 1) are refused with 400; keys OpenAI does not define are ignored, as vLLM and trtllm-serve do.
 """
@@ -26,7 +26,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trtspec.sampling_rules import sampling_problem
-from trtspec.serve.openai_tools import FormatProblem, Guide, response_format_guide, tool_calls, tools_guide
+from trtspec.serve.openai_tools import (
+    FormatProblem,
+    Guide,
+    response_format_guide,
+    split_calls,
+    tool_calls,
+    tools_guide,
+)
 
 COMPLETION_DEFAULT_MAX_TOKENS = 16   # OpenAI's documented default for /v1/completions
 MAX_STOP = 4
@@ -184,7 +191,8 @@ def chat_request(body: Any, served: tuple[str, ...]) -> Forward:
         raise _bad("messages: a non-empty list of {\"role\", \"content\"}", "messages")
     from trtspec.serve.openai_tools import history_message, tools_message
 
-    tools_guide_, functions = _guide(lambda: tools_guide(body.get("tools"), body.get("tool_choice")))
+    tools_guide_, functions = _guide(lambda: tools_guide(body.get("tools"), body.get("tool_choice"),
+                                                         body.get("parallel_tool_calls")))
     if tools_guide_ is not None and common["guide"] is not None:
         raise _bad("response_format: not with tools (the tool call's arguments follow the tool's schema)",
                    "response_format")
@@ -198,7 +206,7 @@ def chat_request(body: Any, served: tuple[str, ...]) -> Forward:
         plain.append({"role": "system" if message["role"] == "developer" else message["role"],
                       "content": _content(message.get("content"), i)})
     if functions:
-        described = tools_message(functions)
+        described = tools_message(functions, auto=tools_guide_ is not None and tools_guide_.auto)
         if plain[0]["role"] == "system":
             plain[0]["content"] = plain[0]["content"] + "\n\n" + described
         else:
@@ -243,10 +251,17 @@ def _head(forward: Forward, chunk: bool) -> dict[str, Any]:
 
 def full_response(forward: Forward, text: str, stats: dict[str, Any]) -> dict[str, Any]:
     reason = stats.get("finish_reason") or "stop"
-    calls = tool_calls(text, forward.guide.tools) if forward.guide is not None and forward.guide.tools else None
+    content: str | None = None
+    calls: list[dict[str, Any]] | None
+    if forward.guide is not None and forward.guide.auto:
+        content, found = split_calls(text, forward.guide.tools)
+        calls = found or None
+        content = content if calls else text
+    else:
+        calls = tool_calls(text, forward.guide.tools) if forward.guide is not None and forward.guide.tools else None
     if calls is not None:
-        choice = {"index": 0, "message": {"role": "assistant", "content": None, "tool_calls": calls},
-                  "logprobs": None, "finish_reason": "tool_calls"}
+        choice = {"index": 0, "message": {"role": "assistant", "content": content, "tool_calls": calls},
+                  "logprobs": None, "finish_reason": "tool_calls" if reason == "stop" else reason}
     elif forward.kind == "chat":
         choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
                   "finish_reason": reason}

@@ -40,8 +40,11 @@ INPUT_NAMES = ("text_input", "streaming", "sampling_param_best_of", "sampling_pa
                "stream_delta", "guided_decoding_guide_type", "guided_decoding_guide")
 # guided_decoding_guide_type values the cpu engine serves (the legacy tensorrtllm backend's names,
 # trtspec.repository.llmapi_io): "json" any JSON value, "json_object" (trtspec's) any JSON object,
-# "json_schema" the JSON schema in guided_decoding_guide; "regex" and "ebnf_grammar" are not served.
-GUIDE_TYPES = ("json", "json_object", "json_schema")
+# "json_schema" the JSON schema in guided_decoding_guide, "structural_tag" an xgrammar structural tag
+# there (TensorRT-LLM's GuidedDecodingParams.structural_tag; the OpenAI endpoint's tool_choice auto);
+# "regex" and "ebnf_grammar" are not served.
+GUIDE_TYPES = ("json", "json_object", "json_schema", "structural_tag")
+GUIDED_BY_TEXT = ("json_schema", "structural_tag")  # the guide types whose grammar is guided_decoding_guide
 IGNORED_PARAMETERS = ("Streaming",)
 # Stock inputs the cpu engine cannot honour with a value other than the default: (default, why).
 UNSUPPORTED = {
@@ -239,10 +242,10 @@ def _guide(values: dict[str, Any]) -> dict[str, str | None]:
     if guide_type not in GUIDE_TYPES:
         raise InvalidRequest(f"guided_decoding_guide_type: {guide_type!r} is not served by the cpu engine; "
                              f"use one of {', '.join(GUIDE_TYPES)}")
-    if guide_type == "json_schema" and guide is None:
-        raise InvalidRequest("guided_decoding_guide: required with guided_decoding_guide_type json_schema "
-                             "(send the JSON schema)")
-    return {"guide_type": guide_type, "guide": guide if guide_type == "json_schema" else None}
+    if guide_type in GUIDED_BY_TEXT and guide is None:
+        raise InvalidRequest(f"guided_decoding_guide: required with guided_decoding_guide_type {guide_type} "
+                             "(send the JSON schema or structural tag)")
+    return {"guide_type": guide_type, "guide": guide if guide_type in GUIDED_BY_TEXT else None}
 
 
 def _prompt(values: dict[str, Any], max_prompt_bytes: int | None) -> str:

@@ -1,6 +1,6 @@
 """Structured output under speculation: every mode's constrained output equals the engine's own
 constrained output without speculation, token for token (greedy), alone and 8 at a time, and is
-valid for the schema."""
+valid for the schema; so is tool_choice auto's structural tag (free text, or whole tool calls)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ TOOL_SCHEMA = {"type": "object", "additionalProperties": False, "required": ["na
                                             "properties": {"city": {"enum": ["Paris", "Oslo"]},
                                                            "days": {"type": "integer", "minimum": 1, "maximum": 7}}}}}
 PROMPTS = ["What is the capital of France?", "the quick brown fox", "def add(a, b):", "1 2 3 4 5 6"]
+WEATHER = {"name": "get_weather", "parameters": TOOL_SCHEMA["properties"]["arguments"]}
 
 
 def _check(result, schema):
@@ -32,6 +33,7 @@ def _check(result, schema):
 
 MODES = {
     "ngram": lambda t, d, e: dict(mode="ngram", ngram_min=1, ngram_max=3),
+    "suffix": lambda t, d, e: dict(mode="suffix"),
     "lookahead": lambda t, d, e: dict(mode="lookahead", lookahead=[4, 3, 4]),
     "layerskip": lambda t, d, e: dict(mode="layerskip", exit_layer=2),
     "draft-target": lambda t, d, e: dict(mode="draft-target", draft_dir=d),
@@ -65,6 +67,39 @@ def test_constrained_greedy_equals_plain_constrained_greedy(engine):
         _check(plain, schema)
         drafts += spec.stats.num_drafts + spec.stats.num_grammar_cut_tokens
     # a random draft's tokens are mostly refused by the grammar (cut); either way something was drafted
+    assert drafts > 0, "nothing was drafted: the test compared plain decoding with itself"
+
+
+def test_auto_tool_choice_greedy_equals_plain_constrained_greedy(engine):
+    """tool_choice auto (trtspec.serve.openai_tools.auto_tag): the tiny random model answers in text
+    (it never writes `{"name": `); and with the tag's trigger set to the second token the model
+    writes unconstrained, the same grammar shape makes it call the tool: its first token, the
+    trigger, the call's forced opening, arguments valid for the schema, then end-of-sequence."""
+    from trtspec.runtime.grammar.compile import GrammarSpec
+    from trtspec.serve.openai_tools import auto_tag
+
+    drafts = 0
+    auto = GrammarSpec.structural_tag(auto_tag([WEATHER], parallel=True))
+    unconstrained = engine.generate(PROMPTS[3], max_new_tokens=24, speculative=False)
+    plain = engine.generate(PROMPTS[3], max_new_tokens=24, grammar=auto, speculative=False)
+    spec = engine.generate(PROMPTS[3], max_new_tokens=24, grammar=auto)
+    assert spec.token_ids == plain.token_ids, (engine.mode, plain.text, spec.text)
+    assert plain.token_ids == unconstrained.token_ids  # text that never opens a call is left alone
+    drafts += spec.stats.num_drafts + spec.stats.num_grammar_cut_tokens
+
+    tag = auto_tag([WEATHER], parallel=False)
+    trigger = engine.tokenizer.decode(unconstrained.token_ids[1:2])
+    tag["format"]["triggers"] = [trigger]
+    tag["format"]["tags"][0]["begin"] = begin = trigger + tag["format"]["tags"][0]["begin"]
+    calling = GrammarSpec.structural_tag(tag)
+    plain = engine.generate(PROMPTS[3], max_new_tokens=96, grammar=calling, speculative=False)
+    spec = engine.generate(PROMPTS[3], max_new_tokens=96, grammar=calling)
+    assert spec.token_ids == plain.token_ids, (engine.mode, plain.text, spec.text)
+    assert plain.token_ids[0] == unconstrained.token_ids[0] and begin in plain.text, plain.text
+    arguments, end = json.JSONDecoder().raw_decode(plain.text, plain.text.index(begin) + len(begin))
+    assert arguments["city"] in ("Paris", "Oslo") and 1 <= arguments["days"] <= 7
+    assert plain.text[end:] == "}" and plain.finish_reason == "stop"  # one call (stop_after_first), then EOS
+    drafts += spec.stats.num_drafts + spec.stats.num_grammar_cut_tokens
     assert drafts > 0, "nothing was drafted: the test compared plain decoding with itself"
 
 

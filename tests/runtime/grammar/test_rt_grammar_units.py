@@ -164,3 +164,60 @@ def test_bounded_strings_refuse_control_characters(tiny_llama):
     grammar.advance(quote)
     allowed = grammar.next_allowed()[0]
     assert allowed[letter[0]] and not allowed[tab[0]]
+
+
+def test_an_auto_tool_tag_allows_text_and_only_whole_calls(tiny_llama):
+    """tool_choice auto's structural tag (trtspec.serve.openai_tools.auto_tag) on the tiny
+    tokenizer: text and end-of-sequence anywhere outside a call; once `{"name": ` is written only
+    an offered tool's name, then its arguments without free whitespace (compiled as json_schema is);
+    end-of-sequence only after the call's closing brace; text may follow it."""
+    from transformers import AutoTokenizer
+
+    from trtspec.runtime.grammar.compile import GrammarSpec, compile_grammar
+    from trtspec.runtime.grammar.matcher import SequenceGrammar
+    from trtspec.serve.openai_tools import auto_tag
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_llama)
+    eos = tokenizer.eos_token_id
+    weather = {"name": "get_weather", "parameters": {
+        "type": "object", "additionalProperties": False, "required": ["city"],
+        "properties": {"city": {"type": "string", "maxLength": 6}}}}
+    spec = GrammarSpec.structural_tag(auto_tag([weather], parallel=True))
+    grammar = SequenceGrammar(compile_grammar(spec, tokenizer, 512, {eos}))
+
+    def accepts(text: str) -> bool:
+        return all(grammar.matcher.accept_token(t) for t in tokenizer.encode(text))
+
+    def allowed(text: str) -> bool:
+        return bool(grammar.next_allowed()[0][tokenizer.encode(text)[0]])
+
+    assert grammar.next_allowed()[0][eos]              # an empty answer, or text: the model's choice
+    assert accepts('Sure: {"name":"x"} ')               # not the call's opening (no space): plain text
+    assert grammar.next_allowed()[0][eos]
+    assert accepts('{"name": ')                        # the opening: a call must follow
+    assert not grammar.next_allowed()[0][eos] and allowed('"') and not allowed("x")
+    assert accepts('"get_weather", "arguments": {"city": ')
+    assert not allowed(" ") and not allowed("\t")      # no free whitespace, no raw tab in the string
+    assert accepts('"Oslo"}') and not grammar.next_allowed()[0][eos]
+    assert accepts("}") and grammar.next_allowed()[0][eos]
+    assert accepts(' and {"name": "get_weather", "arguments": {"city": "Lima"}}')  # parallel: a second call
+    single = SequenceGrammar(compile_grammar(GrammarSpec.structural_tag(auto_tag([weather], parallel=False)),
+                                             tokenizer, 512, {eos}))
+    for token in tokenizer.encode('{"name": "get_weather", "arguments": {"city": "Oslo"}}'):
+        assert single.matcher.accept_token(token)
+    # after the one call: the grammar is complete (stop_after_first), end-of-sequence only
+    assert single.complete and single.next_allowed()[0].nonzero().flatten().tolist() == [eos]
+
+
+def test_a_structural_tag_with_a_bad_schema_is_refused_in_one_line(tiny_llama):
+    from transformers import AutoTokenizer
+
+    from trtspec.runtime.grammar.compile import GrammarError, GrammarSpec, compile_grammar
+    from trtspec.serve.openai_tools import auto_tag
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_llama)
+    bad = auto_tag([{"name": "f", "parameters": {"type": "objectx"}}], parallel=True)
+    for spec in (GrammarSpec.structural_tag(bad), GrammarSpec("structural_tag", "[1]")):
+        with pytest.raises(GrammarError, match="structural tag .*cannot be compiled") as raised:
+            compile_grammar(spec, tokenizer, 512, {tokenizer.eos_token_id})
+        assert "\n" not in str(raised.value)
