@@ -82,15 +82,15 @@ MODES: dict[str, ModeRow] = {row.name: row for row in (
         "trtllm-engine": _no("n-gram lookup is served by the LLM-API backend; use build.backend: trtllm",
                              "served by the LLM API"),
     }, label="prompt lookup"),
-    # TensorRT-LLM 1.2.1 has no suffix decoding; the 1.3 line's suffix automaton (decoding_type SA,
-    # SADecodingConfig) is the mapping for Dynamo targets once the 1.3 contract data lists `SA`
+    # TensorRT-LLM 1.2.1 has no suffix decoding (its build refuses it: builders.trtllm.refuse_unmapped);
+    # the 1.3 line's suffix automaton (SADecodingConfig, decoding_type SA) serves it on Dynamo targets
     ModeRow("suffix", "suffix trees over the request and earlier responses, drafts scored by frequency",
             f"{_D}.suffix:make", "suffix", {
                 "cpu": _yes("per-request and global suffix tries (bounded, FIFO eviction); chains or trees "
                             "sized by the match length"),
-                "trtllm": _no("TensorRT-LLM 1.2.1 has no suffix decoding (its suffix automaton, decoding_type SA, "
-                              "comes with the 1.3 line); use mode ngram, or build.backend: cpu",
-                              "TensorRT-LLM 1.2.1 has no suffix decoding"),
+                "trtllm": _yes("TensorRT-LLM 1.3's suffix automaton (speculative_config decoding_type SA) on "
+                               "Dynamo targets; TensorRT-LLM 1.2.1 has none and its build refuses it",
+                               "Dynamo targets: TensorRT-LLM 1.3's suffix automaton, SA; 1.2.1 has none"),
                 "trtllm-engine": _no("TensorRT-LLM 1.2.1 has no suffix decoding for TensorRT engines either; "
                                      "use mode ngram on build.backend: trtllm, or build.backend: cpu",
                                      "no suffix decoding in TensorRT-LLM 1.2.1"),

@@ -20,7 +20,7 @@ import yaml
 
 from trtspec.bench import tune_served
 from trtspec.builders import contracts, trtllm, upstream
-from trtspec.errors import IncompatibleArtifactError
+from trtspec.errors import IncompatibleArtifactError, TrtSpecError
 from trtspec.spec.schema import validate_spec
 
 ROWS = [  # concurrency 1: 4 wins; 4: 2 wins; 16: plain decoding (100) beats every draft length
@@ -137,3 +137,53 @@ def test_tune_served_writes_the_1_3_schedule_and_rate_gate_for_dynamo(tmp_path):
     speculative = _options(written)["speculative_config"]
     assert speculative["draft_len_schedule"] == {3: 4, 15: 2}
     assert speculative["acceptance_rate_threshold"] == 0.25
+
+
+def test_suffix_is_the_1_3_suffix_automaton_with_the_cited_names(tmp_path):
+    """Mode suffix on a Dynamo target: SADecodingConfig (decoding_type SA), every written key in the
+    contract's cited field list; the global pool follows speculative.suffix.max_cached_requests."""
+    from trtspec.serve.dynamo import graph
+
+    contract = contracts.for_dynamo("1.6.1")
+    entry = contract.decoding("suffix")
+    assert entry["class"] == "SADecodingConfig" and "SA" in contract.llm_api["dispatch"]["names"]
+    assert "@bf0ee2fb9e631721224a86a367f65930b0fea1e2" in entry["source"] and "@7568f407" in entry["source"]
+    spec = _spec("suffix", max_draft_len=4, draft_len_schedule=[[1, 4], [8, 2]], acceptance_window=256,
+                 acceptance_rate_threshold=0.3)
+    speculative = _options(spec)["speculative_config"]
+    assert speculative == {"decoding_type": "SA", "max_draft_len": 4, "max_matching_ngram_size": -1,
+                           "enable_global_pool": True, "draft_len_schedule": {7: 4, 32: 2},
+                           "acceptance_rate_window_size": 256, "acceptance_rate_threshold": 0.3}
+    assert set(speculative) <= set(entry["fields"])
+    alone = _options(_spec("suffix", suffix={"max_cached_requests": 0}))["speculative_config"]
+    assert alone["enable_global_pool"] is False
+    # the DynamoGraphDeployment's engine args: no draft directory, the same SA config
+    where = graph.Placement(1, 1, 1, 1, "test")
+    written = graph.engine_args_options(spec, tmp_path / "tiny-suffix-trtllm", where, contract)
+    assert written["speculative_config"]["decoding_type"] == "SA" and "speculative_model" not in \
+        written["speculative_config"]
+    # a name SADecodingConfig does not have fails the check (n-gram's pool flag)
+    bad = _options(spec)
+    bad["speculative_config"]["is_public_pool"] = False
+    with pytest.raises(IncompatibleArtifactError, match="is_public_pool"):
+        upstream.check_llm_api_options(bad, contract, upstream.pinned_fields(contract))
+
+
+def test_suffix_trees_and_the_1_2_1_release_are_refused_in_one_line():
+    from trtspec.builders.steps import LlmApiSteps
+
+    with pytest.raises(TrtSpecError, match="suffix automaton .* drafts chains") as raised:
+        _options(_spec("suffix", suffix={"tree": True}))
+    assert "\n" not in str(raised.value)
+    spec = _spec("suffix")
+    for refuse in (lambda: trtllm.llm_api_options(spec, contracts.load("1.2.1"), target="t", draft=None),
+                   lambda: LlmApiSteps().refuse(spec, dict)):
+        with pytest.raises(IncompatibleArtifactError) as raised:
+            refuse()
+        message = str(raised.value)
+        assert "TensorRT-LLM 1.2.1 has no speculative config" in message and "\n" not in message
+        assert "TensorRT-LLM 1.3.0rc29 (SADecodingConfig, decoding_type SA, in Dynamo 1.6.1)" in message
+        assert "--target dynamo-k8s" in raised.value.fix
+    # modes 1.2.1 does have, layerskip (served as draft-target) included, pass the same check
+    for mode in ("eagle3", "ngram", "mtp", "layerskip", "none"):
+        trtllm.refuse_unmapped(_spec(mode), contracts.load("1.2.1"))

@@ -78,6 +78,11 @@ class _GpuSteps(Steps):
 
 
 class LlmApiSteps(_GpuSteps):
+    def refuse(self, spec: Any, target_config: Callable[[], dict[str, Any]]) -> None:
+        from trtspec.builders import contracts, trtllm
+
+        trtllm.refuse_unmapped(spec, contracts.for_spec(spec))  # a mode the release has no config for
+
     def render(self, spec: Any, contract: Any, name: str, inputs: ej.BuildInputs, engine_dir: Path,
                result: Any) -> None:
         from trtspec.builders.trtllm import tree_note

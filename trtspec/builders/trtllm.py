@@ -56,6 +56,7 @@ def llm_api_options(spec: Any, contract: Contract, *, target: str, draft: str | 
     # the 1.3 line (a Dynamo worker's --extra-engine-args) takes neither: dynamo.trtllm passes the
     # model as --model-path and runs the PyTorch flow, the only one left (contract llm_api.llm_args)
     options = {k: v for k, v in options.items() if k in contract.llm_api["llm_args"]}
+    refuse_unmapped(spec, contract)
     decoding = contract.decoding(s.mode)
     if decoding is not None:
         speculative: dict[str, Any] = {"decoding_type": decoding["decoding_type"], "max_draft_len": s.max_draft_len}
@@ -64,6 +65,8 @@ def llm_api_options(spec: Any, contract: Contract, *, target: str, draft: str | 
                                is_public_pool=False)
         elif s.mode == "mtp":
             speculative.update(mtp_options(spec))
+        elif s.mode == "suffix":
+            speculative.update(suffix_options(spec))
         else:
             speculative[contract.llm_api["speculative_model_field"]] = draft
         if layers_to_capture:
@@ -93,6 +96,40 @@ def mtp_options(spec: Any) -> dict[str, Any]:
                            f"(got {s.max_draft_len})", fix=f"set speculative.max_draft_len: {s.mtp.num_layers}")
     return {"num_nextn_predict_layers": s.max_draft_len, "max_draft_len": s.max_draft_len,
             "use_relaxed_acceptance_for_thinking": False, "relaxed_topk": 1, "relaxed_delta": 0.0}
+
+
+def suffix_options(spec: Any) -> dict[str, Any]:
+    """SADecodingConfig's fields for mode suffix (contract llm_api.decoding.suffix, the 1.3 line):
+    the suffix automaton's longest match (max_matching_ngram_size -1, as trtspec's suffix tries
+    match the longest suffix), and the global pool (every active and recently completed request's
+    automaton searched) where the spec keeps earlier responses. The release drafts chains only."""
+    s = spec.speculative
+    if s.suffix.tree:
+        raise TrtSpecError("speculative.suffix.tree: TensorRT-LLM's suffix automaton (SADecodingConfig) drafts "
+                           "chains; it has no tree setting", fix="set speculative.suffix.tree: false for this target")
+    return {"max_matching_ngram_size": -1, "enable_global_pool": s.suffix.max_cached_requests > 0}
+
+
+def refuse_unmapped(spec: Any, contract: Contract) -> None:
+    """One line where the release has no speculative config for the spec's mode (its contract has
+    no decoding entry), naming the releases trtspec knows that have one, instead of writing
+    options without speculation."""
+    from trtspec.builders import contracts
+    from trtspec.errors import IncompatibleArtifactError
+
+    mode = spec.speculative.mode
+    mode = "draft-target" if mode == "layerskip" else mode  # served as draft-target (builders: written_spec)
+    if mode == "none" or contract.decoding(mode) is not None:
+        return
+    having = [(v, contracts.load(v)) for v in contracts.all_versions() if v != contract.version]
+    others = [f"TensorRT-LLM {v} ({c.decoding(mode)['class']}, decoding_type {c.decoding(mode)['decoding_type']}"
+              f"{', in Dynamo ' + c.runtime['dynamo'] if c.runtime else ''})" for v, c in having if c.decoding(mode)]
+    where = f"; {' and '.join(others)} has it" if others else ""
+    dynamo = any(c.runtime for v, c in having if c.decoding(mode))
+    fix = ("deploy it with --target dynamo-k8s (build the target with speculative.mode none and pass that engine "
+           "with --engine), or use build.backend: cpu") if dynamo else "use another speculative.mode, or build.backend: cpu"
+    raise IncompatibleArtifactError(f"speculative.mode {mode}: TensorRT-LLM {contract.version} has no speculative "
+                                    f"config for it{where}", fix=fix)
 
 
 def refuse_without_mtp(target: Path) -> None:
