@@ -56,6 +56,8 @@ def llm_api_options(spec: Any, contract: Contract, *, target: str, draft: str | 
     # the 1.3 line (a Dynamo worker's --extra-engine-args) takes neither: dynamo.trtllm passes the
     # model as --model-path and runs the PyTorch flow, the only one left (contract llm_api.llm_args)
     options = {k: v for k, v in options.items() if k in contract.llm_api["llm_args"]}
+    if b.guided_decoding_backend:
+        options.update(guided_decoding(spec, contract))
     refuse_unmapped(spec, contract)
     decoding = contract.decoding(s.mode)
     if decoding is not None:
@@ -96,6 +98,27 @@ def mtp_options(spec: Any) -> dict[str, Any]:
                            f"(got {s.max_draft_len})", fix=f"set speculative.max_draft_len: {s.mtp.num_layers}")
     return {"num_nextn_predict_layers": s.max_draft_len, "max_draft_len": s.max_draft_len,
             "use_relaxed_acceptance_for_thinking": False, "relaxed_topk": 1, "relaxed_delta": 0.0}
+
+
+def guided_decoding(spec: Any, contract: Contract) -> dict[str, Any]:
+    """{guided_decoding_backend: ...} where the release's contract has read the option and lets the
+    spec's mode use it (contract llm_api.guided_decoding: values, speculative modes, sources);
+    one line otherwise."""
+    value, mode = spec.build.guided_decoding_backend, spec.speculative.mode
+    mode = "draft-target" if mode == "layerskip" else mode  # served as draft-target
+    guided = contract.llm_api.get("guided_decoding") or {}
+    if not guided or guided["option"] not in contract.llm_api["llm_args"]:
+        raise TrtSpecError(f"build.guided_decoding_backend {value}: trtspec's contract for TensorRT-LLM "
+                           f"{contract.version} has not read a guided-decoding option",
+                           fix="leave it empty for this release, or use build.trtllm_version: 1.2.1 (Triton)")
+    if value not in guided["values"]:
+        raise TrtSpecError(f"build.guided_decoding_backend {value}: TensorRT-LLM {contract.version} takes "
+                           f"{' or '.join(guided['values'])} ({guided['source']})", fix="use one of those")
+    if mode not in guided["modes"]:
+        raise TrtSpecError(f"build.guided_decoding_backend with speculative.mode {mode}: TensorRT-LLM "
+                           f"{contract.version} does not combine them ({guided['modes_source']})",
+                           fix="leave build.guided_decoding_backend empty, or use another mode")
+    return {guided["option"]: value}
 
 
 def suffix_options(spec: Any) -> dict[str, Any]:

@@ -217,6 +217,11 @@ class BuildSpec(Section):
     off their cores decoded 13x slower beside one busy process, one thread 4 % slower. Only where
     the target computes the same numbers at any thread count (the row and attention kernels), so
     it never changes a token. GPU backends ignore it."""
+    guided_decoding_backend: Literal["xgrammar", "llguidance"] | None = None
+    """trtllm backend: the grammar backend the LLM API loads (its guided_decoding_backend), so that
+    requests may carry a JSON schema, tool calls or a grammar (trtllm-serve's response_format);
+    allowed with every LLM-API mode at TensorRT-LLM 1.2.1 (contract llm_api.guided_decoding). Empty:
+    none, and such requests are refused. The cpu engine always has its grammar (xgrammar)."""
     trtllm_version: Literal["1.1.0", "1.2.1"] = "1.2.1"
     """GPU backends: the TensorRT-LLM release the artifacts are written for (its contract:
     trtspec/builders/contract_data/). 1.2.1 is what the Dockerfile's container (26.07, the newest
@@ -289,6 +294,11 @@ class Spec(Section):
         if self.speculative.ngram_min > self.speculative.ngram_max:
             problems.append(f"speculative.ngram_min: must not exceed speculative.ngram_max "
                             f"({self.speculative.ngram_max}) (got {self.speculative.ngram_min})")
+        if backend == "trtllm-engine" and self.build.guided_decoding_backend:
+            problems.append(problem_line("build.guided_decoding_backend", "an LLM-API option, which build.backend "
+                                         "trtllm-engine (the legacy tensorrtllm model) does not take",
+                                         got=self.build.guided_decoding_backend,
+                                         fix="use build.backend: trtllm, or leave it empty"))
         if backend == "trtllm-engine" and mode != "none" and self.build.max_batch_size > 512:
             problems.append(f"build.max_batch_size: speculative TensorRT engines allow at most 512 "
                             f"(got {self.build.max_batch_size})")
