@@ -106,17 +106,56 @@ def open_triton(spec: Any, url: str | None, metrics_url: str | None = None, raw:
                     **context_of(spec.build.max_seq_len, eagle3)}
 
 
+def serves_openai(spec: Any) -> bool:
+    """Whether this workdir runs a deploy target that speaks OpenAI's API (a Dynamo stack: the
+    targets table's `speaks`), so bench and infer without --url go to its frontend."""
+    from trtspec.artifacts import Layout
+    from trtspec.serve import targets
+
+    return targets.running(Layout.from_spec(spec)).speaks == "openai"
+
+
+def open_openai(spec: Any, openai_url: str | None, metrics_url: str | None = None, raw: bool = False
+                ) -> tuple[Any, dict[str, Any]]:
+    """An OpenAI-API server: `openai_url` (its .../v1; counters from the comma-separated worker
+    `metrics_url`s), else the Dynamo stack this workdir runs (its record names every worker)."""
+    from trtspec.bench.openai_target import OpenAITarget, dynamo_target
+
+    if openai_url:
+        urls = [u.strip() for u in (metrics_url or "").split(",") if u.strip()]
+        target = OpenAITarget(openai_url, spec.model_name, urls, raw)
+        described = {"target": target.name, "metrics_url": ", ".join(urls) or None,
+                     "prompts_sent": target.prompts_sent}
+    else:
+        from trtspec.artifacts import Layout
+
+        target, described = dynamo_target(spec, Layout.from_spec(spec), raw)
+    return target, {"mode": spec.speculative.mode, "max_draft_len": spec.speculative.max_draft_len,
+                    "dtype": spec.model.dtype, "acceptance_source": target.acceptance_source, **described, **context_of(spec.build.max_seq_len, None)}
+
+
 def plan_variants(spec: Any, url: str | None, engine_dir: str | None, baseline: bool, metrics_url: str | None = None,
-                  raw: bool = False) -> tuple[dict[str, tuple[Any, bool]], tuple[str, str], dict[str, Any]]:
-    """(variants, ratio, description) for the three ways bench runs:
+                  raw: bool = False, openai_url: str | None = None
+                  ) -> tuple[dict[str, tuple[Any, bool]], tuple[str, str], dict[str, Any]]:
+    """(variants, ratio, description) for the ways bench runs:
 
     - `--engine` or `--url` (default: the spec's server): speculative, plus baseline if asked;
       ratio speculative / baseline.
     - `--engine` and `--url` together: the serving overhead, the same speculative requests
       through Triton and in-process, interleaved; ratio triton / in-process (goal >= 0.9).
+    - `--openai-url`, or neither while the workdir runs a Dynamo stack: its OpenAI frontend,
+      speculative only (OpenAI's API has no per-request switch for speculation).
     """
     from trtspec.bench.metrics import BASELINE, SPECULATIVE
 
+    if openai_url or (not url and not engine_dir and serves_openai(spec)):
+        if baseline or engine_dir or url:
+            raise TrtSpecError("bench through an OpenAI-API server measures it alone: no --baseline, --url or "
+                               "--engine beside it (its API has no switch for speculation)",
+                               fix="bench a speculative.mode none deployment for the baseline, or "
+                                   "`trtspec tune --served --target dynamo`, which deploys both")
+        target, description = open_openai(spec, openai_url, metrics_url, raw)
+        return {SPECULATIVE: (target, True)}, (SPECULATIVE, BASELINE), description
     if engine_dir and url:
         if baseline:
             raise TrtSpecError("--baseline cannot be combined with --url and --engine together",
@@ -163,8 +202,8 @@ def run(variants: dict[str, tuple[Any, bool]], ratio: tuple[str, str], descripti
     # where acceptance comes from on this backend and release; zeros it cannot trust left out
     from trtspec.bench import acceptance
 
-    report["metadata"]["acceptance_source"] = acceptance.source(spec) if "in-process" not in description[
-        "target"] else "in-process engine statistics"
+    report["metadata"]["acceptance_source"] = description.get("acceptance_source") or (
+        acceptance.source(spec) if "in-process" not in description["target"] else "in-process engine statistics")
     untrusted = acceptance.mark(report["results"], spec, {label for label, (_, on) in variants.items() if on})
     if untrusted:
         report["metadata"]["acceptance_untrusted"] = untrusted

@@ -22,6 +22,10 @@ the LLM-API options at load), so each candidate is its own deployment:
    acceptance_rate_threshold: the break-even accepted/drafted rate, `break_even_rate_gate`).
    Then the final engine is built, so its options carry it.
 
+With `--target dynamo` each candidate is a Dynamo stack on this machine (`deploy --target dynamo`:
+the frontend, its router and serve.dynamo.workers cpu workers), measured through the frontend's
+OpenAI API (trtspec.bench.openai_target: the answers' usage and the workers' vLLM-named counters).
+
 The cells come from separate deployments, one after another, not interleaved blocks as the
 in-process tune runs them: machine drift between deployments lands in the comparison. Library
 code: progress goes through `on_request` and `on_phase`; nothing is drawn here.
@@ -156,8 +160,9 @@ def break_even_rate_gate(row: dict[str, Any]) -> tuple[int, float] | None:
 
 def measure(spec: Any, draft_lens: Sequence[int], prompts: Sequence[Any], *, concurrency: Sequence[int],
             max_tokens: int, repeats: int, raw: bool = False, on_request: Callable | None = None,
-            on_phase: Callable[[str], Any] | None = None) -> dict[str, Any]:
-    """Deploy, measure and stop each candidate (and off); tune rows and baselines by concurrency."""
+            on_phase: Callable[[str], Any] | None = None, target: str = "local") -> dict[str, Any]:
+    """Deploy, measure and stop each candidate (and off); tune rows and baselines by concurrency.
+    `target` dynamo: each candidate is a Dynamo stack here (`deployed_dynamo`), else a Triton server."""
     from trtspec.bench.metrics import group_cells, summarize_cell
 
     results: list[dict[str, Any]] = []
@@ -166,12 +171,14 @@ def measure(spec: Any, draft_lens: Sequence[int], prompts: Sequence[Any], *, con
         candidate = candidate_spec(spec, draft_len)
         if on_phase:
             on_phase(f"{label(draft_len)}: build and deploy")
-        with deployed(candidate, raw) as target:
+        deployment = deployed_dynamo(candidate, raw, on_phase) if target == "dynamo" else deployed(candidate, raw)
+        with deployment as served:
             from trtspec.bench.load import run_variants
 
-            sent = target.render.describe() if hasattr(target.render, "describe") else None
+            sent = getattr(served, "prompts_sent", None) or (
+                served.render.describe() if hasattr(served.render, "describe") else None)
 
-            run = run_variants({label(draft_len): (target, draft_len > 0)}, prompts, list(concurrency),
+            run = run_variants({label(draft_len): (served, draft_len > 0)}, prompts, list(concurrency),
                                max_tokens=max_tokens, repeats=repeats, on_request=on_request)
         results += [summarize_cell(cell) for cell in group_cells(run.records, run.durations)]
     rows, baselines = tuning.tune_rows(results, tuning.candidates(draft_lens))
@@ -218,6 +225,43 @@ class deployed:
             self.target.client.close()
         finally:
             server.stop_local(self.layout)
+
+
+class deployed_dynamo:
+    """Build the candidate and start `deploy --target dynamo` for it here (frontend and
+    serve.dynamo.workers workers); the OpenAI target (trtspec.bench.openai_target) while it runs."""
+
+    def __init__(self, spec: Any, raw: bool = False, say: Callable[[str], Any] | None = None):
+        self.spec, self.raw, self.say = spec, raw, say or (lambda line: None)
+
+    def __enter__(self) -> Any:
+        from trtspec.artifacts import Layout
+        from trtspec.bench.openai_target import dynamo_target
+        from trtspec.builders import build
+        from trtspec.serve import targets
+
+        spec, row = self.spec, targets.get("dynamo")
+        self.layout = Layout.from_spec(spec)
+        assert row.check is not None and row.stop is not None and row.status is not None
+        row.check(spec)
+        if row.status(self.layout).get("running"):
+            raise TrtSpecError("tune --served: a trtspec Dynamo stack is already running for this workdir",
+                               fix="`trtspec deploy stop` first (tune deploys each candidate itself)")
+        engine_dir = build(spec).engine_dir
+        row.start(spec, engine_dir, None, self.layout, self.say, False)
+        self.stop = row.stop
+        try:
+            self.target, _ = dynamo_target(spec, self.layout, self.raw)
+        except BaseException:
+            row.stop(self.layout)
+            raise
+        return self.target
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            self.target.close()
+        finally:
+            self.stop(self.layout)
 
 
 def write(spec: Any, spec_path: Path, decision: Decision) -> tuple[Path, Any]:

@@ -13,6 +13,8 @@ Examples:
   trtspec bench --baseline                          # the server `trtspec deploy` started
   trtspec bench --url 127.0.0.1:8001 --concurrency 1,2,4,8 --max-tokens 128 --baseline
   trtspec bench --url 10.0.0.5:18821 --metrics-url http://10.0.0.5:18822/metrics --baseline
+  trtspec bench --concurrency 1,8                   # the Dynamo stack `deploy --target dynamo` started
+  trtspec bench --openai-url http://10.0.0.5:8000/v1 --metrics-url http://10.0.0.6:9090/metrics,http://10.0.0.7:9090/metrics
   trtspec bench --engine engines/smollm2-ngram-cpu --baseline --repeats 3   # in-process, no server
   trtspec bench --prompts my-prompts.jsonl --num-prompts 16 --out reports/mine --json
   trtspec bench --url 127.0.0.1:8001 --engine engines/smollm2-ngram-cpu --concurrency 1   # serving overhead
@@ -45,8 +47,12 @@ def _progress(console, total: int, description: str):
 @click.command(epilog=BENCH_EPILOG)
 @config_option
 @click.option("--url", default=None, help="Triton gRPC address (default: the spec's serve.host:grpc_port).")
+@click.option("--openai-url", default=None,
+              help="An OpenAI-API server's base URL (.../v1), e.g. a Dynamo frontend (default, with no --url or "
+                   "--engine: the Dynamo stack this workdir runs). Speculative only: no --baseline.")
 @click.option("--metrics-url", default=None,
-              help="The server's Prometheus metrics (default: http://<--url host>:<serve.metrics_port>/metrics).")
+              help="The server's Prometheus metrics (default: http://<--url host>:<serve.metrics_port>/metrics); "
+                   "with --openai-url the workers' /metrics, comma-separated (their vllm:spec_decode_* counters).")
 @click.option("--engine", "engine_dir", type=click.Path(file_okay=False), default=None,
               help="Run in-process on this cpu engine bundle instead of a server.")
 @click.option("--prompts", type=click.Path(dir_okay=False), default=None,
@@ -71,12 +77,13 @@ def _progress(console, total: int, description: str):
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="Report directory.")
 @dry_run_option
 @json_option
-def bench(config_path, url, metrics_url, engine_dir, prompts, concurrency, max_tokens, num_prompts, baseline, repeats,
+def bench(config_path, url, openai_url, metrics_url, engine_dir, prompts, concurrency, max_tokens, num_prompts, baseline, repeats,
           requests_per_slot, temperature, raw, compare_modes, out_dir, dry_run, as_json) -> None:
     """Measure TTFT, TPOT, ITL, end-to-end latency, tokens/s and acceptance per concurrency.
 
     Streams every prompt at each concurrency over tritonclient gRPC (or in-process with
-    --engine). With --baseline the same prompts run with speculation off in the same run,
+    --engine; or through an OpenAI-API server: --openai-url, or the Dynamo stack `deploy --target
+    dynamo` started). With --baseline the same prompts run with speculation off in the same run,
     interleaved block by block so machine noise hits both, and the speedup is reported. With
     both --url and --engine it measures the serving overhead instead: Triton / in-process.
     """
@@ -93,20 +100,27 @@ def bench(config_path, url, metrics_url, engine_dir, prompts, concurrency, max_t
     prompt_set = load_prompts(spec.bench.prompts, "bench", spec.bench.num_prompts)
     out = Path(out_dir) if out_dir else runner.default_out_dir(spec, "bench")
     if compare_modes:
-        if url or raw:
-            raise click.UsageError("--compare-modes runs in process on the cpu engine (no --url, --raw)")
+        if url or raw or openai_url:
+            raise click.UsageError("--compare-modes runs in process on the cpu engine (no --url, --openai-url, --raw)")
         _compare_modes(spec, Path(engine_dir) if engine_dir else runner.default_engine_dir(spec), compare_modes,
                        prompt_set, repeats, temperature, out, dry_run, as_json)
         return
     variants = ["a", "b"] if baseline or (url and engine_dir) else ["a"]
     total = sum(len(numbers) for *_, numbers in schedule(len(prompt_set), spec.bench.concurrency, repeats, variants,
                                                           requests_per_slot))
-    where = " vs ".join(([f"triton {url or runner.default_url(spec)}"] if url or not engine_dir else [])
-                        + ([f"in-process {engine_dir}"] if engine_dir else []))
+    openai = openai_url or (not url and not engine_dir and runner.serves_openai(spec))
+    where = " vs ".join(([f"triton {url or runner.default_url(spec)}"] if (url or not engine_dir) and not openai
+                         else []) + ([f"in-process {engine_dir}"] if engine_dir else []))
+    if openai:
+        if baseline or url or engine_dir:
+            raise click.UsageError("an OpenAI-API server (--openai-url, or this workdir's Dynamo stack) is benched "
+                                   "alone: no --baseline, --url or --engine (its API has no switch for speculation; "
+                                   "`trtspec tune --served --target dynamo` deploys a baseline)")
+        where = f"openai {openai_url}" if openai_url else "the Dynamo stack of this workdir"
     plan = {"target": where, "prompts": spec.bench.prompts or "packaged", "num_prompts": len(prompt_set),
             "concurrency": spec.bench.concurrency, "max_tokens": spec.bench.max_tokens, "repeats": repeats,
             "requests_per_slot": requests_per_slot, "baseline": baseline, "requests": total, "out": str(out)}
-    if url or not engine_dir:
+    if (url or not engine_dir) and not openai:
         plan["metrics"] = runner.metrics_address(spec, url, metrics_url)
     if dry_run:
         _print_dry_run(plan, as_json)
@@ -114,7 +128,8 @@ def bench(config_path, url, metrics_url, engine_dir, prompts, concurrency, max_t
     _writable_dir(out)
     console = Console(stderr=True)
     with console.status(f"Connecting to {where} ..."):
-        variant_targets, ratio, description = runner.plan_variants(spec, url, engine_dir, baseline, metrics_url, raw)
+        variant_targets, ratio, description = runner.plan_variants(spec, url, engine_dir, baseline, metrics_url, raw,
+                                                                   openai_url)
     for problem in {t.metrics_problem() for t, _ in variant_targets.values()} - {None}:
         console.print(f"[yellow]warning:[/] {problem}: the report will lack the load policy's steps, acceptance "
                       "per position and the engine's thread fallbacks; pass --metrics-url (or -c the server's spec)")

@@ -76,7 +76,7 @@ def _dynamo_here(spec) -> bool:
     from trtspec.artifacts import Layout
     from trtspec.serve import targets
 
-    return targets.running(Layout.from_spec(spec)).name == "dynamo"
+    return targets.running(Layout.from_spec(spec)).speaks == "openai"
 
 
 def _infer_dynamo(spec, prompt: str, raw: bool, max_tokens: int, temperature, top_p, seed, as_json: bool) -> None:

@@ -99,7 +99,8 @@ def _trees(value: str | None) -> list[list[list[int]]]:
 @click.option("--target", "deploy_target", type=click.Choice(["local", "docker", "k8s", "dynamo", "dynamo-k8s"]),
               default="local", show_default=True,
               help="--served: the deploy target the choice is for: dynamo and dynamo-k8s write the TensorRT-LLM "
-                   "1.3 line's schedule and rate gate (acceptance_rate_threshold), the others 1.2.1's.")
+                   "1.3 line's schedule and rate gate (acceptance_rate_threshold), the others 1.2.1's; dynamo "
+                   "deploys each candidate as a Dynamo stack here and measures through its OpenAI frontend.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="Report directory.")
 @dry_run_option
 @json_option
@@ -237,7 +238,8 @@ def _tune_served(spec, spec_path: Path, draft_lens, concurrency, prompt_set, rep
         result = tune_served.measure(spec, draft_lens, prompt_set, concurrency=concurrency,
                                      max_tokens=spec.bench.max_tokens, repeats=repeats, raw=raw,
                                      on_request=lambda r: progress.advance(task),
-                                     on_phase=lambda text: progress.update(task, description=f"tune {text}"))
+                                     on_phase=lambda text: progress.update(task, description=f"tune {text}"),
+                                     target=deploy_target)
     decision, summary = tune_served.record(spec, spec_path, result, plan, out, deploy_target)
     if as_json:
         emit_json(summary)

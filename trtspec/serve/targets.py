@@ -2,13 +2,13 @@
 how `deploy status` and `deploy stop` reach it, and what it refuses. trtspec.serve.deploy walks a row
 and never branches on a target's name.
 
-| target | starts or writes | status / stop | refuses |
-|---|---|---|---|
-| local | one supervised tritonserver here (+ the OpenAI frontend) | server.json, supervisor, probe / SIGTERM | a second server on its ports |
-| docker | one `docker run` of the image | `docker ps` / `docker stop` | - |
-| k8s | Deployment + Service manifests, applied where kubectl is | `kubectl get` / `kubectl delete -f` | - |
-| dynamo | a Dynamo frontend + serve.dynamo.workers trtspec workers here | stack.json, /health, worker /metrics / SIGTERM | GPU backends; Dynamo missing |
-| dynamo-k8s | a DynamoGraphDeployment (+ engine-args ConfigMap); --apply applies | `kubectl get dgd` / `kubectl delete -f` | what the 1.3 release removed |
+| target | starts or writes | status / stop | refuses | speaks |
+|---|---|---|---|---|
+| local | one supervised tritonserver here (+ the OpenAI frontend) | server.json, supervisor, probe / SIGTERM | a second server on its ports | triton |
+| docker | one `docker run` of the image | `docker ps` / `docker stop` | - | triton |
+| k8s | Deployment + Service manifests, applied where kubectl is | `kubectl get` / `kubectl delete -f` | - | triton |
+| dynamo | a Dynamo frontend + serve.dynamo.workers trtspec workers here | stack.json, /health, worker /metrics / SIGTERM | GPU backends; Dynamo missing | openai |
+| dynamo-k8s | a DynamoGraphDeployment (+ engine-args ConfigMap); --apply applies | `kubectl get dgd` / `kubectl delete -f` | what the 1.3 release removed | openai (`bench --openai-url`) |
 """
 
 from __future__ import annotations
@@ -38,6 +38,9 @@ class Target:
     status: Callable[..., dict[str, Any]] | None = None             # (layout, probe=, probe_timeout_s=)
     stop: Callable[[Layout], dict[str, Any]] | None = None
     recorded: Callable[[Layout], bool] | None = None                # a record of it exists in this workdir
+    # what infer, bench and tune --served send requests to: Triton's gRPC, or OpenAI's API (a Dynamo
+    # frontend: trtspec.serve.dynamo.ask, trtspec.bench.openai_target)
+    speaks: str = "triton"
 
 
 # -- local ---------------------------------------------------------------------------------------
@@ -214,12 +217,13 @@ TARGETS: dict[str, Target] = {row.name: row for row in (
            "trtspec workers on this machine, under one supervisor",
            "stack.json, the frontend's /health and each worker's /metrics", "SIGTERM to the supervisor",
            "GPU backends (use dynamo-k8s); no Dynamo installed (`make dynamo`)", False, False, _dynamo_plan,
-           _dynamo_start, check=_cpu_only, status=_dynamo_status, stop=_dynamo_stop, recorded=_dynamo_recorded),
+           _dynamo_start, check=_cpu_only, status=_dynamo_status, stop=_dynamo_stop, recorded=_dynamo_recorded,
+           speaks="openai"),
     Target("dynamo-k8s", "a DynamoGraphDeployment (+ the LLM-API options' ConfigMap) under "
            "<workdir>/server/dynamo-k8s/; --apply applies it with kubectl",
            "`kubectl get dynamographdeployment`", "`kubectl delete -f <graph.yaml>`",
            "what the pinned TensorRT-LLM 1.3 release removed (trtllm-engine, Medusa, lookahead, eagle_choices)",
-           False, True, _graph_plan, _graph_start, check=_graph_refusals),
+           False, True, _graph_plan, _graph_start, check=_graph_refusals, speaks="openai"),
 )}
 NAMES = tuple(TARGETS)
 

@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -244,3 +245,93 @@ def test_a_worker_killed_mid_stream_leaves_nothing_hanging(stack):
         pytest.fail(f"worker {victim['index']} did not return: {json.dumps(status)[:2000]}")
     assert status["registered_workers"] >= 2
 
+
+
+def _config(tmp_path: Path, spec) -> Path:
+    """The spec as a file, and beside it prompts.jsonl: the module's prompts (n-gram drafts find matches)."""
+    import yaml
+
+    config = tmp_path / "trtspec.yaml"
+    config.write_text(yaml.safe_dump(spec.model_dump(mode="json")))
+    (tmp_path / "prompts.jsonl").write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS))
+    return config
+
+
+@inside
+def test_errors_come_back_as_one_line_whatever_the_shape(stack):
+    """Dynamo 1.6.1 answers a bad request flat ({"message", "type", "code"}), not OpenAI's {"error": {...}}
+    (docs/DEPLOY.md); trtspec's client (infer, bench) turns either into one line."""
+    from trtspec.errors import ServerError
+    from trtspec.serve.dynamo import ask
+
+    url = f"http://127.0.0.1:{stack['spec'].serve.openai_port}/v1"
+    request = urllib.request.Request(f"{url}/completions", method="POST", headers={"Content-Type": "application/json"},
+                                     data=json.dumps({"model": "tiny", "prompt": "hi", "max_tokens": -3}).encode())
+    with pytest.raises(urllib.error.HTTPError) as answer:
+        urllib.request.urlopen(request, timeout=30)
+    body = json.loads(answer.value.read())
+    assert answer.value.code == 400 and set(body) == {"message", "type", "code"}, body  # the flat shape
+    for model, max_tokens, status in (("tiny", -3, 400), ("no-such-model", 3, 404)):
+        with pytest.raises(ServerError) as error:
+            list(ask.stream(url, model, "hi", raw=True, max_tokens=max_tokens, temperature=0, top_p=None, seed=None))
+        line = str(error.value)
+        assert f"answered {status}: " in line and "\n" not in line and "{" not in line, line
+
+
+@inside
+def test_bench_measures_the_stack_through_its_openai_frontend(stack, tmp_path):
+    from click.testing import CliRunner
+
+    from trtspec.cli import main
+
+    config = _config(tmp_path, stack["spec"])
+    refused = CliRunner().invoke(main, ["bench", "-c", str(config), "--baseline"])
+    assert refused.exit_code != 0 and "no --baseline" in refused.output, refused.output
+    result = CliRunner().invoke(main, ["bench", "-c", str(config), "--raw", "--concurrency", "1,2", "--max-tokens",
+                                       "16", "--prompts", str(tmp_path / "prompts.jsonl"), "--num-prompts", "2",
+                                       "--json", "--out", str(tmp_path / "bench")])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)["report"]
+    assert report["metadata"]["target"].startswith("dynamo http://127.0.0.1") and report["metadata"]["workers"] == 2
+    assert "completion_tokens_details" in report["metadata"]["acceptance_source"]
+    cells = report["results"]
+    assert [c["max_concurrency"] for c in cells] == [1, 2] and all(c["failed"] == 0 for c in cells), cells
+    for cell in cells:
+        assert cell["output_throughput"] > 0 and cell["median_ttft_ms"] > 0  # tokens/s and TTFT
+        assert 0 < cell["total_output_tokens"] <= 16 * cell["completed"]
+        # drafts and positions from the workers' vllm:spec_decode_* counters, summed over workers
+        assert cell["spec_decode_source"] == "server counters" and cell["spec_decode_num_drafts"] > 0
+        assert cell["spec_decode_acceptance_length"] >= 1.0
+        assert cell["spec_decode_per_position_acceptance_rates"] is not None
+    from trtspec.client.metrics import metric_total
+
+    counters = report["server_counters"]
+    assert metric_total(counters, "trtspec:spec_decode_num_drafts") > 0, sorted(counters)[:20]
+
+
+@inside
+def test_tune_served_deploys_each_candidate_as_a_dynamo_stack(stack, tmp_path, tiny_llama):
+    import yaml
+    from click.testing import CliRunner
+
+    from tests.serve.conftest import free_ports, make_spec
+    from trtspec.artifacts import Layout
+    from trtspec.cli import main
+    from trtspec.serve.dynamo import launcher
+
+    (port,) = free_ports(1)  # a second stack beside the module's: its own workdir and port, one worker
+    spec = make_spec(tmp_path, tiny_llama, serve={"openai_port": port, "startup_timeout_s": 400,
+                                                   "dynamo": {"workers": 1, "router": "round-robin"}})
+    config = _config(tmp_path, spec)
+    result = CliRunner().invoke(main, ["tune", "-c", str(config), "--served", "--target", "dynamo", "--draft-lens", "2",
+                                       "--concurrency", "1", "--prompts", str(tmp_path / "prompts.jsonl"),
+                                       "--num-prompts", "1", "--max-tokens", "8", "--raw",
+                                       "--json", "--out", str(tmp_path / "tune")])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["target"] == "dynamo" and summary["deployments"] == [0, 2]
+    (row,) = summary["rows"]
+    assert row["max_draft_len"] == 2 and row["output_throughput"] > 0 and row["speedup"] > 0
+    assert summary["prompts_sent"] == "completion prompt as given"  # through the frontend's OpenAI API
+    assert yaml.safe_load(config.read_text())["speculative"]["max_draft_len"] == 2
+    assert not launcher.record_path(Layout.from_spec(spec)).exists()  # each stack stopped

@@ -161,6 +161,8 @@ def _check_free(host: str, port: int) -> None:
     from trtspec.errors import ServerError
 
     with socket.socket() as sock:
+        # as the frontend binds: a listener refuses, connections of a stack just stopped (TIME_WAIT) do not
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:
