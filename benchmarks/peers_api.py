@@ -64,11 +64,12 @@ def vllm_spec_counters(base: str) -> dict:
     return out
 
 
-def one_request(api: Any, prompt: str, max_tokens: int, vllm: bool) -> dict:
-    """One streamed completion: TTFT, tokens, text, finish reason, trtspec's speculative counters."""
+def one_request(api: Any, prompt: str, max_tokens: int, vllm: bool, extra: dict | None = None) -> dict:
+    """One streamed completion: TTFT, tokens, text, finish reason, trtspec's speculative counters;
+    `extra` goes in the body as well (trtspec's {"speculative": false})."""
     started, ttft, text, usage, finish, spec = time.perf_counter(), None, [], None, None, None
     stream = api.completions.create(model="smollm2", prompt=prompt, max_tokens=max_tokens, temperature=0,
-                                    stream=True, stream_options={"include_usage": True})
+                                    stream=True, stream_options={"include_usage": True}, extra_body=extra)
     for chunk in stream:
         if chunk.choices:
             piece = chunk.choices[0].text
@@ -89,7 +90,8 @@ def one_request(api: Any, prompt: str, max_tokens: int, vllm: bool) -> dict:
             "spec": spec}
 
 
-def run_cell(base: str, prompts: list[str], max_tokens: int, concurrency: int, vllm: bool) -> dict:
+def run_cell(base: str, prompts: list[str], max_tokens: int, concurrency: int, vllm: bool,
+             extra: dict | None = None) -> dict:
     """All prompts through one server at `concurrency`: the peers_vllm run shape (wall_s, records, spec)."""
     from openai import OpenAI
 
@@ -97,7 +99,7 @@ def run_cell(base: str, prompts: list[str], max_tokens: int, concurrency: int, v
     before = vllm_spec_counters(base) if vllm else None
     started = time.perf_counter()
     with ThreadPoolExecutor(concurrency) as pool:
-        answers = list(pool.map(lambda p: one_request(api, p, max_tokens, vllm), prompts))
+        answers = list(pool.map(lambda p: one_request(api, p, max_tokens, vllm, extra), prompts))
     wall = time.perf_counter() - started
     records = [{"prompt": i, **a} for i, a in enumerate(answers)]
     if vllm:
@@ -133,7 +135,7 @@ def measure(args) -> dict:
     from transformers import AutoTokenizer
 
     from benchmarks.common import median_ratio
-    from benchmarks.peers_servers import trtspec_server, vllm_server
+    from benchmarks.peers_servers import both_servers
     from benchmarks.peers_vllm import K, cpu_name, pick_rows, summarize
 
     path = smollm2()
@@ -144,9 +146,7 @@ def measure(args) -> dict:
     cells: dict = {}
     for method, (mode, config) in methods(args).items():
         head = args.eagle3 if mode == "eagle3" else None
-        with trtspec_server(work / method, path, mode, head=head, threads=args.threads, max_draft_len=K) as mine, \
-                vllm_server(path, config, work / method / "vllm.log") as theirs:
-            bases = {"trtspec": mine, "vllm": theirs}
+        with both_servers(work / method, path, mode, config, head=head, threads=args.threads, max_draft_len=K) as bases:
             for name, base in bases.items():  # warm-up: first-request costs, connections
                 run_cell(base, prompts[:1], 4, 1, name == "vllm")
             for repeat in range(args.repeats):

@@ -53,10 +53,9 @@ def vllm_command(python: Path, model: Path, port: int, speculative: dict | None)
     return command + (["--speculative-config", json.dumps(speculative)] if speculative else [])
 
 
-@contextlib.contextmanager
-def vllm_server(model: Path, speculative: dict | None, log: Path, *, python: Path | None = None,
-                ready_timeout_s: float = 1200.0) -> Iterator[str]:
-    """A running vLLM OpenAI server: yields its base URL (http://127.0.0.1:P); stopped at the end."""
+def start_vllm(model: Path, speculative: dict | None, log: Path, *,
+               python: Path | None = None) -> tuple[subprocess.Popen, str]:
+    """vLLM's OpenAI server started in a session of its own: (process, base URL http://127.0.0.1:P)."""
     from benchmarks.vllm_peer import INSTALL, vllm_env, vllm_python
 
     python = python or vllm_python()
@@ -67,9 +66,21 @@ def vllm_server(model: Path, speculative: dict | None, log: Path, *, python: Pat
     with log.open("w") as sink:
         process = subprocess.Popen(vllm_command(python, model, port, speculative), stdout=sink,
                                    stderr=subprocess.STDOUT, env=vllm_env(python), start_new_session=True)
+    return process, f"http://{HOST}:{port}"
+
+
+@contextlib.contextmanager
+def both_servers(root: Path, model: Path, mode: str, speculative: dict | None, *, head: Path | None = None,
+                 threads: int = 1, max_draft_len: int = 4, python: Path | None = None,
+                 ready_timeout_s: float = 1200.0) -> Iterator[dict[str, str]]:
+    """trtspec's endpoint in `mode` and vLLM's with `speculative`, started side by side (vLLM loads
+    while trtspec builds): yields {"trtspec": URL, "vllm": URL}; both stopped at the end."""
+    log = root / "vllm.log"
+    process, base = start_vllm(model, speculative, log, python=python)
     try:
-        wait_healthy(f"http://{HOST}:{port}", process, log, ready_timeout_s, "vLLM")
-        yield f"http://{HOST}:{port}"
+        with trtspec_server(root, model, mode, head=head, threads=threads, max_draft_len=max_draft_len) as mine:
+            wait_healthy(base, process, log, ready_timeout_s, "vLLM")
+            yield {"trtspec": mine, "vllm": base}
     finally:
         stop_group(process)
 
