@@ -16,6 +16,7 @@ from measured acceptance and measured draft/verify costs.
     /tmp/venv/bin/python -m benchmarks peers --replay reports/bench-engine.json  # n-gram settings, no model
     /tmp/venv/bin/python -m benchmarks peers --verify-cost --threads 1  # cost of a pass by width
     .venv/bin/python -m benchmarks peers --vllm --help   # beside vLLM's CPU engine instead (peers_vllm.py)
+    .venv/bin/python -m benchmarks peers --vllm --api ... # the same through each server's OpenAI API (peers_api.py)
 
 HF's contenders run on a model loaded as transformers loads it; the engine's on its own
 (prepacked, see trtspec/runtime/forward/prepack.py) unless --no-prepack or --hf-on-engine-model.
