@@ -7,7 +7,10 @@ The OpenAI-API half of `benchmarks peers --vllm` (peers_vllm.py is the in-proces
 (plain, ngram, EAGLE-3) one server of each kind runs at a time (benchmarks/peers_servers.py: vLLM's
 api_server from the vLLM venv, trtspec's cpu-backend deploy with its OpenAI frontend; both on
 127.0.0.1, float32, max_model_len 1024, 8 sequences, trtspec on `--threads` torch threads, vLLM its
-default binding). The official `openai` client sends both the same requests: /v1/completions, the dev
+default binding). Each keeps its default prompt cache: trtspec's build.kv_cache_reuse (the chat
+template's shared start, and earlier prompts: the same prompts come back every repeat) and vLLM's
+prefix cache, which on CPU keeps whole 128-token blocks only and so reuses nothing of these 40-92
+token prompts; `--no-prompt-reuse` turns trtspec's off. The official `openai` client sends both the same requests: /v1/completions, the dev
 prompt with the chat template applied once as the prompt text (both servers tokenize it to the same
 ids; no template is applied again), greedy (temperature 0), `--max-tokens`, streaming with usage.
 Concurrency 1 and 8 as closed loops (a thread per slot takes the next prompt as one ends); repeats
@@ -146,7 +149,8 @@ def measure(args) -> dict:
     cells: dict = {}
     for method, (mode, config) in methods(args).items():
         head = args.eagle3 if mode == "eagle3" else None
-        with both_servers(work / method, path, mode, config, head=head, threads=args.threads, max_draft_len=K) as bases:
+        with both_servers(work / method, path, mode, config, head=head, threads=args.threads, max_draft_len=K,
+                          prompt_reuse=not args.no_prompt_reuse) as bases:
             for name, base in bases.items():  # warm-up: first-request costs, connections
                 run_cell(base, prompts[:1], 4, 1, name == "vllm")
             for repeat in range(args.repeats):

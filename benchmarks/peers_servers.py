@@ -71,14 +71,15 @@ def start_vllm(model: Path, speculative: dict | None, log: Path, *,
 
 @contextlib.contextmanager
 def both_servers(root: Path, model: Path, mode: str, speculative: dict | None, *, head: Path | None = None,
-                 threads: int = 1, max_draft_len: int = 4, python: Path | None = None,
+                 threads: int = 1, max_draft_len: int = 4, prompt_reuse: bool = True, python: Path | None = None,
                  ready_timeout_s: float = 1200.0) -> Iterator[dict[str, str]]:
     """trtspec's endpoint in `mode` and vLLM's with `speculative`, started side by side (vLLM loads
     while trtspec builds): yields {"trtspec": URL, "vllm": URL}; both stopped at the end."""
     log = root / "vllm.log"
     process, base = start_vllm(model, speculative, log, python=python)
     try:
-        with trtspec_server(root, model, mode, head=head, threads=threads, max_draft_len=max_draft_len) as mine:
+        with trtspec_server(root, model, mode, head=head, threads=threads, max_draft_len=max_draft_len,
+                            prompt_reuse=prompt_reuse) as mine:
             wait_healthy(base, process, log, ready_timeout_s, "vLLM")
             yield {"trtspec": mine, "vllm": base}
     finally:
@@ -114,9 +115,11 @@ def stop_group(process: subprocess.Popen) -> None:
         process.wait()
 
 
-def trtspec_spec(root: Path, model: Path, mode: str, *, max_draft_len: int = 4):
+def trtspec_spec(root: Path, model: Path, mode: str, *, max_draft_len: int = 4, prompt_reuse: bool = True):
     """The spec `trtspec deploy` would read for this comparison: cpu backend, float32, loopback ports,
-    ngram n 1-4 (vLLM's prompt_lookup_min/max), chains of `max_draft_len`."""
+    ngram n 1-4 (vLLM's prompt_lookup_min/max), chains of `max_draft_len`; `prompt_reuse` is
+    build.kv_cache_reuse (on by default; vLLM's prefix cache on CPU keeps only whole 128-token blocks,
+    so it reuses nothing of prompts shorter than that)."""
     from trtspec.spec.schema import validate_spec
 
     http, grpc, metrics, openai = (free_port() for _ in range(4))
@@ -124,7 +127,7 @@ def trtspec_spec(root: Path, model: Path, mode: str, *, max_draft_len: int = 4):
         "model": {"source": str(model), "name": SERVED, "dtype": "float32"},
         "speculative": {"mode": mode, "max_draft_len": max_draft_len, "ngram_min": 1, "ngram_max": 4},
         "build": {"backend": "cpu", "max_batch_size": 8, "max_input_len": MAX_MODEL_LEN - 128,
-                  "max_seq_len": MAX_MODEL_LEN, "output_dir": str(root / "engines")},
+                  "max_seq_len": MAX_MODEL_LEN, "output_dir": str(root / "engines"), "kv_cache_reuse": prompt_reuse},
         "serve": {"host": HOST, "http_port": http, "grpc_port": grpc, "metrics_port": metrics, "openai_port": openai,
                   "repository": str(root / "model_repository"), "startup_timeout_s": 900},
         "workdir": str(root / "work")})
@@ -132,7 +135,7 @@ def trtspec_spec(root: Path, model: Path, mode: str, *, max_draft_len: int = 4):
 
 @contextlib.contextmanager
 def trtspec_server(root: Path, model: Path, mode: str, *, head: Path | None = None, threads: int = 1,
-                   max_draft_len: int = 4) -> Iterator[str]:
+                   max_draft_len: int = 4, prompt_reuse: bool = True) -> Iterator[str]:
     """trtspec's OpenAI endpoint on the cpu backend (mode none, ngram or eagle3; eagle3 takes `head`, a
     checkpoints/eagle3 directory that `trtspec convert` wrote, with its checkpoints/target beside it
     when there is one): yields its base URL; stopped at the end."""
@@ -148,7 +151,7 @@ def trtspec_server(root: Path, model: Path, mode: str, *, head: Path | None = No
         for name, source in (("eagle3", head), ("target", head.parent / "target")):
             if source.is_dir() and not (checkpoints / name).exists():
                 (checkpoints / name).symlink_to(source.resolve(), target_is_directory=True)
-    spec = trtspec_spec(root, model, mode, max_draft_len=max_draft_len)
+    spec = trtspec_spec(root, model, mode, max_draft_len=max_draft_len, prompt_reuse=prompt_reuse)
     layout = Layout.from_spec(spec)
     repository.render(build(spec).engine_dir, spec, layout.repository)
     before = os.environ.get("OMP_NUM_THREADS")

@@ -157,7 +157,8 @@ def to_markdown(data: dict) -> str:
     lines = [f"{data['cpu']}, {data['cores']} cores; {data['prompts']} dev prompts, "
              f"{data['settings'].get('max_tokens')} tokens, float32 greedy, repeats {data['settings'].get('repeats')}"
              + ("; through each server's OpenAI API (streaming /v1/completions, the openai client)" if data.get("api")
-                else "; in process"),
+                else "; in process")
+             + ("; trtspec without prompt reuse" if data["settings"].get("no_prompt_reuse") == "True" else ""),
              "", "| method | conc | trtspec tok/s | vLLM tok/s | trtspec / vLLM | trtspec TTFT p50 ms | "
              "vLLM TTFT p50 ms | trtspec acc. len | vLLM acc. len | tokens equal | load |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
@@ -214,6 +215,9 @@ def run() -> int:
     parser.add_argument("--api", action="store_true",
                         help="through each server's OpenAI API instead: vLLM's api_server beside trtspec's endpoint "
                              "(benchmarks/peers_api.py)")
+    parser.add_argument("--no-prompt-reuse", action="store_true",
+                        help="--api: trtspec's server without build.kv_cache_reuse (vLLM's CPU prefix cache "
+                             "reuses nothing of prompts under its 128-token block)")
     parser.add_argument("--workdir", type=Path, default=None, help="--api: where the servers' files go (default: a "
                                                                    "new temporary directory)")
     parser.add_argument("--out", type=Path, default=None)
