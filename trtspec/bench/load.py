@@ -164,7 +164,13 @@ def run_variants(variants: dict[str, tuple[Target, bool]], prompts: Sequence[Pro
     after every request (progress bars). Counters are diffed on the first variant's target."""
     if warmup:  # first requests pay for lazy loading and allocator growth; keep them out of the figures
         for label, (target, speculative) in variants.items():
-            measure_request(target, prompts[0], label, speculative, 0, -1, min(max_tokens, 8), temperature)
+            # a target behind a router (a Dynamo stack) asks for one per worker, sent at once so the
+            # router spreads them: else one worker's cold first request lands in the first cell
+            count = max(1, int(getattr(target, "warmup_requests", 1)))
+            with ThreadPoolExecutor(max_workers=count) as pool:
+                list(pool.map(lambda i, target=target, label=label, speculative=speculative: measure_request(
+                    target, prompts[i % len(prompts)], label, speculative, 0, -1, min(max_tokens, 8), temperature),
+                    range(count)))
     run = BenchRun()
     lock = threading.Lock()
     counted = next(iter(variants.values()))[0]

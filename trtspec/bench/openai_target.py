@@ -75,6 +75,7 @@ class OpenAITarget:
         self.api = ask.client(url)  # one client, one connection pool, for every request of the run
         self.name = name or f"openai {url}"
         self.settled = True  # whether the last counters() found every worker idle (else read at SETTLE_S)
+        self.warmup_requests = max(1, len(self.metrics_urls))  # one per worker (trtspec.bench.load's warm-up)
         self.acceptance_source = ("each answer's usage.completion_tokens_details (accepted and rejected prediction "
                                   "tokens); drafts and positions from the workers' vllm:spec_decode_* counters")
         self.prompts_sent = ("completion prompt as given" if raw
