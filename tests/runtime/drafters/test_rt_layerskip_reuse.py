@@ -121,22 +121,42 @@ def test_greedy_in_flight_with_prompt_chunks_equals_the_target_alone(engine):
     prompts = [TINY_PROMPTS[3], TINY_PROMPTS[0], list(range(200, 240)), TINY_PROMPTS[2], TINY_PROMPTS[1],
                list(range(300, 330))]
     plain = [engine.generate(p, max_new_tokens=20, speculative=False).token_ids for p in prompts]
-    seen, steps, results = spy_drafts(engine), [], [None] * len(prompts)
-    engine.scheduler.on_step = steps.append
+    seen, steps, failures = spy_drafts(engine), [], []
+    finished = [threading.Event() for _ in prompts]
+    decoding, all_queued, first = threading.Event(), threading.Event(), []
 
-    def run(i):
-        results[i] = engine.generate(prompts[i], max_new_tokens=20)
+    def on_step(stats):
+        steps.append(stats)
+        # (the first call may be the plain runs' last step, so ask the first two themselves)
+        if first and all(s.output.token_ids for s in first) and not all_queued.is_set():
+            # the loop waits here for the other four: their prompts then share steps with the first
+            # two's decoding however late a busy machine runs any thread (threads started one by
+            # one overlapped only by chance; all queued at once, every prompt is prefilled first)
+            decoding.set()
+            all_queued.wait(120)
 
+    def sink_for(i):
+        def sink(item):
+            if isinstance(item, BaseException):
+                failures.append(item)
+            if isinstance(item, BaseException) or item.finish_reason is not None:
+                finished[i].set()
+        return sink
+
+    engine.scheduler.on_step = on_step
     try:
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        first += [engine.submit(p, max_new_tokens=20, sink=sink_for(i)) for i, p in enumerate(prompts[:2])]
+        assert decoding.wait(300)
+        sequences = list(first)
+        sequences += [engine.submit(p, max_new_tokens=20, sink=sink_for(i + 2)) for i, p in enumerate(prompts[2:])]
+        all_queued.set()
+        assert all(event.wait(300) for event in finished)
     finally:
+        all_queued.set()
         engine.scheduler.on_step = None
         del engine.drafter.propose_batch
-    assert [r.token_ids for r in results] == plain
+    assert not failures
+    assert [s.output.token_ids for s in sequences] == plain
     assert any(0 < s.last_num_decoding < s.last_batch_size for s in steps)  # decoding beside prompt chunks
     drafts = [d for batch in seen for d in batch if d is not None]
     assert drafts and all(d.hidden is not None for d in drafts)
