@@ -52,9 +52,12 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--limit", type=int, default=None, help="at most this many prompts of each set")
+    parser.add_argument("--categories", default=None, help="only these prompt categories, comma-separated (edit,summarize)")
     parser.add_argument("--out", type=Path, default=None, help="write every figure as JSON here")
     args = parser.parse_args()
     prompts = prompt_rows(args.limit)
+    if args.categories:
+        prompts = [row for row in prompts if row["category"] in args.categories.split(",")]
     report = measure(prompts, args.variants, before=args.before, max_tokens=args.max_tokens, repeats=args.repeats)
     print_report(report)
     if args.out:

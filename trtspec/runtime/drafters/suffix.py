@@ -13,6 +13,13 @@ _speculate_tree). Its score is the sum of its nodes' probabilities; the best-sco
 both tries and every m wins (ties: the longer match). Defaults are vLLM's: depth 24, factor 1,
 min_token_prob 0.1.
 
+The draft length is the engine's to cap (speculative.max_draft_len, or the load policy's choice),
+and suffix decoding wants a high cap: vLLM runs it at num_speculative_tokens = max_tree_depth (24),
+since the match length already keeps drafts short where they would fail. Capped at 8 on SmolLM2's
+copy-heavy edit prompts it accepts 2.79 tokens a step verifying 2.7 draft tokens, prompt lookup 2.90
+verifying 3.6; at 16 it does 2.91 (2.99 with depth 64) at 2.9 verified while prompt lookup's fixed
+length wastes more (3.21 at 6.1): docs/BENCHMARKS-log.md, "Suffix decoding's draft cap".
+
 The global trie is bounded: `max_cached_requests` responses and `max_cached_nodes` trie nodes at
 most (its memory: about 150 bytes a node in CPython); past either, the oldest responses are
 evicted whole (FIFO, as Arctic's cache), their suffixes' counts taken back out. A response is
