@@ -22,7 +22,7 @@ from trtspec.prompts import packaged_prompt_file
 
 ROOT = Path(__file__).resolve().parents[2]
 HARNESS = ROOT / "benchmarks"
-LIBRARY = {"__init__", "__main__", "common", "peers_draft", "peers_offline", "peers_vllm", "vllm_peer", "vllm_worker"}  # modules that are not a command
+LIBRARY = {"__init__", "__main__", "common", "peers_draft", "peers_offline", "peers_api", "peers_servers", "peers_vllm", "vllm_peer", "vllm_worker"}  # modules that are not a command
 
 
 def test_help_lists_every_comparison_and_every_module_with_a_main_is_one():
