@@ -36,6 +36,7 @@ serve:
   http_port: 8100
   grpc_port: 8101
   metrics_port: 8102
+  startup_timeout_s: 600   # loading SmolLM2 took over 120 s (the default) beside a CI run on 2 cores
   repository: $PWD/$WORK/model_repository
 bench:
   concurrency: [1, 4]
