@@ -110,12 +110,16 @@ def test_schedule_cycles_prompts_until_every_slot_is_busy():
 
 
 class SleepTarget:
-    """Streams `tokens` chunks, sleeping between them; records how many requests overlap."""
+    """Streams `tokens` chunks, sleeping between them; records how many requests overlap. With
+    `overlap`, the first request waits before its first chunk until that many are in flight (30 s
+    at most): bench's threads then overlap on any machine, not only when they start within one
+    short request of each other (a busy machine delays a thread's start by tens of ms)."""
 
     name = "sleep"
 
-    def __init__(self, gap_s: float):
-        self.gap_s, self.in_flight, self.peak, self.lock = gap_s, 0, 0, threading.Lock()
+    def __init__(self, gap_s: float, overlap: int = 0):
+        self.gap_s, self.in_flight, self.peak, self.lock = gap_s, 0, 0, threading.Condition()
+        self.overlap = overlap
         self.sent: list[tuple[str, int]] = []
 
     def stream(self, prompt, *, max_tokens, speculative, temperature, seed):
@@ -123,6 +127,9 @@ class SleepTarget:
             self.sent.append((prompt, seed))
             self.in_flight += 1
             self.peak = max(self.peak, self.in_flight)
+            self.lock.notify_all()
+            if len(self.sent) == 1 and self.overlap:
+                self.lock.wait_for(lambda: self.in_flight >= self.overlap, timeout=30)
         try:
             per_chunk = 2 if speculative else 1           # speculation: two tokens per chunk
             for sent in range(0, max_tokens, per_chunk):
@@ -139,9 +146,11 @@ class SleepTarget:
 
 def test_run_bench_caps_concurrency_and_stamps_chunks():
     prompts = [Prompt(i, f"p{i}", "chat") for i in range(4)]
-    target = SleepTarget(0.01)
+    # 50 ms a chunk: a speculative block (2 waves of 2 chunks) 0.2 s shorter than a baseline one,
+    # where a busy machine's thread starts and wake-ups took ~0.1 s (at 10 ms: 0.19 s vs 0.15 s, load 10)
+    target = SleepTarget(0.05, overlap=2)
     run = run_bench(target, prompts, [2], max_tokens=4, baseline=True, warmup=False)
-    assert target.peak == 2
+    assert target.peak == 2   # (the first request waited for a second one: never 3, the cap)
     assert len(run.records) == 8 and all(r.ok for r in run.records)
     spec = [r for r in run.records if r.variant == SPECULATIVE]
     base = [r for r in run.records if r.variant == BASELINE]
