@@ -101,25 +101,60 @@ def assert_dynamic_trees_lossless(engine, prompt, shape) -> None:
     assert spec.stats.num_verified_tokens == shape[2] * spec.stats.num_drafts
 
 
-def assert_in_flight_equals_plain(engine, prompts, max_new_tokens: int) -> list:
-    """Every prompt from its own thread at once (the engine batches them in flight, asserted: some
-    step held more than one sequence); each answer must be its plain greedy answer. Returns the
-    speculative results."""
+def run_in_flight(engine, prompts, max_new_tokens, **kwargs) -> tuple[list, list]:
+    """Every prompt in flight together on any machine; returns (the finished Sequences in prompt
+    order, every step's SchedulerStats seen while they ran). `max_new_tokens`: one for all or a list.
+
+    The first is submitted alone, and once it has been in a step the loop waits in
+    scheduler.on_step (called after each step, outside the scheduler's lock) until the others are
+    queued: from the next step on they all share the loop's steps, however late a busy machine runs
+    this thread. (Threads started one by one overlap only by chance, and the loop the first submit
+    starts can run its first steps before quick later submits are queued.) The hold asks the first
+    sequence itself: the first on_step call after the hook is set can be an earlier generation's
+    last step. An on_step already set is still called, and set again at the end."""
     import threading
 
+    lengths = list(max_new_tokens) if isinstance(max_new_tokens, (list, tuple)) else [max_new_tokens] * len(prompts)
+    previous, steps, failures, first = engine.scheduler.on_step, [], [], []
+    held, queued, finished = threading.Event(), threading.Event(), threading.Semaphore(0)
+
+    def on_step(stats):
+        steps.append(stats)
+        if previous is not None:
+            previous(stats)
+        if first and (first[0].prefilled or first[0].done) and not queued.is_set():
+            held.set()
+            queued.wait(300)
+
+    def sink(item):
+        if isinstance(item, BaseException):
+            failures.append(item)
+        if isinstance(item, BaseException) or item.finish_reason is not None:
+            finished.release()
+
+    engine.scheduler.on_step = on_step
+    try:
+        first.append(engine.submit(engine.encode(prompts[0]), max_new_tokens=lengths[0], sink=sink, **kwargs))
+        assert held.wait(300), "the first request never ran a step"
+        sequences = first + [engine.submit(engine.encode(p), max_new_tokens=n, sink=sink, **kwargs)
+                             for p, n in zip(prompts[1:], lengths[1:], strict=True)]
+        queued.set()
+        for _ in sequences:
+            assert finished.acquire(timeout=900), "a request never finished"
+    finally:
+        queued.set()
+        engine.scheduler.on_step = previous
+    if failures:
+        raise failures[0]
+    return sequences, steps
+
+
+def assert_in_flight_equals_plain(engine, prompts, max_new_tokens: int) -> list:
+    """Every prompt in flight together (run_in_flight; asserted: some step held them all, or a full
+    batch); each answer must be its plain greedy answer. Returns the speculative Sequences (their
+    .output.token_ids, .stats)."""
     plain = [engine.generate(p, max_new_tokens=max_new_tokens, speculative=False).token_ids for p in prompts]
-    steps, results = [], [None] * len(prompts)
-    engine.scheduler.on_step = steps.append
-
-    def run(i):
-        results[i] = engine.generate(prompts[i], max_new_tokens=max_new_tokens)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    engine.scheduler.on_step = None
-    assert [r.token_ids for r in results] == plain
-    assert max(s.last_batch_size for s in steps) > 1
-    return results
+    sequences, steps = run_in_flight(engine, prompts, max_new_tokens)
+    assert [s.output.token_ids for s in sequences] == plain
+    assert max(s.last_batch_size for s in steps) == min(len(prompts), engine.config.max_batch_size)
+    return sequences
