@@ -3,26 +3,23 @@
 from __future__ import annotations
 
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.runtime.conftest import TINY_PROMPTS
+from tests.runtime.conftest import TINY_PROMPTS, run_in_flight
 from trtspec.runtime.loop.request import RequestCancelled, ServerBusyError
 
 PROMPTS = TINY_PROMPTS + [[9, 8, 7, 9, 8, 7, 9], list(range(200, 260)), [3, 4] * 9, [77, 78, 79]]
 
 
 def _concurrently(engine, prompts, **kwargs):
-    """Every prompt at once from its own thread; returns the results in prompt order."""
-    barrier = threading.Barrier(len(prompts))
+    """Every prompt in flight together (run_in_flight: they share the loop's steps on any machine);
+    returns the results in prompt order (.token_ids, .stats, .finish_reason)."""
+    from types import SimpleNamespace
 
-    def one(prompt):
-        barrier.wait()
-        return engine.generate(prompt, **kwargs)
-
-    with ThreadPoolExecutor(len(prompts)) as pool:
-        return list(pool.map(one, prompts))
+    sequences, _ = run_in_flight(engine, prompts, kwargs.pop("max_new_tokens"), **kwargs)
+    return [SimpleNamespace(token_ids=s.output.token_ids, stats=s.stats, finish_reason=s.output.finish_reason)
+            for s in sequences]
 
 
 @pytest.mark.parametrize("fixture", ["ngram_engine", "draft_engine", "eagle_engine"])
@@ -246,12 +243,23 @@ def test_is_cancelled_is_polled_between_steps(ngram_engine):
 def test_requests_join_and_leave_between_steps(ngram_engine):
     """A short request sent while a long one runs joins the running batch and finishes first."""
     with ngram_engine.variant() as engine:
-        steps = []
-        engine.scheduler.on_step = steps.append
         long_chunks = engine.generate(TINY_PROMPTS[3], max_new_tokens=120, stream=True)
         next(long_chunks)
-        short = engine.generate(TINY_PROMPTS[0], max_new_tokens=4)
-        assert short.finish_reason == "length"
+        steps, held, queued = [], threading.Event(), threading.Event()
+
+        def on_step(stats):  # the long one's next step waits until the short one is queued,
+            steps.append(stats)  # however late a busy machine runs this thread
+            if not queued.is_set():
+                held.set()
+                queued.wait(300)
+
+        engine.scheduler.on_step = on_step
+        assert held.wait(300)
+        short_chunks = engine.generate(TINY_PROMPTS[0], max_new_tokens=4, stream=True)
+        queued.set()
+        short = list(short_chunks)
+        assert short[-1].finish_reason == "length"
+        _wait_until(lambda: engine.scheduler.snapshot().running < 2)  # (its last chunk comes before its retiring)
         assert engine.scheduler.snapshot().running == 1  # the long one is still going
         rest = list(long_chunks)
         assert rest[-1].finish_reason == "length"
@@ -270,7 +278,19 @@ def test_prefill_shares_steps_and_is_chunked_by_the_token_budget(ngram_engine):
         engine.scheduler.on_step = steps.append
         running = engine.generate(TINY_PROMPTS[0], max_new_tokens=40, speculative=False, stream=True)
         next(running)
-        assert engine.generate(prompt, max_new_tokens=10, speculative=False).token_ids == reference
+        held, queued = threading.Event(), threading.Event()
+
+        def on_step(stats):  # the running one's next step waits until the long prompt is queued
+            steps.append(stats)
+            if not queued.is_set():
+                held.set()
+                queued.wait(300)
+
+        engine.scheduler.on_step = on_step
+        assert held.wait(300)
+        chunks = engine.generate(prompt, max_new_tokens=10, speculative=False, stream=True)
+        queued.set()
+        assert [t for chunk in chunks for t in chunk.token_ids] == reference
         assert [t for chunk in running for t in chunk.token_ids] == other[1:]
         assert len(steps) >= 60 // 8 + 9 and max(s.last_batch_size for s in steps) == 2
 
