@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import threading
-from concurrent.futures import ThreadPoolExecutor
-
-from tests.runtime.conftest import TINY_PROMPTS
+from tests.runtime.conftest import TINY_PROMPTS, run_in_flight
 from trtspec.runtime.policy.by_load import CostModel, schedule_length
 
 
@@ -63,15 +60,9 @@ def test_the_engine_follows_the_schedule_and_stays_lossless(ngram_engine):
     with ngram_engine.variant(draft_len_schedule=((1, 4), (3, 0))) as engine:
         steps = []
         engine.scheduler.on_step = steps.append
-        barrier = threading.Barrier(len(prompts))
-
-        def one(prompt, length):
-            barrier.wait()
-            return engine.generate(prompt, max_new_tokens=length)
-
-        with ThreadPoolExecutor(len(prompts)) as pool:
-            results = list(pool.map(one, prompts, lengths))
-        assert [r.token_ids for r in results] == alone
+        # in flight together on any machine (threads behind a barrier overlapped only by chance)
+        sequences, _ = run_in_flight(engine, prompts, lengths)
+        assert [s.output.token_ids for s in sequences] == alone
         assert {s.last_draft_len for s in steps if s.last_num_decoding >= 3} == {0}
         assert 4 in {s.last_draft_len for s in steps if s.last_num_decoding < 3}
         alone_drafts = engine.generate(TINY_PROMPTS[0], max_new_tokens=30)

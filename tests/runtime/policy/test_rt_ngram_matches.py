@@ -4,10 +4,7 @@ those drafts while every output stays the request's output alone."""
 
 from __future__ import annotations
 
-import threading
-from concurrent.futures import ThreadPoolExecutor
-
-from tests.runtime.conftest import TINY_PROMPTS
+from tests.runtime.conftest import TINY_PROMPTS, run_in_flight
 from trtspec.runtime.policy.by_load import CostModel
 from trtspec.runtime.policy.choices import Choice
 from trtspec.runtime.policy.ngram_matches import MatchStats
@@ -82,15 +79,9 @@ def test_the_engine_verifies_only_long_matches_and_stays_lossless(ngram_engine):
             observe(offered, accepted, draft, path)
 
         model.observe_verify = recorded
-        barrier = threading.Barrier(len(prompts))
-
-        def one(prompt):
-            barrier.wait()
-            return engine.generate(prompt, max_new_tokens=24)
-
-        with ThreadPoolExecutor(len(prompts)) as pool:
-            results = list(pool.map(one, prompts))
-        assert [r.token_ids for r in results] == alone
+        # in flight together on any machine (threads behind a barrier overlapped only by chance)
+        sequences, _ = run_in_flight(engine, prompts, 24)
+        assert [s.output.token_ids for s in sequences] == alone
         assert min(model.matches.found) < 3 <= max(model.matches.found)   # short matches were found ...
         assert {match for decoding, match in verified if decoding > 1} == {3}  # ... only long ones verified
         assert engine.scheduler.stats.draft_shapes.get("chain:4@3", 0) > 0
