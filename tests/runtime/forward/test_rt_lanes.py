@@ -6,8 +6,7 @@ still works (first fit, gathers), and the numbers are the same either way. The c
 
 from __future__ import annotations
 
-import threading
-
+from tests.runtime.conftest import run_in_flight
 from trtspec.runtime.cache.paged import BlockAllocator
 from trtspec.runtime.forward.attention_strided import StridedGroup
 
@@ -47,16 +46,9 @@ def test_a_decode_batch_attends_in_lanes_and_gets_what_each_gets_alone(ngram_eng
             return attend(self, *args, **kwargs)
 
         monkeypatch.setattr(StridedGroup, "attend", counted)
-        together: list = [None] * len(prompts)
-
-        def run(index):
-            together[index] = engine.generate(prompts[index], max_new_tokens=budgets[index], speculative=False).token_ids
-
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        # the three share decode steps on any machine (threads started one by one overlapped by chance)
+        sequences, _ = run_in_flight(engine, prompts, budgets, speculative=False)
+        together = [s.output.token_ids for s in sequences]
         lane = engine.scheduler.allocator.lane_blocks * engine.scheduler.allocator.block_size
     finally:
         engine.close()
