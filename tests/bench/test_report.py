@@ -198,7 +198,7 @@ def test_few_prompts_still_fill_every_slot_and_the_report_says_how_full():
     # 50 ms a chunk, 0.3 s a request: the threads' start and wake-ups on a busy machine (tens of ms
     # each) stay a small part of the block; at 10 ms a chunk, beside an EAGLE-3 convert and two busy
     # processes, the block was 2.47 requests in flight (issue 71), and a block of 2 requests is 2 at most
-    target = SleepTarget(0.05)
+    target = SleepTarget(0.05, overlap=4)          # (and the first waits for the other three)
     run = run_bench(target, prompts, [4], max_tokens=6, baseline=False, warmup=False)
     assert target.peak == 4                        # 2 prompts, yet 4 requests in flight
     assert sorted(target.sent) == [("p0", 0), ("p0", 2), ("p0", 4), ("p0", 6),
