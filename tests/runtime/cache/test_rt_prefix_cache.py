@@ -103,8 +103,14 @@ def test_a_requests_whole_cache_is_bit_for_bit_the_same(ngram_engine):
 
 
 def _generate_all(engine, texts, speculative=True, concurrency=4):
-    with ThreadPoolExecutor(concurrency) as pool:
-        results = list(pool.map(lambda text: engine.generate(text, max_new_tokens=12, speculative=speculative), texts))
+    """`concurrency` texts at a time, a wave after the one before has finished: in one pool a
+    thread freed early could start a text's second request while its first still runs, and then
+    the hits counted would depend on the order threads reach the engine."""
+    results = []
+    for wave in range(0, len(texts), concurrency):
+        with ThreadPoolExecutor(concurrency) as pool:
+            results += pool.map(lambda text: engine.generate(text, max_new_tokens=12, speculative=speculative),
+                                texts[wave:wave + concurrency])
     return [r.token_ids for r in results]
 
 
@@ -119,8 +125,8 @@ def test_generation_is_unchanged_token_for_token(fixture, request):
         stats, plain = with_reuse.scheduler.snapshot(), without.scheduler.snapshot()
         start = len(with_reuse.scheduler.reuse.shared.tokens)
         # 16 requests, each text 4 times: its first copies the shared start, the 3 later ones the
-        # kept prompt, all of it but the last token (prompt_cache; 4 workers: a text's second request
-        # starts once its first has finished)
+        # kept prompt, all of it but the last token (prompt_cache; in waves of the 4 texts: a text's
+        # second request starts once its first has finished)
         lengths = [len(engine.encode(t)) for t in TEXTS]
         assert stats.prefix_cache_hits == sum(start + 3 * (n - 1) for n in lengths)
         assert stats.prefix_cache_queries == sum(len(engine.encode(t)) for t in TEXTS) * 4
