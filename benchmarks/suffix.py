@@ -1,13 +1,14 @@
 """Suffix decoding against prompt lookup: acceptance replayed exactly, and tokens/s interleaved.
 
     OMP_NUM_THREADS=1 python -m benchmarks suffix --max-tokens 64 --repeats 3 \\
-        --variants ngram@8 suffix@8 suffix@16 --before HEAD~1
+        --variants ngram@8 suffix@8 suffix --before HEAD~1
 
 Prompts: the packaged `traffic` set's `edit` prompts (copy-heavy: each carries the text or code it
 edits) and the 30 dev prompts, on SmolLM2 (`trtspec models fetch smollm2`), greedy, concurrency 1.
 A variant is MODE@K: `ngram` (prompt lookup, ngram_min 2, ngram_max 3, the spec's defaults) or
 `suffix` (request trie only, max_cached_requests 0: a global trie would hold the same prompt's answer
-from the previous repeat), drafting at most K tokens at every step; `suffix-before@K` is the
+from the previous repeat), drafting at most K tokens at every step (plain `suffix`: its own cap,
+speculative.suffix.max_draft_len's default, 24); `suffix-before@K` is the
 suffix drafter of git revision --before, for a before/after comparison inside one run; suffix
 settings follow a comma (`suffix@16,factor=2,depth=64`).
 
@@ -47,7 +48,7 @@ ROW_COSTS = (0.05, 0.1, 0.2)
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--variants", nargs="+", default=["ngram@8", "suffix@8", "suffix@16"])
+    parser.add_argument("--variants", nargs="+", default=["ngram@4", "ngram@8", "suffix"])
     parser.add_argument("--before", default=None, help="git revision whose suffix.py suffix-before@K runs")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
@@ -76,8 +77,12 @@ def parse_variant(text: str) -> tuple[str, int, dict[str, Any]]:
     head, *settings = text.split(",")
     mode, _, k = head.partition("@")
     options = {key: json.loads(value) for key, value in (s.split("=", 1) for s in settings)}
+    if mode == "suffix" and not k:   # the mode's own cap (the drafter's, as the spec's default)
+        from trtspec.runtime.drafters.suffix import MAX_DRAFT_LEN
+
+        k = str(options.get("max_draft_len", MAX_DRAFT_LEN))
     if mode not in ("ngram", "suffix", "suffix-before") or not k.isdigit():
-        raise SystemExit(f"error: variant {text!r}: want ngram@K, suffix@K or suffix-before@K[,name=value...]")
+        raise SystemExit(f"error: variant {text!r}: want ngram@K, suffix[@K] or suffix-before@K[,name=value...]")
     return mode, int(k), options
 
 

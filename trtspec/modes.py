@@ -60,6 +60,7 @@ class ModeRow:
     label: str = ""                  # README's few words after the name
     trees: bool = False              # the cpu drafter grows dynamic (EAGLE-2) trees
     draft_checkpoint: bool = False   # the cpu drafter needs a draft checkpoint directory
+    own_draft_cap: bool = False      # speculative.<section>.max_draft_len caps its drafts, not speculative.max_draft_len
 
 
 _D = "trtspec.runtime.drafters"
@@ -94,7 +95,7 @@ MODES: dict[str, ModeRow] = {row.name: row for row in (
                 "trtllm-engine": _no("TensorRT-LLM 1.2.1 has no suffix decoding for TensorRT engines either; "
                                      "use mode ngram on build.backend: trtllm, or build.backend: cpu",
                                      "no suffix decoding in TensorRT-LLM 1.2.1"),
-            }, label="SuffixDecoding"),
+            }, label="SuffixDecoding", own_draft_cap=True),
     ModeRow("lookahead", "Jacobi guesses and an n-gram pool (window W, n-gram N, verification set G)",
             f"{_D}.lookahead:make", "lookahead", {
                 "cpu": _yes("n-gram pool from the sequence and the target's Jacobi guesses, chain drafts"),
@@ -162,6 +163,13 @@ def refusal(backend: str, mode: str) -> str | None:
     """Why `backend` refuses `mode` ("reason; fix"), or None where it runs it."""
     backing = MODES[mode].backends[backend]
     return None if backing.runs else backing.how
+
+
+def draft_cap_field(mode: str) -> str:
+    """The spec field that caps `mode`'s drafts: its section's own max_draft_len (suffix: upstream
+    runs it at a higher cap, as the match length keeps drafts short), else the shared one."""
+    r = MODES[mode]
+    return f"speculative.{r.section}.max_draft_len" if r.own_draft_cap else "speculative.max_draft_len"
 
 
 def tree_modes() -> tuple[str, ...]:

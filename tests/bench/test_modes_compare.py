@@ -55,30 +55,35 @@ def test_compare_modes_measures_each_mode_against_plain_and_says_what_is_missing
     engine, spec = layerskip_engine
     out = tmp_path / "modes"
     result = CliRunner().invoke(main, ["bench", "-c", str(spec), "--engine", str(engine), "--compare-modes",
-                                       "ngram,lookahead,layerskip,medusa,mtp", "--num-prompts", "2", "--max-tokens",
+                                       "ngram,suffix,lookahead,layerskip,medusa,mtp", "--num-prompts", "2", "--max-tokens",
                                        "8", "--concurrency", "1", "--repeats", "2", "--out", str(out), "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads((out / "modes.json").read_text())
     assert json.loads(result.output)["report"]["modes"] == report["modes"]
     rows = {row["mode"]: row for row in report["modes"]}
-    assert list(rows) == ["none", "ngram", "lookahead", "layerskip", "medusa", "mtp"]
+    assert list(rows) == ["none", "ngram", "suffix", "lookahead", "layerskip", "medusa", "mtp"]
+    # each mode at its own cap: suffix at speculative.suffix.max_draft_len (24), the others at the engine's (3)
+    assert {m: rows[m]["max_draft_len"] for m in ("ngram", "suffix", "lookahead", "layerskip")} == {
+        "ngram": 3, "suffix": 24, "lookahead": 3, "layerskip": 3}
+    assert report["metadata"]["max_draft_lens"]["suffix"] == 24
     assert "trtspec convert --mode medusa" in rows["medusa"]["skipped"]
     assert "no MTP layers" in rows["mtp"]["skipped"]
     # each drafter's own settings, as engine_parts would build them from the bundle (exit: a quarter of 4 layers)
     assert rows["layerskip"]["settings"] == {"exit_layer": 1} and rows["ngram"]["settings"] == {
         "ngram_min": 2, "ngram_max": 3}
     assert rows["lookahead"]["settings"] == {"window": 4, "ngram": 3, "verification_set": 4}
-    for mode in ("ngram", "lookahead", "layerskip"):
+    for mode in ("ngram", "suffix", "lookahead", "layerskip"):
         row = rows[mode]
         assert row["completed"] == 4 and row["failed"] == 0 and row["acceptance_length"] >= 1.0
         # the ratio is each repeat's tokens/s over plain decoding's in the same repeat, medianed
         plain = rows["none"]["output_throughput_by_repeat"]
         assert row["speedup_by_repeat"] == pytest.approx([a / b for a, b in zip(row["output_throughput_by_repeat"],
                                                                                  plain, strict=True)])
-        assert len(row["per_position_acceptance"]) <= 3 and all(0 <= p <= 1 for p in row["per_position_acceptance"])
+        assert len(row["per_position_acceptance"]) <= row["max_draft_len"]
+        assert all(0 <= p <= 1 for p in row["per_position_acceptance"])
     # greedy drafting is lossless: every mode gives each prompt as many tokens as plain decoding
     cells = {r["variant"]: r for r in report["results"]}
-    assert {cells[m]["total_output_tokens"] for m in ("none", "ngram", "lookahead", "layerskip")} == {
+    assert {cells[m]["total_output_tokens"] for m in ("none", "ngram", "suffix", "lookahead", "layerskip")} == {
         cells["none"]["total_output_tokens"]}
     text = modes_compare.render_text(report)
     assert "layerskip" in text and "skipped: the target has no MTP layers" in text

@@ -59,5 +59,9 @@ def test_accepted_length_of_a_chain_and_of_a_tree():
 def test_variants_are_read_and_a_bad_one_is_refused():
     assert parse_variant("suffix@16,factor=2,depth=64") == ("suffix", 16, {"factor": 2, "depth": 64})
     assert parse_variant("ngram@8") == ("ngram", 8, {})
+    # plain suffix: the mode's own cap (speculative.suffix.max_draft_len's default), or the one given
+    assert parse_variant("suffix") == ("suffix", 24, {}) and parse_variant("suffix,max_draft_len=12")[1] == 12
     with pytest.raises(SystemExit, match="want ngram@K"):
         parse_variant("eagle3@4")
+    with pytest.raises(SystemExit, match="want ngram@K"):
+        parse_variant("ngram")   # prompt lookup has no cap of its own here

@@ -148,7 +148,7 @@ def test_suffix_is_the_1_3_suffix_automaton_with_the_cited_names(tmp_path):
     entry = contract.decoding("suffix")
     assert entry["class"] == "SADecodingConfig" and "SA" in contract.llm_api["dispatch"]["names"]
     assert "@bf0ee2fb9e631721224a86a367f65930b0fea1e2" in entry["source"] and "@7568f407" in entry["source"]
-    spec = _spec("suffix", max_draft_len=4, draft_len_schedule=[[1, 4], [8, 2]], acceptance_window=256,
+    spec = _spec("suffix", suffix={"max_draft_len": 4}, draft_len_schedule=[[1, 4], [8, 2]], acceptance_window=256,
                  acceptance_rate_threshold=0.3)
     speculative = _options(spec)["speculative_config"]
     assert speculative == {"decoding_type": "SA", "max_draft_len": 4, "max_matching_ngram_size": -1,
@@ -157,6 +157,12 @@ def test_suffix_is_the_1_3_suffix_automaton_with_the_cited_names(tmp_path):
     assert set(speculative) <= set(entry["fields"])
     alone = _options(_spec("suffix", suffix={"max_cached_requests": 0}))["speculative_config"]
     assert alone["enable_global_pool"] is False
+    # SA's max_draft_len is the mode's own cap (speculative.suffix.max_draft_len, upstream's 24), not
+    # speculative.max_draft_len, and the step's token budget makes room for it
+    default = _options(_spec("suffix", max_draft_len=6))
+    assert default["speculative_config"]["max_draft_len"] == 24 and default["max_num_tokens"] >= 32 * 25
+    with pytest.raises(TrtSpecError, match="set speculative.suffix.max_draft_len to the schedule"):
+        _options(_spec("suffix", draft_len_schedule=[[1, 4], [8, 2]]))
     # the DynamoGraphDeployment's engine args: no draft directory, the same SA config
     where = graph.Placement(1, 1, 1, 1, "test")
     written = graph.engine_args_options(spec, tmp_path / "tiny-suffix-trtllm", where, contract)

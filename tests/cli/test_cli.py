@@ -52,7 +52,8 @@ def test_bad_spec_gives_one_line_per_problem_and_exit_2(in_tmp):
     result = CliRunner().invoke(main, ["spec", "check", "-c", "bad.yaml"])
     assert result.exit_code == 2
     lines = [line for line in result.output.splitlines() if line.strip()]
-    assert lines == ["error: build.max_draft_len: unknown key; did you mean speculative.max_draft_len?"]
+    assert lines == ["error: build.max_draft_len: unknown key; did you mean speculative.max_draft_len or "
+                     "speculative.suffix.max_draft_len?"]
     assert "Traceback" not in result.output
 
 

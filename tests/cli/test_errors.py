@@ -124,7 +124,8 @@ def test_a_bug_keeps_its_traceback():
 
 @pytest.mark.parametrize("text, expected", [
     ("speculative:\n  max_draft_lenn: 5\n", "speculative.max_draft_lenn: unknown key; did you mean max_draft_len?"),
-    ("build:\n  max_draft_len: 5\n", "build.max_draft_len: unknown key; did you mean speculative.max_draft_len?"),
+    ("build:\n  max_draft_len: 5\n", "build.max_draft_len: unknown key; did you mean speculative.max_draft_len or "
+     "speculative.suffix.max_draft_len?"),
     ("speculativ:\n  mode: ngram\n", "speculativ: unknown key; did you mean speculative?"),
     ("build:\n  backend: trtlm\n",
      "build.backend: must be one of 'cpu', 'trtllm' or 'trtllm-engine' (got 'trtlm'); did you mean trtllm?"),

@@ -4,9 +4,11 @@ One target in process (the cpu engine bundle's weights, loaded once), plain deco
 mode's drafter over it: every mode is an engine variant (bench.targets.mode_variant) with its own
 scheduler and cache, sharing the target's modules, so the modes differ only in how they draft.
 They run interleaved block by block with the plain-decoding baseline (bench.load.run_variants),
-each with its draft length fixed at every batch size, and the report says per mode: the
-acceptance length (tokens per target pass of a draft), the per-position acceptance, tokens/s,
-and tokens/s over plain decoding as the median of per-repeat ratios measured in the same run.
+each with its draft length fixed at every batch size to the mode's own cap (`draft_cap`: suffix
+decoding's speculative.suffix.max_draft_len, Medusa's tree nodes, else the shared max_draft_len),
+and the report says per mode: that cap, the acceptance length (tokens per target pass of a
+draft), the per-position acceptance, tokens/s, and tokens/s over plain decoding as the median of
+per-repeat ratios measured in the same run.
 
 A mode whose artifacts are missing (no EAGLE-3 head, no Medusa heads, no draft checkpoint, a
 target without MTP layers) gets a row that says so and what to run; it is not measured. Drafters
@@ -124,19 +126,32 @@ def settings(mode: str, drafter: Any) -> dict[str, Any]:
     return own | ({name: read(drafter) for name, read in DRAWN.get(mode, {}).items()} if drafter is not None else {})
 
 
+def draft_cap(drafter: Any, shared: int) -> int:
+    """The draft length a mode runs at here: the drafter's own cap (suffix decoding's
+    max_draft_len, from speculative.suffix), its own static tree's nodes (Medusa: the draft), else
+    the `shared` max_draft_len."""
+    own = getattr(drafter, "max_draft_len", None)
+    return own if own else max(shared, getattr(getattr(drafter, "tree", None), "num_nodes", 0))
+
+
+def shared_cap(spec: Any, engine: Any) -> int:
+    """The max_draft_len modes without their own cap run at: the engine's, unless the engine's mode
+    has its own (a suffix engine is built for suffix's cap), then the spec's speculative.max_draft_len."""
+    return spec.speculative.max_draft_len if modes.row(engine.mode).own_draft_cap else engine.max_draft_len
+
+
 def measure(engine: Any, made: dict[str, Any], prompts: Sequence[Any], *, max_draft_len: int, concurrency: list[int],
             max_tokens: int, repeats: int, temperature: float = 0.0, on_request: Callable | None = None,
             records: list | None = None) -> list[dict[str, Any]]:
-    """summarize_cell results of plain decoding and every mode in `made`, interleaved; each
-    request's RequestRecord appended to `records` where given."""
+    """summarize_cell results of plain decoding and every mode in `made` (each at its `draft_cap`,
+    `max_draft_len` the shared one), interleaved; each request's RequestRecord appended to
+    `records` where given."""
     from trtspec.bench.load import run_variants
     from trtspec.bench.metrics import group_cells, summarize_cell
     from trtspec.bench.targets import EngineTarget, mode_variant
 
-    engines = {}
-    for mode, drafter in made.items():
-        tree = getattr(drafter, "tree", None)  # a drafter's own static tree (Medusa): its nodes are the draft
-        engines[mode] = mode_variant(engine, mode, drafter, max(max_draft_len, getattr(tree, "num_nodes", 0)))
+    engines = {mode: mode_variant(engine, mode, drafter, draft_cap(drafter, max_draft_len))
+               for mode, drafter in made.items()}
     variants: dict[str, tuple[Any, bool]] = {BASELINE: (EngineTarget(engine), False)}
     variants.update({mode: (EngineTarget(variant), True) for mode, variant in engines.items()})
     try:
@@ -151,9 +166,10 @@ def measure(engine: Any, made: dict[str, Any], prompts: Sequence[Any], *, max_dr
 
 
 def mode_rows(results: Sequence[dict[str, Any]], wanted: Sequence[str], skipped: dict[str, str],
-              made: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """One row per mode and concurrency (plain decoding first): tokens/s, its ratio to plain
-    decoding (median of per-repeat ratios, and the repeats), acceptance length, per-position acceptance."""
+              made: dict[str, Any] | None = None, caps: dict[str, int] | None = None) -> list[dict[str, Any]]:
+    """One row per mode and concurrency (plain decoding first): its draft cap, tokens/s, its ratio
+    to plain decoding (median of per-repeat ratios, and the repeats), acceptance length,
+    per-position acceptance."""
     from trtspec.bench.metrics import speedups
 
     rows = []
@@ -167,6 +183,7 @@ def mode_rows(results: Sequence[dict[str, Any]], wanted: Sequence[str], skipped:
             ratio = speedups(results, numerator=mode, denominator=BASELINE)
             ratio_cell = next((s for s in ratio if s["max_concurrency"] == concurrency), {})
             rows.append({"mode": mode, "concurrency": concurrency,
+                         "max_draft_len": 0 if mode == BASELINE else (caps or {}).get(mode),
                          "settings": settings(mode, (made or {}).get(mode)) if mode != BASELINE else {},
                          "output_throughput": cell["output_throughput"],
                          "output_throughput_by_repeat": cell["output_throughput_by_repeat"],
@@ -194,8 +211,10 @@ def run(spec: Any, engine_dir: Path, wanted: Sequence[str], prompts: Sequence[An
     engine = load_engine(engine_dir)
     try:
         made, skipped = drafters(engine, engine_dir, wanted, artifact_dirs(spec, engine_dir, engine.mode))
+        shared = shared_cap(spec, engine)
+        caps = {mode: draft_cap(drafter, shared) for mode, drafter in made.items()}
         records: list[Any] = []
-        results = measure(engine, made, prompts, max_draft_len=engine.max_draft_len, concurrency=concurrency,
+        results = measure(engine, made, prompts, max_draft_len=shared, concurrency=concurrency,
                           max_tokens=max_tokens, repeats=repeats, temperature=temperature, on_request=on_request,
                           records=records)
         max_seq_len = engine.config.max_seq_len
@@ -203,15 +222,17 @@ def run(spec: Any, engine_dir: Path, wanted: Sequence[str], prompts: Sequence[An
         engine.close()
     report = clean_json({
         "metadata": {"model": spec.model_name, "engine": str(engine_dir), "engine_mode": engine.mode,
-                     "modes": list(wanted), "max_draft_len": engine.max_draft_len, "num_prompts": len(prompts),
+                     "modes": list(wanted), "max_draft_len": shared, "max_draft_lens": caps,
+                     "num_prompts": len(prompts),
                      "prompts": prompts_source, "concurrency": concurrency, "max_tokens": max_tokens,
                      "temperature": temperature, "repeats": repeats, "started": started,
                      "command": " ".join(sys.argv),
                      "method": "plain decoding and each mode's drafter over the same target weights, interleaved "
-                               "in ABBA blocks; draft length fixed at every batch size; tokens/s = median over "
+                               "in ABBA blocks; draft length fixed at every batch size to the mode's own cap "
+                               "(max_draft_lens); tokens/s = median over "
                                "repeats; speedup = median of per-repeat ratios to plain decoding",
                      "machine": machine_metadata()},
-        "modes": mode_rows(results, list(wanted), skipped, made), "results": results,
+        "modes": mode_rows(results, list(wanted), skipped, made, caps), "results": results,
         **per_mode_sections(records, [m for m in wanted if m in made], max_seq_len)})
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "modes.json"
@@ -233,15 +254,17 @@ def render_text(report: dict[str, Any]) -> str:
     """The per-mode table for the terminal: one line per mode and concurrency."""
     meta = report["metadata"]
     lines = [f"{meta['model']}: every mode against plain decoding, {meta['num_prompts']} prompts x {meta['repeats']}, "
-             f"{meta['max_tokens']} tokens, draft length {meta['max_draft_len']}",
-             f"{'conc':>4}  {'mode':<13} {'tok/s':>7} {'vs plain':>9}  {'AL':>5}  per-position acceptance"]
+             f"{meta['max_tokens']} tokens, each mode's draft length fixed at its cap (k)",
+             f"{'conc':>4}  {'mode':<13} {'k':>3} {'tok/s':>7} {'vs plain':>9}  {'AL':>5}  per-position acceptance"]
     for row in report["modes"]:
         if "skipped" in row:
             lines.append(f"{row['concurrency']:>4}  {row['mode']:<13} skipped: {row['skipped']}")
             continue
         positions = " ".join(f"{p:.2f}" for p in row.get("per_position_acceptance") or []) or "-"
         al = row.get("acceptance_length")
-        lines.append(f"{row['concurrency']:>4}  {row['mode']:<13} {_number(row.get('output_throughput'), 7, 1)} "
+        cap = row.get("max_draft_len")
+        lines.append(f"{row['concurrency']:>4}  {row['mode']:<13} {cap if cap is not None else '-':>3} "
+                     f"{_number(row.get('output_throughput'), 7, 1)} "
                      f"{_number(row.get('speedup'), 8, 2)}x  {_number(al, 5, 2)}  {positions}")
     for title, key, name in (("by prompt category", "by_category", "category"),
                              ("by context length (prompt tokens)", "by_context_length", "bucket")):

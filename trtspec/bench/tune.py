@@ -233,6 +233,9 @@ def write_choice(spec_path: str | Path, draft_len: int, eagle_choices: Sequence[
     path = Path(spec_path)
     text = path.read_text() if path.exists() else ""
     new_text = set_draft_len_text(text, draft_len)
+    loaded = yaml.safe_load(text) if text else None  # mode suffix: its own cap is what its engine is built for
+    if isinstance(loaded, dict) and (loaded.get("speculative") or {}).get("mode") == "suffix":
+        extra = {"suffix.max_draft_len": str(draft_len), **(extra or {})}
     choices = [list(p) for p in eagle_choices] if eagle_choices is not None else None
     set_tree = set_choices if set_tree is None else set_tree
     if set_choices:

@@ -79,7 +79,7 @@ def candidate_spec(spec: Any, draft_len: int) -> Any:
     if draft_len == 0:
         speculative["mode"] = "none"
     else:
-        speculative["max_draft_len"] = draft_len
+        speculative["max_draft_len"] = speculative["suffix"]["max_draft_len"] = draft_len  # suffix: its own cap
         if spec.build.backend == "cpu":  # the cpu load policy picks lengths by load unless told one
             speculative["draft_len_schedule"] = [[1, draft_len]]
     return validate_spec(data)

@@ -193,8 +193,8 @@ def engine_max_draft_len(spec: Any) -> int:
     lookahead (W, N, G) take (N-2 if N>1 else 0) + (W-1+G)(N-1) (LookaheadSpec.max_draft_len);
     Medusa, its tree's nodes (a TensorRT-LLM Medusa engine's draft tokens are the medusa_choices
     nodes: convert_checkpoint.py's --max_medusa_token_len defaults to 63 for the 63-node default
-    tree mc_sim_7b_63); else speculative.max_draft_len
-    (the cpu engine's lookahead chains too)."""
+    tree mc_sim_7b_63); suffix, its own cap (speculative.suffix.max_draft_len); else
+    speculative.max_draft_len (the cpu engine's lookahead chains too)."""
     s = spec.speculative
     if s.mode == "none":
         return 0
@@ -202,7 +202,7 @@ def engine_max_draft_len(spec: Any) -> int:
         return len(medusa_choices(spec))
     if s.mode == "lookahead" and spec.build.backend == "trtllm-engine":
         return s.lookahead.max_draft_len
-    return s.max_draft_len
+    return s.draft_cap
 
 
 def build_config(spec: Any) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from trtspec import modes
 from trtspec.builders import upstream
 from trtspec.builders.contracts import Contract
 from trtspec.errors import ToolMissingError, TrtSpecError
@@ -47,7 +48,7 @@ def llm_api_options(spec: Any, contract: Contract, *, target: str, draft: str | 
         "tensor_parallel_size": tp_size or b.tp_size,
         "pipeline_parallel_size": b.pp_size,
         "max_batch_size": b.max_batch_size,
-        "max_num_tokens": max(b.max_num_tokens, b.max_batch_size * (s.max_draft_len + 1)),
+        "max_num_tokens": max(b.max_num_tokens, b.max_batch_size * (s.draft_cap + 1)),
         "max_seq_len": b.max_seq_len,
         "trust_remote_code": spec.model.trust_remote_code,
         "kv_cache_config": kv_cache,
@@ -61,7 +62,8 @@ def llm_api_options(spec: Any, contract: Contract, *, target: str, draft: str | 
     refuse_unmapped(spec, contract)
     decoding = contract.decoding(s.mode)
     if decoding is not None:
-        speculative: dict[str, Any] = {"decoding_type": decoding["decoding_type"], "max_draft_len": s.max_draft_len}
+        # the mode's own cap where it has one (suffix: speculative.suffix.max_draft_len, SA's max_draft_len)
+        speculative: dict[str, Any] = {"decoding_type": decoding["decoding_type"], "max_draft_len": s.draft_cap}
         if s.mode == "ngram":
             speculative.update(max_matching_ngram_size=s.ngram_max, is_keep_all=True, is_use_oldest=True,
                                is_public_pool=False)
@@ -181,12 +183,13 @@ def schedule_and_gate(spec: Any, contract: Contract) -> dict[str, Any]:
             raise TrtSpecError("speculative.draft_len_schedule: tree rows are a cpu-engine setting; TensorRT-LLM's "
                                "draft_len_schedule takes [batch_size, draft_len] rows",
                                fix="re-run `trtspec tune --url ...` against the GPU server (chains only)")
-        table = {1: s.max_draft_len} | {int(b): int(k) for b, k in s.draft_len_schedule}
-        if table[1] != s.max_draft_len or max(table.values()) > s.max_draft_len:
+        cap, field = s.draft_cap, modes.draft_cap_field(s.mode)
+        table = {1: cap} | {int(b): int(k) for b, k in s.draft_len_schedule}
+        if table[1] != cap or max(table.values()) > cap:
             raise TrtSpecError(
                 f"speculative.draft_len_schedule {s.draft_len_schedule}: TensorRT-LLM {contract.version} requires "
-                f"the length at batch size 1 to equal max_draft_len ({s.max_draft_len}) and none above it "
-                f"({schedule['source']})", fix="set speculative.max_draft_len to the schedule's length at batch size 1")
+                f"the length at batch size 1 to equal max_draft_len ({cap}) and none above it "
+                f"({schedule['source']})", fix=f"set {field} to the schedule's length at batch size 1")
         table = dict(sorted(table.items()))
         if schedule.get("keys") == "last_batch_size":
             table = last_batch_size_keys(table, spec.build.max_batch_size)

@@ -66,7 +66,8 @@ def _gpu_layout_options(function):
 @_gpu_layout_options
 @click.option("--trtllm-version", type=click.Choice(["1.1.0", "1.2.1"]), default=None,
               help="Override build.trtllm_version: the TensorRT-LLM release GPU artifacts are written for.")
-@click.option("--max-draft-len", type=int, default=None, help="Override speculative.max_draft_len.")
+@click.option("--max-draft-len", type=click.IntRange(1, 64), default=None,
+              help="Override the mode's draft cap: speculative.max_draft_len (suffix: speculative.suffix.max_draft_len).")
 @click.option("--verify", is_flag=True, help="trtllm: load the LLM with tensorrt_llm and generate once (GPU).")
 @click.option("--force", is_flag=True, help="Rebuild even when the engine is up to date.")
 @dry_run_option
@@ -84,7 +85,8 @@ def build(config_path, backend, mode, fp8, gpu, tp_size, pp_size, trtllm_version
 
     spec = resolve_spec(config_path, build__backend=backend, speculative__mode=mode, quantization__fp8=fp8,
                         build__gpu=gpu, build__tp_size=tp_size, build__pp_size=pp_size,
-                        build__trtllm_version=trtllm_version, speculative__max_draft_len=max_draft_len)
+                        build__trtllm_version=trtllm_version, speculative__max_draft_len=max_draft_len,
+                        speculative__suffix__max_draft_len=max_draft_len)
     console = Console(stderr=True)
     if as_json:
         result = run_build(spec, dry_run=dry_run, verify=verify, force=force)
@@ -122,7 +124,8 @@ def build(config_path, backend, mode, fp8, gpu, tp_size, pp_size, trtllm_version
 @_gpu_layout_options
 @click.option("--max-batch-size", type=int, default=None, help="Override build.max_batch_size.")
 @click.option("--max-seq-len", type=int, default=None, help="Override build.max_seq_len.")
-@click.option("--max-draft-len", type=int, default=None, help="Override speculative.max_draft_len.")
+@click.option("--max-draft-len", type=click.IntRange(1, 64), default=None,
+              help="Override the mode's draft cap: speculative.max_draft_len (suffix: speculative.suffix.max_draft_len).")
 @click.option("--fp8-kv-cache/--no-fp8-kv-cache", default=None, help="Override quantization.fp8_kv_cache.")
 @json_option
 def plan(config_path, backend, mode, fp8, gpu, tp_size, pp_size, max_batch_size, max_seq_len, max_draft_len,
@@ -139,7 +142,8 @@ def plan(config_path, backend, mode, fp8, gpu, tp_size, pp_size, max_batch_size,
     spec = resolve_spec(config_path, build__backend=backend, speculative__mode=mode, quantization__fp8=fp8,
                         build__gpu=gpu, build__tp_size=tp_size, build__pp_size=pp_size,
                         build__max_batch_size=max_batch_size, build__max_seq_len=max_seq_len,
-                        speculative__max_draft_len=max_draft_len, quantization__fp8_kv_cache=fp8_kv_cache)
+                        speculative__max_draft_len=max_draft_len, speculative__suffix__max_draft_len=max_draft_len,
+                        quantization__fp8_kv_cache=fp8_kv_cache)
     result = plan_inputs(spec)
     if as_json:
         emit_json(result.to_dict())

@@ -33,6 +33,8 @@ Examples:
 @backend_option
 def init(output: str, force: bool, model, mode, head, draft, backend) -> None:
     """Write a commented trtspec.yaml: the demo's defaults, or the spec for --model."""
+    from trtspec.modes import draft_cap_field
+    from trtspec.spec.schema import Spec
     from trtspec.spec.template import render_template
 
     path = Path(output)
@@ -54,7 +56,9 @@ def init(output: str, force: bool, model, mode, head, draft, backend) -> None:
         partial.unlink(missing_ok=True)
         raise TrtSpecError(f"{path}: cannot write the spec ({(error.strerror or str(error)).lower()})",
                            fix="choose a writable location with -o") from None
-    click.echo(f"Wrote {path}. Next: trtspec spec check -c {path}")
+    s = (spec or Spec()).speculative
+    drafts = "no drafts" if s.mode == "none" else f"drafts of at most {s.draft_cap} tokens, {draft_cap_field(s.mode)}"
+    click.echo(f"Wrote {path} (speculative.mode {s.mode}: {drafts}). Next: trtspec spec check -c {path}")
 
 
 def _spec(*, model, mode, head, draft, backend):

@@ -44,8 +44,11 @@ def cross_check(engine: dict[str, Any], spec: Any) -> None:
     if build["max_batch_size"] != spec.build.max_batch_size:
         raise IncompatibleArtifactError(f"engine max_batch_size {build['max_batch_size']} differs from "
                                         f"build.max_batch_size {spec.build.max_batch_size}", fix="rebuild the engine")
-    if engine["mode"] != "none" and spec.speculative.max_draft_len > build["max_draft_len"]:
-        raise IncompatibleArtifactError(f"speculative.max_draft_len {spec.speculative.max_draft_len} exceeds the "
+    cap = spec.speculative.draft_cap  # the mode's own (suffix: speculative.suffix.max_draft_len)
+    if engine["mode"] != "none" and cap > build["max_draft_len"]:
+        from trtspec.modes import draft_cap_field
+
+        raise IncompatibleArtifactError(f"{draft_cap_field(spec.speculative.mode)} {cap} exceeds the "
                                         f"engine's max_draft_len {build['max_draft_len']}", fix="rebuild the engine")
 
 

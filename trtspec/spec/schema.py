@@ -109,7 +109,8 @@ class SpeculativeSpec(Section):
     mode: Mode = "ngram"
     """A row of trtspec.modes (none: baseline, no speculation); what each backend does: README.md's table."""
     max_draft_len: int = Field(4, ge=1, le=64)
-    """Most draft tokens proposed per step; engines are built for this many."""
+    """Most draft tokens proposed per step; engines are built for this many. Mode suffix has its
+    own cap instead, speculative.suffix.max_draft_len (24, upstream's)."""
     draft: str | None = None
     """Draft model source for draft-target mode (HF directory, hub id, .gguf, or alias)."""
     ngram_min: int = Field(2, ge=1, le=16)
@@ -162,6 +163,16 @@ class SpeculativeSpec(Section):
     """The checkpoint's own multi-token-prediction modules (mode mtp)."""
     suffix: SuffixSpec = Field(default_factory=SuffixSpec)
     """Suffix decoding: suffix trees over the request and earlier responses (mode suffix)."""
+
+    @property
+    def draft_cap(self) -> int:
+        """The most draft tokens the mode proposes per step (trtspec.modes.draft_cap_field): its
+        section's own max_draft_len where the modes table gives it one, else max_draft_len."""
+        row = modes.row(self.mode)
+        if row.own_draft_cap and row.section:
+            cap: int = getattr(self, row.section).max_draft_len
+            return cap
+        return self.max_draft_len
 
 
 class QuantizationSpec(Section):

@@ -1,6 +1,8 @@
 """suffix (suffix tries over the request and earlier responses): greedy output is the target's own,
-token for token, alone and batched in flight, chains and trees; the tries' counts, the scoring by
-frequency, the draft length by match length, and the global cache's bounds and eviction."""
+token for token, alone and batched in flight, chains and trees, at the mode's own cap (24) too;
+sampling stays lossless with drafts that long; the tries' counts, the scoring by frequency, the
+draft length by match length, and the global cache's bounds and eviction; the cap from the spec
+to the engine."""
 
 from __future__ import annotations
 
@@ -152,17 +154,134 @@ def test_the_gpu_backends_refuse_suffix_on_1_2_1_in_one_line(backend, tiny_llama
 
 
 def test_the_spec_section_reaches_the_drafter(in_tmp, tiny_llama):
-    """speculative.suffix -> engine.json's runtime -> the cpu engine's drafter."""
+    """speculative.suffix -> engine.json's runtime -> the cpu engine's drafter; its own cap
+    (suffix.max_draft_len) is what the engine is built for, not speculative.max_draft_len; a spec
+    asking a served engine for more than it was built for is refused in one line."""
     import json
 
     from trtspec.builders import build
+    from trtspec.errors import IncompatibleArtifactError
+    from trtspec.repository import cross_check
     from trtspec.runtime.loading import load_engine
     from trtspec.spec.schema import validate_spec
 
-    spec = validate_spec({"model": {"source": str(tiny_llama)}, "speculative": {
-        "mode": "suffix", "suffix": {"depth": 12, "tree": True, "max_cached_requests": 7}}})
+    data = {"model": {"source": str(tiny_llama)}, "speculative": {"mode": "suffix", "max_draft_len": 3, "suffix": {
+        "depth": 12, "tree": True, "max_cached_requests": 7, "max_draft_len": 20}}}
+    spec = validate_spec(data)
     engine_dir = build(spec).engine_dir
-    assert json.loads((engine_dir / "engine.json").read_text())["runtime"]["suffix"]["depth"] == 12
+    bundle = json.loads((engine_dir / "engine.json").read_text())
+    assert bundle["runtime"]["suffix"]["depth"] == 12 and bundle["build_config"]["max_draft_len"] == 20
     with load_engine(engine_dir) as engine:
         drafter = engine.drafter
         assert (drafter.depth, drafter.use_tree, drafter.max_cached_requests) == (12, True, 7)
+        assert engine.max_draft_len == drafter.max_draft_len == 20
+    data["speculative"]["suffix"]["max_draft_len"] = 21
+    with pytest.raises(IncompatibleArtifactError) as raised:
+        cross_check(bundle, validate_spec(data))
+    assert "speculative.suffix.max_draft_len 21 exceeds the engine's max_draft_len 20" in str(raised.value)
+    assert "\n" not in str(raised.value)
+
+
+def test_each_mode_has_its_cap_and_suffix_takes_upstreams():
+    from trtspec import modes
+    from trtspec.errors import SpecError
+    from trtspec.spec.schema import validate_spec
+
+    def speculative(**fields):
+        return validate_spec({"speculative": fields}).speculative
+
+    # vLLM's suffix default: num_speculative_tokens = suffix_decoding_max_tree_depth (24)
+    assert speculative(mode="suffix").draft_cap == 24 and speculative(mode="suffix", max_draft_len=8).draft_cap == 24
+    assert speculative(mode="suffix", suffix={"max_draft_len": 8}).draft_cap == 8
+    assert speculative(mode="ngram", suffix={"max_draft_len": 8}).draft_cap == 4
+    assert modes.draft_cap_field("suffix") == "speculative.suffix.max_draft_len"
+    assert modes.draft_cap_field("ngram") == "speculative.max_draft_len"
+    with pytest.raises(SpecError) as raised:
+        speculative(mode="suffix", suffix={"max_draft_len": 65})
+    lines = str(raised.value).strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("speculative.suffix.max_draft_len:") and "65" in lines[0]
+
+
+@pytest.fixture(scope="module", params=[((1, 24),), None], ids=["cap-24", "load-policy"])
+def capped_engine(request, tiny_llama):
+    """Suffix at its own cap (24, the defaults otherwise): drafting at every step, or as the load
+    policy chooses (chains of 1..24, on every match length it has seen) once two sequences run."""
+    from trtspec.runtime import Engine
+
+    engine = Engine.from_checkpoints(tiny_llama, mode="suffix", max_draft_len=24, draft_len_schedule=request.param)
+    yield engine
+    engine.close()
+
+
+def test_the_own_cap_drafts_past_the_shared_one_and_equals_plain_in_flight(capped_engine):
+    """Eight requests in flight, each its plain greedy answer token for token; the tiny random
+    target falls into loops, whose matches grow, so drafts run past 8 tokens and pass there."""
+    prompts = [TINY_PROMPTS[i % len(TINY_PROMPTS)] + [i] for i in range(8)]
+    results = assert_in_flight_equals_plain(capped_engine, prompts, 64)
+    alone = capped_engine.generate(TINY_PROMPTS[3], max_new_tokens=64)
+    assert alone.token_ids == capped_engine.generate(TINY_PROMPTS[3], max_new_tokens=64, speculative=False).token_ids
+    positions = [r.stats.accepted_per_position for r in results] + [alone.stats.accepted_per_position]
+    assert max(len(p) for p in positions) <= 24                           # never past the cap
+    assert any(len(p) > 8 and p[8] > 0 for p in positions)                # a 9th draft token accepted
+
+
+def test_sampling_at_the_cap_is_reproducible_and_drafts(tiny_llama):
+    """The engine path of sampling at the cap (its distribution: the test below): a seed gives
+    the same tokens again, another seed others, and drafts were verified. Without the global trie:
+    with it, the first answer changes the second's drafts, and with them which random draws the
+    verification makes (the same distribution, not the same tokens)."""
+    from trtspec.runtime import Engine
+
+    kwargs = {"max_new_tokens": 48, "temperature": 0.8, "top_k": 50, "top_p": 0.95}
+    with Engine.from_checkpoints(tiny_llama, mode="suffix", max_draft_len=24, draft_len_schedule=[[1, 24]],
+                                 suffix={"max_cached_requests": 0}) as engine:
+        first = engine.generate(TINY_PROMPTS[0], seed=11, **kwargs)
+        assert first.token_ids == engine.generate(TINY_PROMPTS[0], seed=11, **kwargs).token_ids
+        assert first.token_ids != engine.generate(TINY_PROMPTS[0], seed=12, **kwargs).token_ids
+    assert first.stats.num_drafts > 0
+
+
+def test_long_point_mass_drafts_keep_sampling_lossless():
+    """Vocab 16, drafts of 24 point-mass tokens (suffix decoding's kind, its cap): the token
+    committed at every reached position follows the target's distribution (chi-square)."""
+    import torch
+
+    from tests.runtime.verify.test_rt_sampling import _chi_square_p_value
+    from trtspec.runtime.verify import sampling
+
+    vocab, k, batch = 16, 24, 40_000
+    generator = torch.Generator().manual_seed(68)
+    # peaked rows (a top token at 0.9 and more) so that deep positions are reached; token 0 never emitted
+    spread = torch.rand(k + 1, vocab, generator=generator) ** 3
+    spread[:, 0] = 0.0
+    top = torch.randint(1, vocab, (k + 1,), generator=generator)
+    target_probs = 0.1 * spread / spread.sum(-1, keepdim=True) + 0.9 * torch.nn.functional.one_hot(top, vocab)
+    # drafts: usually the target's top token, sometimes a random one (0 among them: no target mass)
+    noise = torch.randint(0, vocab, (batch, k), generator=generator)
+    draft_ids = torch.where(torch.rand(batch, k, generator=generator) < 0.05, noise, top[:k].expand(batch, k))
+    accepted, next_token = sampling.rejection_accept_batch(draft_ids, None, target_probs.expand(batch, k + 1, vocab),
+                                                           generator)
+    committed = torch.cat([draft_ids, torch.zeros(batch, 1, dtype=torch.long)], dim=1)
+    committed[torch.arange(batch), accepted] = next_token
+    tested = 0
+    for position in range(k + 1):
+        reached = accepted >= position
+        if int(reached.sum()) < 1000:
+            continue
+        counts = torch.bincount(committed[reached, position], minlength=vocab).float()
+        assert _chi_square_p_value(counts, target_probs[position]) > 1e-3, f"position {position}"
+        tested += 1
+    assert tested > 16   # positions well past a cap of 8 were reached and checked
+
+
+def test_tune_writes_the_suffix_cap_it_chose(in_tmp):
+    """tune's choice for mode suffix lands in the field its engine is built for (the shared one too)."""
+    from trtspec.bench.tune import write_draft_len
+    from trtspec.spec.loading import load_spec
+
+    spec = in_tmp / "trtspec.yaml"
+    spec.write_text("speculative:\n  mode: suffix\n  max_draft_len: 4\n  suffix:\n    depth: 24\n")
+    write_draft_len(spec, 16)
+    loaded = load_spec(spec).speculative
+    assert (loaded.draft_cap, loaded.suffix.max_draft_len, loaded.max_draft_len) == (16, 16, 16)
+    assert "    max_draft_len: 16" in spec.read_text()

@@ -13,9 +13,15 @@ _speculate_tree). Its score is the sum of its nodes' probabilities; the best-sco
 both tries and every m wins (ties: the longer match). Defaults are vLLM's: depth 24, factor 1,
 min_token_prob 0.1.
 
-The draft length is the engine's to cap (speculative.max_draft_len, or the load policy's choice),
-and suffix decoding wants a high cap: vLLM runs it at num_speculative_tokens = max_tree_depth (24),
-since the match length already keeps drafts short where they would fail. Capped at 8 on SmolLM2's
+The cap is the mode's own, speculative.suffix.max_draft_len (24), not the engine-wide
+speculative.max_draft_len: suffix decoding wants a high cap, since the match length already keeps
+drafts short where they would fail, and upstream runs it at the tree depth (vLLM
+vllm/config/speculative.py, SpeculativeConfig._validate_suffix_decoding: num_speculative_tokens
+defaults to suffix_decoding_max_tree_depth, 24, treated "as a maximum limit"; Arctic Inference
+arctic_inference/vllm/config.py: num_speculative_tokens = suffix_cache_max_depth, 64). A suffix
+engine is built for that cap (builders.engine_json.engine_max_draft_len), the load policy chooses
+up to it, and `propose` never drafts more than the drafter's own `max_draft_len`, whatever it is
+asked. Capped at 8 on SmolLM2's
 copy-heavy edit prompts it accepts 2.79 tokens a step verifying 2.7 draft tokens, prompt lookup 2.90
 verifying 3.6; at 16 it does 2.91 (2.99 with depth 64) at 2.9 verified while prompt lookup's fixed
 length wastes more (3.21 at 6.1): docs/BENCHMARKS-log.md, "Suffix decoding's draft cap".
@@ -47,6 +53,7 @@ from typing import Any
 from trtspec.runtime.drafters.base import Draft, Drafter, DraftSession
 
 DEPTH, FACTOR, OFFSET, MIN_TOKEN_PROB = 24, 1.0, 0.0, 0.1       # vLLM's suffix_decoding_* defaults
+MAX_DRAFT_LEN = 24   # vLLM's cap for suffix: num_speculative_tokens = suffix_decoding_max_tree_depth (spec.suffix)
 MAX_CACHED_REQUESTS, MAX_CACHED_NODES = 10_000, 1_000_000
 # Draft.match is capped here: the load policy weighs chains drafted only on matches of at least M
 # tokens for every M it has seen (policy.ngram_matches), and 23 levels x max_draft_len choices per
@@ -231,11 +238,14 @@ class SuffixDrafter(Drafter):
 
     def __init__(self, depth: int = DEPTH, factor: float = FACTOR, offset: float = OFFSET,
                  min_token_prob: float = MIN_TOKEN_PROB, tree: bool = False,
-                 max_cached_requests: int = MAX_CACHED_REQUESTS, max_cached_nodes: int = MAX_CACHED_NODES):
-        if depth < 2 or factor <= 0 or not 0 <= min_token_prob <= 1 or max_cached_requests < 0 or max_cached_nodes < 1:
-            raise ValueError(f"suffix needs depth >= 2, factor > 0, 0 <= min_token_prob <= 1, max_cached_requests >= 0 "
-                             f"and max_cached_nodes >= 1 (got {depth}, {factor}, {min_token_prob}, "
-                             f"{max_cached_requests}, {max_cached_nodes})")
+                 max_cached_requests: int = MAX_CACHED_REQUESTS, max_cached_nodes: int = MAX_CACHED_NODES,
+                 max_draft_len: int = MAX_DRAFT_LEN):
+        if (depth < 2 or factor <= 0 or not 0 <= min_token_prob <= 1 or max_cached_requests < 0
+                or max_cached_nodes < 1 or max_draft_len < 1):
+            raise ValueError(f"suffix needs depth >= 2, factor > 0, 0 <= min_token_prob <= 1, max_cached_requests >= 0, "
+                             f"max_cached_nodes >= 1 and max_draft_len >= 1 (got {depth}, {factor}, {min_token_prob}, "
+                             f"{max_cached_requests}, {max_cached_nodes}, {max_draft_len})")
+        self.max_draft_len = max_draft_len        # the mode's own cap (bench --compare-modes sizes its variant by it)
         self.depth, self.factor, self.offset = depth, factor, offset
         self.min_token_prob, self.use_tree = min_token_prob, tree  # not `tree`: Drafter.tree is a static tree
         self.max_cached_requests, self.max_cached_nodes = max_cached_requests, max_cached_nodes
@@ -260,8 +270,8 @@ class SuffixSession(DraftSession):
             self.local.extend(0, tokens[self.indexed:])
             d.cache.add(self.response, tokens[max(self.indexed, self.num_prompt):])
             self.indexed = len(tokens)
-        # 2. The best-scored draft from either trie, over every match length.
-        context = tokens[-d.depth:]
+        # 2. The best-scored draft from either trie, over every match length, at most the mode's cap.
+        context, max_len = tokens[-d.depth:], min(max_len, d.max_draft_len)
         drafts = [speculate(trie, context, max_len, d.factor, d.offset, d.min_token_prob, d.use_tree)
                   for trie in (self.local, d.cache.trie)]
         score, match, ids, parents = max(drafts, key=lambda draft: draft[0])
