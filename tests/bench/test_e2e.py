@@ -28,7 +28,8 @@ def _free_ports(count: int) -> list[int]:
 
 @pytest.fixture(scope="module")
 def served_spec(tmp_path_factory, tiny_llama):
-    """A spec file whose server (tiny target, n-gram, cpu backend) is up on free loopback ports."""
+    """A spec file whose server (tiny target, n-gram, cpu backend) is up on free loopback ports, with
+    trtspec's OpenAI endpoint beside it."""
     from trtspec import repository
     from trtspec.artifacts import Layout
     from trtspec.builders import build
@@ -36,12 +37,12 @@ def served_spec(tmp_path_factory, tiny_llama):
     from trtspec.spec.loading import load_spec
 
     root = tmp_path_factory.mktemp("bench-served")
-    http, grpc, metrics = _free_ports(3)
+    http, grpc, metrics, openai = _free_ports(4)
     path = root / "trtspec.yaml"
     path.write_text(yaml.safe_dump({
         "model": {"source": str(tiny_llama), "name": "tiny"}, "speculative": {"mode": "ngram"},
         "build": {"backend": "cpu", "max_input_len": 256, "max_seq_len": 512, "output_dir": str(root / "engines")},
-        "serve": {"http_port": http, "grpc_port": grpc, "metrics_port": metrics,
+        "serve": {"http_port": http, "grpc_port": grpc, "metrics_port": metrics, "openai_port": openai,
                   "repository": str(root / "model_repository")},
         "workdir": str(root / "work")}))
     spec = load_spec(path)
@@ -165,3 +166,43 @@ def test_bench_from_inside_an_event_loop_takes_the_thread_pool(served_spec):
     in_threads = asyncio.run(from_a_running_loop())
     assert answers(in_threads) == answers(on_the_event_loop)
     assert len(in_threads.records) == 4 and all(r.error is None and r.output_tokens > 0 for r in in_threads.records)
+
+
+def test_acceptance_by_category_and_length_through_the_openai_endpoint_equals_triton(served_spec, tmp_path):
+    """An OpenAI-API answer counts no drafts, so bench through one runs each (category, bucket) alone
+    and diffs the server's counters around it (trtspec.bench.phases); through Triton the answers
+    count their drafts. Greedy at concurrency 1 every request drafts alike on both ways in, so each
+    category's and each bucket's acceptance must be the same."""
+    from trtspec.spec.loading import load_spec
+
+    spec = load_spec(served_spec)
+    sentence = "the quick brown fox jumps over the lazy dog. "
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": p, "category": c}) + "\n" for p, c in (
+        (sentence * 3, "copy"), ("What is the capital of France? The capital", "qa"), (sentence * 20, "copy"))))
+    common = ["--raw", "--concurrency", "1", "--max-tokens", "12", "--prompts", str(prompts), "--json"]
+    metrics = f"http://127.0.0.1:{spec.serve.metrics_port}/metrics"
+    reports = {}
+    for name, where in (("triton", ["--url", f"127.0.0.1:{spec.serve.grpc_port}"]),
+                        ("openai", ["--openai-url", f"http://127.0.0.1:{spec.serve.openai_port}/v1",
+                                    "--metrics-url", metrics])):
+        result = CliRunner().invoke(main, ["bench", "-c", str(served_spec), *where, *common, "--out", str(tmp_path / name)])
+        assert result.exit_code == 0, result.output
+        reports[name] = json.loads(result.stdout)["report"]
+    triton, openai = reports["triton"], reports["openai"]
+    assert "phases" not in triton and len(openai["phases"]) == 3   # copy <=128, qa <=128, copy 129-256
+    # the phases' deltas add up to the run's (unless a read found the server still busy)
+    unsettled = any(c.get("counters", {}).get("trtspec_bench:unsettled_reads") for p in openai["phases"]
+                    for c in p["cells"])
+    assert openai["phases_add_up"] or unsettled
+    for key, name in (("by_category", "category"), ("by_context_length", "bucket")):
+        mine, theirs = (report[key] if key == "by_category" else report[key]["rows"] for report in (openai, triton))
+        assert [r[name] for r in mine] == [r[name] for r in theirs] and len(mine) == 2, (mine, theirs)
+        for row, same in zip(mine, theirs, strict=True):
+            assert row["spec_decode_source"] == "phase counters" and same["spec_decode_source"] == "responses"
+            assert row["spec_decode_acceptance_length"] >= 1.0 and row["spec_decode_per_position_acceptance_rates"]
+            if not row.get("server_counters_unsettled_reads"):
+                assert row["spec_decode_acceptance_length"] == pytest.approx(same["spec_decode_acceptance_length"])
+                assert row["spec_decode_acceptance_rate"] == pytest.approx(same["spec_decode_acceptance_rate"])
+    # trtspec's endpoint sends no completion_tokens_details: nothing to cross-check the counters with
+    assert openai["acceptance_cross_check"]["answers_draft_tokens"] is None

@@ -22,7 +22,7 @@ clamp it; reference users-and-anchors.md). Pure: reads records and a config dict
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,35 +44,41 @@ def label(lower: int, upper: int) -> str:
     return f"{lower + 1}-{upper}" if lower else f"<={upper}"
 
 
+def bucket_of(bounds: list[int], prompt_tokens: int) -> int:
+    """The index of the bucket a prompt of `prompt_tokens` falls in (the last one past every bound)."""
+    return next((i for i, upper in enumerate(bounds) if prompt_tokens <= upper), len(bounds) - 1)
+
+
+def bucket_label(bounds: list[int], bucket: int) -> str:
+    return label(bounds[bucket - 1] if bucket else 0, bounds[bucket])
+
+
 def by_context_length(records: Iterable[Any], max_seq_len: int | None, numerator: str = "speculative",
-                      denominator: str = "baseline") -> dict[str, Any]:
+                      denominator: str = "baseline", phases: Sequence[Any] | None = None) -> dict[str, Any]:
     """{"max_seq_len", "edges", "rows": [per (concurrency, bucket) with requests], "unmeasured": records
-    without a prompt length}."""
-    from trtspec.bench.metrics import spec_summary, sum_counts
+    without a prompt length}. The numerator's acceptance per row is server_counters.row_acceptance's:
+    the answers' counts, or with `phases` (an OpenAI-API target) the counters of the bucket's phases."""
+    from trtspec.bench.server_counters import row_acceptance
 
     ok = [r for r in records if r.ok]
     measured = [r for r in ok if r.prompt_tokens is not None]
     bounds = edges(max_seq_len, max((r.prompt_tokens for r in measured), default=0))
     groups: dict[tuple[int, int], dict[str, list[Any]]] = {}
     for record in measured:
-        bucket = next((i for i, upper in enumerate(bounds) if record.prompt_tokens <= upper), len(bounds) - 1)
+        bucket = bucket_of(bounds, record.prompt_tokens)
         groups.setdefault((record.concurrency, bucket), {}).setdefault(record.variant, []).append(record)
     rows = []
     for (concurrency, bucket), variants in sorted(groups.items()):
         lower = bounds[bucket - 1] if bucket else 0
         everyone = [r for recs in variants.values() for r in recs]
-        row: dict[str, Any] = {"max_concurrency": concurrency, "bucket": label(lower, bounds[bucket]),
+        row: dict[str, Any] = {"max_concurrency": concurrency, "bucket": bucket_label(bounds, bucket),
                                "min_prompt_tokens": lower + 1, "max_prompt_tokens": bounds[bucket],
                                "mean_prompt_tokens": sum(r.prompt_tokens for r in everyone) / len(everyone)}
         for variant, recs in variants.items():
             row[f"{variant}_requests"] = len(recs)
             seconds = sum(r.e2e_s for r in recs)
             row[f"{variant}_user_tokens_per_s"] = sum(r.output_tokens for r in recs) / seconds if seconds else None
-        counts = sum_counts(variants.get(numerator, []))
-        if counts is not None and counts.num_drafts:
-            summary = spec_summary(counts)
-            row["spec_decode_acceptance_length"] = summary["spec_decode_acceptance_length"]
-            row["spec_decode_acceptance_rate"] = summary["spec_decode_acceptance_rate"]
+        row.update(row_acceptance(variants.get(numerator, []), phases))
         top, bottom = row.get(f"{numerator}_user_tokens_per_s"), row.get(f"{denominator}_user_tokens_per_s")
         if top and bottom:
             row["speedup"] = top / bottom
@@ -87,12 +93,12 @@ def acceptance_by_length(prompt_tokens: list[int], stats: list[Any], max_seq_len
     bounds = edges(max_seq_len, max(prompt_tokens, default=0))
     rows: dict[int, list[Any]] = {}
     for length, stat in zip(prompt_tokens, stats, strict=True):
-        rows.setdefault(next((i for i, upper in enumerate(bounds) if length <= upper), len(bounds) - 1), []).append(stat)
+        rows.setdefault(bucket_of(bounds, length), []).append(stat)
     out = []
     for bucket, group in sorted(rows.items()):
         drafts = sum(s.num_drafts for s in group)
         accepted = sum(s.num_accepted_tokens for s in group)
-        out.append({"bucket": label(bounds[bucket - 1] if bucket else 0, bounds[bucket]), "requests": len(group),
+        out.append({"bucket": bucket_label(bounds, bucket), "requests": len(group),
                     "mean_acceptance_length": round(1 + accepted / drafts, 4) if drafts else None})
     return out
 
@@ -124,13 +130,20 @@ def head_config(head_dir: Path | None) -> dict[str, Any] | None:
     return json.loads(path.read_text())
 
 
+def positions_text(rates: list[float] | None) -> str:
+    """Per-position acceptance as percentages, first draft position first ("81 52 30"); "-" without."""
+    return " ".join(f"{100 * rate:.0f}" for rate in rates) if rates else "-"
+
+
 def table_rows(section: dict[str, Any], numerator: str, denominator: str) -> list[list[str]]:
-    """The terminal table's cells, one list per row (conc, bucket, requests, mean prompt, tok/s, ratio, AL, accept %)."""
+    """The terminal table's cells, one list per row (conc, bucket, requests, mean prompt, tok/s, ratio, AL,
+    accept %, accept % per position)."""
     def fmt(value: Any, digits: int = 1, suffix: str = "") -> str:
-        return "-" if value is None else f"{value:.{digits}f}{suffix}"
+        return "-" if value is None or value != value else f"{value:.{digits}f}{suffix}"  # None or NaN
 
     return [[str(r["max_concurrency"]), r["bucket"], str(r.get(f"{numerator}_requests", 0)),
              fmt(r["mean_prompt_tokens"], 0), fmt(r.get(f"{numerator}_user_tokens_per_s")),
              fmt(r.get(f"{denominator}_user_tokens_per_s")), fmt(r.get("speedup"), 2, "x"),
-             fmt(r.get("spec_decode_acceptance_length"), 2), fmt(r.get("spec_decode_acceptance_rate"))]
+             fmt(r.get("spec_decode_acceptance_length"), 2), fmt(r.get("spec_decode_acceptance_rate")),
+             positions_text(r.get("spec_decode_per_position_acceptance_rates"))]
             for r in section["rows"]]

@@ -157,20 +157,27 @@ def run_bench(target: Target, prompts: Sequence[Prompt], concurrencies: Sequence
     return run_variants(variants, prompts, concurrencies, max_tokens=max_tokens, **options)
 
 
+def warm_up(variants: dict[str, tuple[Target, bool]], prompts: Sequence[Prompt], max_tokens: int,
+            temperature: float) -> None:
+    """First requests pay for lazy loading and allocator growth: a few per target, before any counter
+    is read, so they stay out of the figures."""
+    for label, (target, speculative) in variants.items():
+        # a target behind a router (a Dynamo stack) asks for one per worker, sent at once so the
+        # router spreads them: else one worker's cold first request lands in the first cell
+        count = max(1, int(getattr(target, "warmup_requests", 1)))
+        with ThreadPoolExecutor(max_workers=count) as pool:
+            list(pool.map(lambda i, target=target, label=label, speculative=speculative: measure_request(
+                target, prompts[i % len(prompts)], label, speculative, 0, -1, min(max_tokens, 8), temperature),
+                range(count)))
+
+
 def run_variants(variants: dict[str, tuple[Target, bool]], prompts: Sequence[Prompt], concurrencies: Sequence[int],
                  *, max_tokens: int, repeats: int = 1, temperature: float = 0.0, requests_per_slot: int = 2,
                  warmup: bool = True, on_request: Callable[[RequestRecord], Any] | None = None) -> BenchRun:
     """Run the whole schedule over labelled (target, speculative) variants; `on_request` is called
     after every request (progress bars). Counters are diffed on the first variant's target."""
-    if warmup:  # first requests pay for lazy loading and allocator growth; keep them out of the figures
-        for label, (target, speculative) in variants.items():
-            # a target behind a router (a Dynamo stack) asks for one per worker, sent at once so the
-            # router spreads them: else one worker's cold first request lands in the first cell
-            count = max(1, int(getattr(target, "warmup_requests", 1)))
-            with ThreadPoolExecutor(max_workers=count) as pool:
-                list(pool.map(lambda i, target=target, label=label, speculative=speculative: measure_request(
-                    target, prompts[i % len(prompts)], label, speculative, 0, -1, min(max_tokens, 8), temperature),
-                    range(count)))
+    if warmup:
+        warm_up(variants, prompts, max_tokens, temperature)
     run = BenchRun()
     lock = threading.Lock()
     counted = next(iter(variants.values()))[0]

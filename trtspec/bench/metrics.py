@@ -35,7 +35,15 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from trtspec.bench.full_load import full_load
-from trtspec.bench.server_counters import prompt_share_copied, steps_by_draft, steps_on_fewer_threads, unsettled_reads
+from trtspec.bench.server_counters import (
+    SPEC_PREFIX,
+    Phase,
+    prompt_share_copied,
+    row_acceptance,
+    steps_by_draft,
+    steps_on_fewer_threads,
+    unsettled_reads,
+)
 
 SPECULATIVE = "speculative"
 BASELINE = "baseline"
@@ -176,7 +184,7 @@ def sum_counts(records: Iterable[RequestRecord]) -> SpecCounts | None:
     return total
 
 
-COUNTER_PREFIX = "trtspec:spec_decode_"
+COUNTER_PREFIX = SPEC_PREFIX  # the cpu model's names; other servers' counters are renamed to them
 _POSITION = re.compile(r'position="(\d+)"')
 
 
@@ -325,9 +333,10 @@ def speedups(summaries: Sequence[dict[str, Any]], numerator: str = SPECULATIVE,
 
 
 def by_category(records: Iterable[RequestRecord], numerator: str = SPECULATIVE,
-                denominator: str = BASELINE) -> list[dict[str, Any]]:
+                denominator: str = BASELINE, phases: Sequence[Phase] | None = None) -> list[dict[str, Any]]:
     """Per (concurrency, category): per-user tokens/s (sum tokens / sum E2EL) for each variant,
-    numerator over denominator (`speedup`), and the numerator's acceptance length."""
+    numerator over denominator (`speedup`), and the numerator's acceptance (server_counters.row_acceptance:
+    the answers' counts, or with `phases` the counters of the phases the category ran in)."""
     groups: dict[tuple[int, str], dict[str, list[RequestRecord]]] = {}
     for record in records:
         if record.ok:
@@ -338,9 +347,7 @@ def by_category(records: Iterable[RequestRecord], numerator: str = SPECULATIVE,
         for variant, recs in variants.items():
             row[f"{variant}_requests"] = len(recs)
             row[f"{variant}_user_tokens_per_s"] = _ratio(sum(r.output_tokens for r in recs), sum(r.e2e_s for r in recs))
-        counts = sum_counts(variants.get(numerator, []))
-        if counts is not None:
-            row["spec_decode_acceptance_length"] = spec_summary(counts)["spec_decode_acceptance_length"]
+        row.update(row_acceptance(variants.get(numerator, []), phases))
         if numerator in variants and denominator in variants:
             row["speedup"] = _ratio(row[f"{numerator}_user_tokens_per_s"], row[f"{denominator}_user_tokens_per_s"])
         out.append(row)

@@ -8,7 +8,11 @@ response does); the usage's completion_tokens_details (accepted and rejected pre
 are the request's draft counts. Drafts per step and acceptance by position are not in an answer:
 `counters()` reads them from the workers' /metrics, summed over workers, under vLLM's names
 (`vllm:spec_decode_num_drafts_total`, ...) and handed to the report under the cpu model's
-(`trtspec:spec_decode_num_drafts`, ...), so the report's parser reads one set of names.
+(`trtspec:spec_decode_num_drafts`, ...), so the report's parser reads one set of names; a server
+whose metrics already use the cpu model's names (trtspec's own OpenAI endpoint, its counters on
+Triton's metrics port) is read as it is. Because the counters add up every request, acceptance per
+prompt category and per context length needs each of those run alone: `acceptance_by_phase` asks
+bench for that (trtspec.bench.phases).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from trtspec.bench.metrics import COUNTER_PREFIX, SpecCounts
 from trtspec.bench.targets import SETTLE_S
 
 VLLM = "vllm:"
+TRTSPEC = "trtspec:"
 # a worker's vLLM-named counter -> the name trtspec's report reads (labels kept)
 RENAMES = {"spec_decode_num_drafts_total": COUNTER_PREFIX + "num_drafts",
            "spec_decode_num_draft_tokens_total": COUNTER_PREFIX + "num_draft_tokens",
@@ -34,9 +39,13 @@ RUNNING = "trtspec:num_requests_running"
 
 
 def renamed(samples: dict[str, float]) -> dict[str, float]:
-    """A worker's `vllm:` samples under trtspec's names (others dropped)."""
+    """A worker's `vllm:` samples under trtspec's names; samples already under them (`trtspec:`,
+    the cpu model's Triton metrics) as they are; others dropped."""
     out: dict[str, float] = {}
     for key, value in samples.items():
+        if key.startswith(TRTSPEC):
+            out[key] = value
+            continue
         if not key.startswith(VLLM):
             continue
         name, brace, labels = key[len(VLLM):].partition("{")
@@ -76,8 +85,11 @@ class OpenAITarget:
         self.name = name or f"openai {url}"
         self.settled = True  # whether the last counters() found every worker idle (else read at SETTLE_S)
         self.warmup_requests = max(1, len(self.metrics_urls))  # one per worker (trtspec.bench.load's warm-up)
+        # answers count no drafts: per category and per context length, from the counters of each run alone
+        self.acceptance_by_phase = bool(self.metrics_urls)
         self.acceptance_source = ("each answer's usage.completion_tokens_details (accepted and rejected prediction "
-                                  "tokens); drafts and positions from the workers' vllm:spec_decode_* counters")
+                                  "tokens); drafts and positions from the workers' vllm:spec_decode_* counters, per "
+                                  "category and context length from each run alone (bench.phases)")
         self.prompts_sent = ("completion prompt as given" if raw
                              else "one user turn; the server applies the target's chat template")
 

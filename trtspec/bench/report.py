@@ -26,10 +26,13 @@ from trtspec.bench.metrics import (
     RequestRecord,
     by_category,
     group_cells,
+    spec_counts_from_counters,
     speedups,
+    sum_counts,
     summarize_cell,
 )
 from trtspec.bench.scaling import scaling
+from trtspec.bench.server_counters import Phase, disagreement, phases_add_up
 
 BENCH_JSON = "bench.json"
 BENCH_CSV = "bench.csv"
@@ -67,23 +70,43 @@ def machine_metadata() -> dict[str, Any]:
 def assemble_report(records: list[RequestRecord], durations: dict[tuple[str, int, int], float],
                     metadata: dict[str, Any], counters_delta: dict[str, float] | None = None,
                     cell_counters: dict[tuple[str, int], dict[str, float]] | None = None,
-                    ratio: tuple[str, str] = (SPECULATIVE, BASELINE)) -> dict[str, Any]:
+                    ratio: tuple[str, str] = (SPECULATIVE, BASELINE), phases: list[Phase] | None = None
+                    ) -> dict[str, Any]:
     """bench.json's content: metadata, results per cell, `ratio[0]` over `ratio[1]` per concurrency
-    (key `speedup`), categories, server counters."""
+    (key `speedup`), categories, server counters; with `phases` (trtspec.bench.phases) each phase's
+    counters, whether they add up to the run's, and the answers' usage against the counters."""
     results = [summarize_cell(cell) for cell in group_cells(records, durations, cell_counters, order=ratio)]
     return {"metadata": {**metadata, "machine": metadata.get("machine") or machine_metadata()},
             "results": results, "ratio": {"numerator": ratio[0], "denominator": ratio[1]},
             "speedup": speedups(results, *ratio), "scaling": scaling(results),
-            "by_category": by_category(records, *ratio),
-            **context_sections(records, metadata, ratio),
-            "server_counters": counters_delta}
+            "by_category": by_category(records, *ratio, phases=phases),
+            **context_sections(records, metadata, ratio, phases),
+            "server_counters": counters_delta, **phase_sections(records, phases, counters_delta, ratio[0])}
 
 
-def context_sections(records: list[RequestRecord], metadata: dict[str, Any], ratio: tuple[str, str]) -> dict[str, Any]:
+def phase_sections(records: list[RequestRecord], phases: list[Phase] | None, total: dict[str, float] | None,
+                   numerator: str) -> dict[str, Any]:
+    """`phases`, `phases_add_up` and `acceptance_cross_check` (the answers' usage summed against the
+    run's counter delta) for a phased run; {} otherwise."""
+    if not phases:
+        return {}
+    answers = sum_counts(r for r in records if r.ok and r.variant == numerator)
+    counters = spec_counts_from_counters(total)
+    check = {"answers_accepted_tokens": answers.num_accepted_tokens if answers else None,
+             "answers_draft_tokens": answers.num_draft_tokens if answers else None,
+             "counters_accepted_tokens": counters.num_accepted_tokens if counters else None,
+             "counters_draft_tokens": counters.num_draft_tokens if counters else None,
+             "disagreement": disagreement(answers, counters)}
+    return {"phases": [phase.to_dict() for phase in phases], "phases_add_up": phases_add_up(phases, total),
+            "acceptance_cross_check": check}
+
+
+def context_sections(records: list[RequestRecord], metadata: dict[str, Any], ratio: tuple[str, str],
+                     phases: list[Phase] | None = None) -> dict[str, Any]:
     """`by_context_length` (trtspec.bench.context_buckets) and, with an EAGLE-3 head, `head_context`."""
     from trtspec.bench.context_buckets import by_context_length, head_context
 
-    section = by_context_length(records, metadata.get("max_seq_len"), *ratio)
+    section = by_context_length(records, metadata.get("max_seq_len"), *ratio, phases=phases)
     longest = max((r.prompt_tokens or 0 for r in records), default=0)
     head = head_context({"max_position_embeddings": metadata.get("head_max_position_embeddings")}, longest,
                         metadata.get("max_seq_len"))
@@ -178,18 +201,23 @@ def render_table(report: dict[str, Any]):
     if report.get("by_category"):
         ratio = report.get("ratio") or {"numerator": SPECULATIVE, "denominator": BASELINE}
         top, bottom = ratio["numerator"], ratio["denominator"]
+        from trtspec.bench.context_buckets import positions_text
+
         cats = Table(title="by prompt category (per-user tokens/s = output tokens / E2E latency)")
-        for name in ("conc", "category", f"{top} tok/s", f"{bottom} tok/s", "ratio", "AL"):
+        for name in ("conc", "category", f"{top} tok/s", f"{bottom} tok/s", "ratio", "AL", "accept %",
+                     "accept % by position"):
             cats.add_column(name, justify="right")
         for c in report["by_category"]:
             cats.add_row(str(c["max_concurrency"]), c["category"], _fmt(c.get(f"{top}_user_tokens_per_s")),
                          _fmt(c.get(f"{bottom}_user_tokens_per_s")), _fmt(c.get("speedup"), 2, "x"),
-                         _fmt(c.get("spec_decode_acceptance_length"), 2))
+                         _fmt(c.get("spec_decode_acceptance_length"), 2), _fmt(c.get("spec_decode_acceptance_rate")),
+                         positions_text(c.get("spec_decode_per_position_acceptance_rates")))
         parts.append(cats)
     if (context := report.get("by_context_length")) and context.get("rows"):
         parts.append(_context_table(context, report.get("ratio") or {"numerator": SPECULATIVE, "denominator": BASELINE}))
     if warning := (report.get("head_context") or {}).get("warning"):
         parts.append(f"warning: {warning}")
+    parts.extend(_phase_lines(report))
     rows = report.get("scaling") or []
     for variant in dict.fromkeys(row["variant"] for row in rows):
         mine = [row for row in rows if row["variant"] == variant]
@@ -236,6 +264,25 @@ def render_table(report: dict[str, Any]):
     return Group(*parts)
 
 
+def _phase_lines(report: dict[str, Any]) -> list[str]:
+    """What a phased run (trtspec.bench.phases) says of its acceptance by category and context length."""
+    if not report.get("phases"):
+        return []
+    adds_up = {True: "they add up to the run's", False: "they do NOT add up to the run's (another client, or a "
+               "read while the server was busy): the rows may hold a neighbour's drafts", None: "no run total to check"}
+    lines = [f"acceptance by category and context length: each of {len(report['phases'])} (category, bucket) phases "
+             f"run alone, its counters diffed; {adds_up[report.get('phases_add_up')]}"]
+    check = report.get("acceptance_cross_check") or {}
+    if check.get("disagreement"):
+        lines.append(f"warning: over the run, {check['disagreement']}")
+    for key, name in (("by_category", "category"), ("by_context_length", "bucket")):
+        section = report.get(key) or []
+        for row in section["rows"] if isinstance(section, dict) else section:
+            if row.get("acceptance_disagreement"):
+                lines.append(f"warning: conc {row['max_concurrency']} {name} {row[name]}: {row['acceptance_disagreement']}")
+    return lines
+
+
 def _context_table(context: dict[str, Any], ratio: dict[str, str]):
     from rich.table import Table
 
@@ -244,7 +291,7 @@ def _context_table(context: dict[str, Any], ratio: dict[str, str]):
     top, bottom = ratio["numerator"], ratio["denominator"]
     table = Table(title=f"by context length (prompt tokens; buckets up to max_seq_len {context.get('max_seq_len')})")
     for name in ("conc", "prompt tokens", "requests", "mean prompt", f"{top} tok/s", f"{bottom} tok/s", "ratio", "AL",
-                 "accept %"):
+                 "accept %", "accept % by position"):
         table.add_column(name, justify="right")
     for row in table_rows(context, top, bottom):
         table.add_row(*row)

@@ -97,13 +97,18 @@ def open_triton(spec: Any, url: str | None, metrics_url: str | None = None, raw:
 
         raise ServerError(f"no ready model {target.client.model!r} at {address}",
                           fix="start one with `trtspec deploy`, pass --url, or bench in-process with --engine DIR")
+    return target, {"target": f"triton {address}", "mode": spec.speculative.mode,
+                    "max_draft_len": spec.speculative.max_draft_len, "dtype": spec.model.dtype,
+                    "metrics_url": metrics_url, "prompts_sent": render.describe(), **served_head(spec)}
+
+
+def served_head(spec: Any) -> dict[str, Any]:
+    """head_profile and context_of for a server of this spec (Triton or OpenAI-API): its EAGLE-3
+    head is the workdir's checkpoint, where there is one (a remote server's may not be here)."""
     from trtspec.artifacts import Layout
 
     eagle3 = Layout.from_spec(spec).checkpoint("eagle3") if spec.speculative.mode == "eagle3" else None
-    return target, {"target": f"triton {address}", "mode": spec.speculative.mode,
-                    "max_draft_len": spec.speculative.max_draft_len, "dtype": spec.model.dtype,
-                    "metrics_url": metrics_url, "prompts_sent": render.describe(), **head_profile(eagle3),
-                    **context_of(spec.build.max_seq_len, eagle3)}
+    return {**head_profile(eagle3), **context_of(spec.build.max_seq_len, eagle3)}
 
 
 def serves_openai(spec: Any) -> bool:
@@ -131,7 +136,8 @@ def open_openai(spec: Any, openai_url: str | None, metrics_url: str | None = Non
 
         target, described = dynamo_target(spec, Layout.from_spec(spec), raw)
     return target, {"mode": spec.speculative.mode, "max_draft_len": spec.speculative.max_draft_len,
-                    "dtype": spec.model.dtype, "acceptance_source": target.acceptance_source, **described, **context_of(spec.build.max_seq_len, None)}
+                    "dtype": spec.model.dtype, "acceptance_source": target.acceptance_source, **described,
+                    **served_head(spec)}
 
 
 def plan_variants(spec: Any, url: str | None, engine_dir: str | None, baseline: bool, metrics_url: str | None = None,
@@ -178,13 +184,17 @@ def run(variants: dict[str, tuple[Any, bool]], ratio: tuple[str, str], descripti
         temperature: float, out_dir: Path, prompts_source: str, requests_per_slot: int = 2, plots: bool = True,
         on_request: Callable | None = None) -> tuple[dict[str, Any], dict[str, Path]]:
     """Run the benchmark and write bench.json, bench.csv, requests.jsonl and the PNGs."""
+    from trtspec.bench import phases
     from trtspec.bench import plots as plotting
     from trtspec.bench.load import run_variants
     from trtspec.bench.report import assemble_report, machine_metadata, write_reports
 
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    result = run_variants(variants, prompts, concurrency, max_tokens=max_tokens, repeats=repeats,
-                          temperature=temperature, requests_per_slot=requests_per_slot, on_request=on_request)
+    options = {"max_tokens": max_tokens, "repeats": repeats, "temperature": temperature,
+               "requests_per_slot": requests_per_slot, "on_request": on_request}
+    # answers that count no drafts (an OpenAI-API server): each category and bucket run alone (bench.phases)
+    result = (phases.run_phased(variants, prompts, concurrency, max_seq_len=description.get("max_seq_len"), **options)
+              if phases.wanted(variants) else run_variants(variants, prompts, concurrency, **options))
     failed = [r for r in result.records if not r.ok]
     if failed and len(failed) == len(result.records):
         raise TrtSpecError(f"all {len(failed)} requests failed (first: {failed[0].error})",
@@ -198,7 +208,7 @@ def run(variants: dict[str, tuple[Any, bool]], ratio: tuple[str, str], descripti
                                 "ratios",
                 "machine": machine_metadata()}
     report = assemble_report(result.records, result.durations, metadata, result.counters_delta,
-                             result.cell_counters, ratio=ratio)
+                             result.cell_counters, ratio=ratio, phases=getattr(result, "phases", None))
     # where acceptance comes from on this backend and release; zeros it cannot trust left out
     from trtspec.bench import acceptance
 

@@ -1,11 +1,19 @@
-"""What a benchmark reads from the server's own counters: diffed around a run or a cell, then
-summed by name (the cpu model's Prometheus metrics; trtspec.bench.targets gives the in-process
-engine's the same names). Pure: no I/O.
+"""What a benchmark reads from the server's own counters: diffed around a run, a cell or a phase,
+then summed by name (the cpu model's Prometheus metrics; trtspec.bench.targets gives the in-process
+engine's the same names, trtspec.bench.openai_target a Dynamo worker's vLLM-named ones). Pure: no I/O.
+
+A table row's acceptance (`row_acceptance`: per prompt category, per context-length bucket) comes
+from the answers' own counts where they count drafts (the cpu model through Triton, the engine in
+process); an OpenAI-API answer counts only accepted and rejected draft tokens, so there it comes
+from the counters of the phases its requests ran in (trtspec.bench.phases: each (category, bucket)
+run alone), and the answers' usage is kept beside them as a cross-check.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 _DRAFT_LABEL = re.compile(r'draft="([^"]*)"')
@@ -64,3 +72,102 @@ def diff_counters(before: dict[str, float], after: dict[str, float]) -> dict[str
 def unsettled_reads(delta: dict[str, float] | None) -> int:
     """A cell's counter reads that found the server busy (its steps may be a neighbour's); 0 without."""
     return int((delta or {}).get(UNSETTLED_READS, 0))
+
+
+@dataclass
+class Phase:
+    """Prompts of one category and one context-length bucket, run alone (trtspec.bench.phases): the
+    counter deltas of each of its (variant, concurrency) cells, and of the whole phase."""
+
+    category: str
+    bucket: str | None                      # trtspec.bench.context_buckets.label; None: no prompt length
+    prompt_indices: tuple[int, ...]
+    cells: dict[tuple[str, int], dict[str, float]] = field(default_factory=dict)
+    delta: dict[str, float] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """For bench.json: the speculative counters only (what the rows are made of)."""
+        def spec(delta: dict[str, float] | None) -> dict[str, float] | None:
+            return None if delta is None else {k: v for k, v in delta.items() if k.startswith(SPEC_PREFIX)
+                                               or k == UNSETTLED_READS}
+
+        return {"category": self.category, "bucket": self.bucket, "prompt_indices": list(self.prompt_indices),
+                "counters": spec(self.delta),
+                "cells": [{"variant": variant, "max_concurrency": concurrency, "counters": spec(delta)}
+                          for (variant, concurrency), delta in self.cells.items()]}
+
+
+SPEC_PREFIX = "trtspec:spec_decode_"  # trtspec.bench.metrics.COUNTER_PREFIX (imported there from here: no cycle)
+
+
+def phase_delta(records: Sequence[Any], phases: Sequence[Phase] | None) -> dict[str, float] | None:
+    """The summed counter deltas of the phases `records` ran in (one variant at one concurrency), or
+    None unless the records' prompts are exactly those phases' prompts (a row holding part of a phase
+    cannot be given its counters)."""
+    if not records or not phases:
+        return None
+    indices = {r.prompt_index for r in records}
+    mine = [p for p in phases if indices & set(p.prompt_indices)]
+    if {i for p in mine for i in p.prompt_indices} != indices:
+        return None
+    total: dict[str, float] = {}
+    for phase in mine:
+        cell = phase.cells.get((records[0].variant, records[0].concurrency))
+        if cell is None:
+            return None
+        for key, value in cell.items():
+            total[key] = total.get(key, 0) + value
+    return total
+
+
+def row_acceptance(records: Sequence[Any], phases: Sequence[Phase] | None = None) -> dict[str, Any]:
+    """A table row's acceptance (one variant at one concurrency): AL, rate and per-position rates
+    from the answers' counts where they count drafts, else from their phases' counters
+    (`spec_decode_source`); where both the answers' usage and the counters count draft tokens and
+    they differ, `acceptance_disagreement` says by how much. {} without either."""
+    from trtspec.bench.metrics import spec_counts_from_counters, spec_summary, sum_counts
+
+    answers = sum_counts(records)
+    delta = phase_delta(records, phases)
+    counters = spec_counts_from_counters(delta)
+    counts, source = answers, "responses"
+    if counters is not None and (answers is None or not answers.num_drafts):
+        counts, source = counters, "phase counters"
+    if counts is None:
+        return {}
+    summary = spec_summary(counts)
+    row = {key: summary[key] for key in ("spec_decode_acceptance_length", "spec_decode_acceptance_rate",
+                                         "spec_decode_per_position_acceptance_rates")}
+    row["spec_decode_source"] = source
+    if unsettled := unsettled_reads(delta):
+        row["server_counters_unsettled_reads"] = unsettled
+    if (problem := disagreement(answers, counters)) is not None:
+        row["acceptance_disagreement"] = problem
+    return row
+
+
+def disagreement(answers: Any, counters: Any) -> str | None:
+    """Where the answers' usage (accepted and rejected prediction tokens, summed) and the workers'
+    counters count different draft tokens, one line saying both; None where they agree or one is missing."""
+    if answers is None or counters is None:
+        return None
+    said = (answers.num_accepted_tokens, answers.num_draft_tokens)
+    counted = (counters.num_accepted_tokens, counters.num_draft_tokens)
+    if said == counted:
+        return None
+    return (f"the answers' usage says {said[0]} of {said[1]} draft tokens accepted, the workers' counters "
+            f"{counted[0]} of {counted[1]}")
+
+
+def phases_add_up(phases: Sequence[Phase], total: dict[str, float] | None) -> bool | None:
+    """Whether the phases' speculative counter deltas add up to the run's (nothing else ran on the
+    server between the first phase and the last, and every read found it settled); None without counters."""
+    if total is None or any(p.delta is None for p in phases):
+        return None
+    summed: dict[str, float] = {}
+    for phase in phases:
+        for key, value in (phase.delta or {}).items():
+            if key.startswith(SPEC_PREFIX):
+                summed[key] = summed.get(key, 0) + value
+    return all(abs(summed.get(key, 0) - value) < 1e-6 for key, value in total.items() if key.startswith(SPEC_PREFIX)) \
+        and all(key in total or value == 0 for key, value in summed.items())

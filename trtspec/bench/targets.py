@@ -57,12 +57,14 @@ def _busy(metrics: dict[str, float]) -> bool:
 
 def _chunk(event: Any, speculative: bool) -> Chunk:
     """A Triton stream event as a Chunk: text counts as one token until the final response's
-    num_output_tokens gives the exact count."""
+    num_output_tokens gives the exact count; num_input_tokens (the cpu model's) puts the request in
+    its context-length bucket."""
     stats = event.stats if event.final else None
-    total = (stats or {}).get("num_output_tokens")
+    total, prompt = (stats or {}).get("num_output_tokens"), (stats or {}).get("num_input_tokens")
     return Chunk(1 if event.text else 0, final=bool(event.final),
                  spec=spec_counts_from_triton(stats) if speculative else None,
-                 output_tokens=int(total) if total is not None else None)
+                 output_tokens=int(total) if total is not None else None,
+                 prompt_tokens=int(prompt) if prompt is not None else None)
 
 
 class TritonTarget:
