@@ -288,8 +288,14 @@ def test_bench_measures_the_stack_through_its_openai_frontend(stack, tmp_path):
     config = _config(tmp_path, stack["spec"])
     refused = CliRunner().invoke(main, ["bench", "-c", str(config), "--baseline"])
     assert refused.exit_code != 0 and "no --baseline" in refused.output, refused.output
+    # two categories, one of them in two context-length buckets (~15 and ~150 tokens); every prompt's
+    # end repeats its start, so n-gram lookup drafts in every phase
+    sentence = "the quick brown fox jumps over the lazy dog. "
+    (tmp_path / "categories.jsonl").write_text("".join(json.dumps({"prompt": p, "category": c}) + "\n" for p, c in (
+        (PROMPTS[0], "copy"), ("one two three four. one two three four. one two three", "count"),
+        (sentence * 20, "copy"))))
     result = CliRunner().invoke(main, ["bench", "-c", str(config), "--raw", "--concurrency", "1,2", "--max-tokens",
-                                       "16", "--prompts", str(tmp_path / "prompts.jsonl"), "--num-prompts", "2",
+                                       "16", "--prompts", str(tmp_path / "categories.jsonl"),
                                        "--json", "--out", str(tmp_path / "bench")])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)["report"]
@@ -308,6 +314,27 @@ def test_bench_measures_the_stack_through_its_openai_frontend(stack, tmp_path):
 
     counters = report["server_counters"]
     assert metric_total(counters, "trtspec:spec_decode_num_drafts") > 0, sorted(counters)[:20]
+    # per category and per bucket: each (category, bucket) ran alone, its counters diffed (bench.phases)
+    phases = report["phases"]
+    assert [(p["category"], p["bucket"]) for p in phases] == [("copy", "<=128"), ("count", "<=128"),
+                                                               ("copy", "129-256")], phases
+    assert all(metric_total(p["counters"], "trtspec:spec_decode_num_drafts") > 0 for p in phases)
+    unsettled = any(c["counters"].get("trtspec_bench:unsettled_reads") for p in phases for c in p["cells"])
+    spec_keys = {k for k in counters if k.startswith("trtspec:spec_decode_")}
+    if not unsettled:  # the phases' deltas add up to the run's, and the answers' usage to the counters
+        assert report["phases_add_up"] is True
+        assert {k: sum(p["counters"].get(k, 0) for p in phases) for k in spec_keys} == {k: counters[k] for k in spec_keys}
+        assert report["acceptance_cross_check"]["disagreement"] is None, report["acceptance_cross_check"]
+        assert report["acceptance_cross_check"]["answers_accepted_tokens"] == metric_total(
+            counters, "trtspec:spec_decode_num_accepted_tokens")
+    rows = report["by_category"] + report["by_context_length"]["rows"]
+    assert {(r["max_concurrency"], r["category"]) for r in report["by_category"]} == {
+        (c, name) for c in (1, 2) for name in ("copy", "count")}
+    assert {r["bucket"] for r in report["by_context_length"]["rows"]} == {"<=128", "129-256"}
+    for row in rows:  # alone on its worker a request drafts (at 2 the load policy may choose not to)
+        assert row["spec_decode_source"] == "phase counters" and "spec_decode_acceptance_length" in row, row
+        if row["max_concurrency"] == 1:
+            assert row["spec_decode_acceptance_length"] >= 1.0 and row["spec_decode_per_position_acceptance_rates"]
 
 
 @inside
