@@ -12,8 +12,8 @@ HERE = Path(__file__).resolve().parent
 GROUPS = {
     "against peers, in process": ("peers", "batching", "threads", "answers"),
     "through servers": ("servers", "openai-overhead", "dynamo"),
-    "drafting": ("trees", "self-drafting", "heads-layouts", "dtype-agreement", "eagle3-draft", "grammar",
-                 "suffix"),
+    "drafting": ("trees", "self-drafting", "heads-layouts", "dtype-agreement", "eagle3-draft", "eagle3-paths",
+                 "grammar", "suffix"),
     "where the time goes": ("step-costs", "scaling-ceiling", "prefill-share", "prompt-reuse", "decode-forward",
                             "attention-split", "linear-kernels", "linear-sequence"),
 }

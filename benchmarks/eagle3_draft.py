@@ -18,9 +18,11 @@ trained head's directory for real acceptance.
     .venv/bin/python -m benchmarks eagle3-draft --micro 400 --concurrency 1,8
 
 --micro N times head forwards alone instead, N per route and shape in alternating order (a chain
-step: one row per session; a catch-up: fc and 3 rows per session, after 200 cached positions),
-and prints where the direct route's time goes (torch.profiler, self CPU time by operation); where
-the bfloat16 row kernel runs, the head on it (head_dtype bfloat16, direct route) is a third route.
+step: one row per session; a catch-up: fc and 3 rows per session, after 200 cached positions):
+modules, direct, and build (the direct route with its attention layout from Layout.build, as before
+trtspec.runtime.drafters.head_layout), and prints where the build and direct routes' time goes
+(torch.profiler, self CPU time by operation); where the bfloat16 row kernel runs, the head on it
+(head_dtype bfloat16, direct route) is one more route.
 """
 
 from __future__ import annotations
@@ -256,11 +258,12 @@ def micro(engine, concurrencies: list[int], repeats: int, bf16=None, context: in
         aux = torch.randn(3 * sessions, aux_size, generator=generator)
         return kvs, chain, aux
 
-    routes = ["modules", "direct"] + (["bf16"] if bf16 is not None else [])
+    routes = ["modules", "build", "direct"] + (["bf16"] if bf16 is not None else [])
 
     def run(route: str, shape: str, sessions: int, kvs, chain, aux) -> float:
         which = bf16 if route == "bf16" else drafter
         which._direct = route != "modules"
+        which.lean_layout = route != "build"  # build: the direct route on Layout.build (before head_layout)
         started = time.thread_time()
         if shape == "chain":
             which.forward(chain)
@@ -283,9 +286,9 @@ def micro(engine, concurrencies: list[int], repeats: int, bf16=None, context: in
                     for route in routes if repeat % 2 == 0 else routes[::-1]:
                         timings.setdefault((route, shape, sessions), []).append(run(route, shape, sessions, *parts))
         print("CPU ms of this thread (one torch thread) per head forward")
-        print("| sessions | shape | modules ms/forward (median) | direct ms/forward (median) | direct / modules "
-              "(median of paired ratios) | bf16 (direct) ms/forward | bf16 / direct |")
-        print("|---:|---|---:|---:|---:|---:|---:|")
+        print("| sessions | shape | modules ms/forward (median) | build ms/forward | direct ms/forward "
+              "| direct / modules (median of paired ratios) | direct / build | bf16 (direct) ms/forward | bf16 / direct |")
+        print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
 
         def paired(a, b) -> float:
             return statistics.median(x / y for x, y in zip(a, b, strict=True))
@@ -293,14 +296,17 @@ def micro(engine, concurrencies: list[int], repeats: int, bf16=None, context: in
         for sessions in concurrencies:
             for shape in ("chain", "catch-up"):
                 modules, direct = timings[("modules", shape, sessions)], timings[("direct", shape, sessions)]
+                build = timings[("build", shape, sessions)]
                 low = timings.get(("bf16", shape, sessions))
                 extra = (f"{1e3 * statistics.median(low):.3f} | {paired(low, direct):.3f}" if low else "- | -")
                 print(f"| {sessions} | {shape} | {1e3 * statistics.median(modules):.3f} "
-                      f"| {1e3 * statistics.median(direct):.3f} | {paired(direct, modules):.3f} | {extra} |")
+                      f"| {1e3 * statistics.median(build):.3f} "
+                      f"| {1e3 * statistics.median(direct):.3f} | {paired(direct, modules):.3f} "
+                      f"| {paired(direct, build):.3f} | {extra} |")
         print(f"load after: {load_average():.1f}")
         from torch.profiler import ProfilerActivity, profile
 
-        for route in ("modules", "direct"):
+        for route in ("build", "direct"):
             parts = shapes(1)
             with profile(activities=[ProfilerActivity.CPU]) as prof:
                 for _ in range(50):

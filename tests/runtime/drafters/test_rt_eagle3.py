@@ -191,3 +191,25 @@ def test_the_head_runs_on_prepacked_weights(eagle_engine):
         pytest.skip("oneDNN prepacking is not available in this torch build")
     kinds = {type(m).__name__ for m in eagle_engine.drafter.head.modules()}
     assert "PackedLinear" in kinds and "Linear" not in kinds
+
+
+def test_a_reduced_draft_vocabulary_maps_greedy_choices_as_its_tensors(tiny_llama, tmp_path):
+    """A head whose draft vocabulary is a quarter of the target's (d2t): a greedy choice (an int)
+    maps to the target id the tensor path gives, and greedy speculative output is the target's,
+    alone and with three sequences in flight (their catch-ups and chain steps on head_layout)."""
+    import json
+
+    from benchmarks.eagle3_draft import random_head
+    from trtspec.runtime import Engine
+    from trtspec.runtime.drafters.eagle3 import Eagle3Session
+
+    head = random_head(tmp_path / "head", json.loads((tiny_llama / "config.json").read_text()), draft_vocab=128)
+    with Engine.from_checkpoints(tiny_llama, mode="eagle3", draft_dir=head, max_draft_len=3,
+                                 draft_len_schedule=((1, 3),)) as engine:
+        assert engine.drafter.head.d2t is not None
+        session = Eagle3Session(engine.drafter, None, None, None, 0.0)
+        assert [session.to_target_vocab(i) for i in range(128)] == session.to_target_vocab(torch.arange(128)).tolist()
+        plain = [engine.generate(p, max_new_tokens=16, speculative=False).token_ids for p in TINY_PROMPTS[:3]]
+        assert engine.generate(TINY_PROMPTS[0], max_new_tokens=16).token_ids == plain[0]
+        results, _ = run_in_flight(engine, TINY_PROMPTS[:3], 16)
+    assert [s.output.token_ids for s in results] == plain and sum(s.stats.num_drafts for s in results) > 0

@@ -61,12 +61,17 @@ class TreeSearch:
         mask = torch.zeros(rows, past + rows, dtype=torch.bool)
         mask[:, :committed] = True
         column = {node: committed + i for i, node in enumerate(self.fed)}
+        seen_rows, seen_columns = [], []  # every (row, key) a node sees beyond the committed ones: one write
         for row, node in enumerate(self._frontier):
             walk = self.parent[node]
             while walk >= 0:
-                mask[row, column[walk]] = True
+                seen_rows.append(row)
+                seen_columns.append(column[walk])
                 walk = self.parent[walk]
-            mask[row, past + row] = True
+            seen_rows.append(row)
+            seen_columns.append(past + row)
+        if seen_rows:
+            mask[seen_rows, seen_columns] = True
         return mask
 
     def expanded(self, logits: Any, states: Any) -> None:

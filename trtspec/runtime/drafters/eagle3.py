@@ -25,7 +25,9 @@ Batched: `propose_batch` runs ONE head forward per draft position for all sessio
 also catches each session up on the positions the target verified since its last proposal), on
 the head's own paged KV cache (trtspec.runtime.forward.batch's Layout, the target's block tables). Each
 session's cache holds committed positions only; drafted positions are rolled back after each
-proposal and recomputed from the target's real hidden states once verified.
+proposal and recomputed from the target's real hidden states once verified. On the direct route
+(eagle3_forward) the rows of catch-ups, chain steps and tree levels get their attention layout
+written straight into the compiled kernel's arrays (head_layout).
 """
 
 from __future__ import annotations
@@ -90,6 +92,10 @@ def _build_head(config_dict: dict, state: dict):
 
 class Eagle3Drafter(Drafter):
     kind = "eagle3"
+    # the direct route's rows get their attention layout from head_layout (catch-ups, chain steps,
+    # tree levels); False: Layout.build, as the module route (to compare the two)
+    lean_layout = True
+    _d2t: tuple = (None, None)  # (head.d2t, the same as a list): draft ids as ints mapped without torch
 
     def __init__(self, head, embed_tokens, aux_layer_ids: list[int]):
         from trtspec.runtime.forward.attention import use_paged_attention
@@ -190,19 +196,34 @@ class Eagle3Drafter(Drafter):
                 state[i] = (logits[-1], h[-1])
         return chains.drafts()
 
-    def packed(self, feeds: list[HeadFeed]):
+    def packed(self, feeds: list[HeadFeed], lean: bool = False):
         """A packed batch of head feeds: the attention layout over their caches, the tokens'
-        embeddings and the paired hidden rows (each [1, T, hidden]) and their positions [1, T]."""
+        embeddings and the paired hidden rows (each [1, T, hidden]) and their positions [1, T].
+        `lean`: head_layout's layout, its kernel rows filled in, where the compiled attention takes the
+        batch and every mask is a tree level's (else Layout.build's)."""
         import torch
 
         from trtspec.runtime.forward.attention import Layout
 
         lengths = [len(f.token_ids) for f in feeds]
-        layout = Layout.build([f.kv for f in feeds], lengths, [f.mask for f in feeds])
-        embeds = self.embed_tokens(torch.tensor([[t for f in feeds for t in f.token_ids]])).float()
+        ids = torch.tensor([[t for f in feeds for t in f.token_ids]])
+        embed = self.embed_tokens
+        if type(embed) is torch.nn.Embedding and embed.max_norm is None:  # its forward, less the module call
+            embeds = torch.nn.functional.embedding(ids, embed.weight).float()
+        else:
+            embeds = embed(ids).float()
         hidden = torch.cat([f.hidden for f in feeds]).unsqueeze(0)
         positions = torch.tensor([[p for f in feeds for p in (
             f.positions if f.positions is not None else range(f.kv.length, f.kv.length + len(f.token_ids)))]])
+        layout = None
+        if lean and hidden.dtype == torch.float32 and embeds.dtype == torch.float32:
+            from trtspec.runtime.drafters.head_layout import head_layout
+
+            attention = self.head.layers[0].self_attn
+            layout = head_layout([f.kv for f in feeds], lengths, [f.mask for f in feeds],
+                                 self.kv_config.num_attention_heads, attention.head_dim)
+        if layout is None:
+            layout = Layout.build([f.kv for f in feeds], lengths, [f.mask for f in feeds])
         return layout, embeds, hidden, positions
 
     def forward(self, feeds: list[HeadFeed]):
@@ -215,7 +236,7 @@ class Eagle3Drafter(Drafter):
         if not self._direct:
             return self.forward_modules(feeds)
         head = self.head
-        layout, embeds, h, positions = self.packed(feeds)
+        layout, embeds, h, positions = self.packed(feeds, lean=self.lean_layout)
         h = eagle3_forward.layers(head, layout, embeds, h, positions)
         return self.outputs(feeds, h, lambda rows: eagle3_forward.readout(head, rows))
 
@@ -251,11 +272,14 @@ class Eagle3Drafter(Drafter):
         lengths = [len(f.token_ids) for f in feeds]
         for feed, length in zip(feeds, lengths, strict=True):
             feed.kv.length += length
-        keep, start = [], 0
-        for feed, length in zip(feeds, lengths, strict=True):
-            keep.extend(range(start + length - feed.num_logits, start + length))
-            start += length
-        logits = readout(h[0, keep])
+        if all(feed.num_logits == length for feed, length in zip(feeds, lengths, strict=True)):
+            logits = readout(h[0])  # every row kept (chain steps, tree levels): no gather
+        else:
+            keep, start = [], 0
+            for feed, length in zip(feeds, lengths, strict=True):
+                keep.extend(range(start + length - feed.num_logits, start + length))
+                start += length
+            logits = readout(h[0, keep])
         return list(zip(logits.split([f.num_logits for f in feeds]), h[0].split(lengths), strict=True))
 
 
@@ -274,9 +298,10 @@ class Eagle3Session(DraftSession):
     def on_verified(self, kept_hidden) -> None:
         # Kept as they are and projected by fc only when the head is next fed, for every session
         # at once (propose_batch): a step that drafts nothing (load policy off) costs the head
-        # nothing, and a batch reads fc's weights once instead of once per sequence. A copy: the
-        # rows may be a view of the whole step's aux tensor, which must not outlive the step.
-        self.pending.append(kept_hidden.clone())
+        # nothing, and a batch reads fc's weights once instead of once per sequence. A copy where
+        # the rows are a view of a larger tensor (a prompt chunk's split of the step's aux rows,
+        # which must not outlive the step); a decode step's kept rows are already their own.
+        self.pending.append(kept_hidden if kept_hidden._base is None else kept_hidden.clone())
 
     def backlog(self, num_tokens: int) -> int:
         return max(0, num_tokens - 2 - self.kv.length)  # the catch-up feeds num_tokens - 1 - kv.length rows
@@ -294,7 +319,17 @@ class Eagle3Session(DraftSession):
         return self.drafter.propose_batch([self], [tokens], [max_len])[0]
 
     def to_target_vocab(self, draft_ids):
-        return draft_ids if self.head.d2t is None else draft_ids + self.head.d2t[draft_ids]
+        """Draft-vocabulary ids (an int, or a tensor) in the target's vocabulary (d2t)."""
+        d2t = self.head.d2t
+        if d2t is None:
+            return draft_ids
+        if isinstance(draft_ids, int):  # a greedy choice: a list index, not three torch calls
+            known, offsets = self.drafter._d2t
+            if known is not d2t:
+                offsets = d2t.tolist()
+                self.drafter._d2t = (d2t, offsets)
+            return draft_ids + offsets[draft_ids]
+        return draft_ids + d2t[draft_ids]
 
     def choose(self, logits):
         """(token in the target vocabulary, its draft probabilities over the target vocabulary or

@@ -67,7 +67,6 @@ def layers(head: Any, layout: Any, embeds: Any, h: Any, positions: Any):
     import torch.nn.functional as F
 
     row_cos, row_sin = _rotary(head.rotary_emb, h, positions)  # [1, T, head_dim]
-    cos, sin = row_cos.unsqueeze(1), row_sin.unsqueeze(1)
     rows = h.shape[1]
     compiled = _compiled(head)
     norm = rms_norm if compiled is None else compiled.norm
@@ -87,6 +86,7 @@ def layers(head: Any, layout: Any, embeds: Any, h: Any, positions: Any):
         if attended is None:  # torch's attention route: rotate here
             shape = (1, rows, -1, attention.head_dim)
             query, key, value = (y.view(shape).transpose(1, 2) for y in (query, key, value))
+            cos, sin = row_cos.unsqueeze(1), row_sin.unsqueeze(1)
             query = (query * cos) + (_rotate_half(query) * sin)
             key = (key * cos) + (_rotate_half(key) * sin)
             attended = layout.attend(attention.layer_idx, query, key, value, attention.scaling)
@@ -180,6 +180,18 @@ class _Compiled:
 
 
 def _compiled(head: Any) -> _Compiled | None:
+    """`_compiled_now(head)`, asked once per thread count and TRTSPEC_CPU_LAYERS value and kept on
+    the head: a forward asks twice (its layers and its readout)."""
+    import torch
+
+    key = (torch.get_num_threads(), os.environ.get("TRTSPEC_CPU_LAYERS"))
+    known = getattr(head, "trtspec_compiled", None)
+    if known is None or known[0] != key:
+        known = head.trtspec_compiled = (key, _compiled_now(head))
+    return known[1]
+
+
+def _compiled_now(head: Any) -> _Compiled | None:
     """The compiled norm and SiLU x up for `head`, or None: the library is missing, TRTSPEC_CPU_LAYERS=torch,
     torch's exp kernel is not found, or the probe (native_layers.exact_here) found a difference here."""
     from types import SimpleNamespace

@@ -29,23 +29,26 @@ def propose_trees(drafter: Any, sessions: list[Any], tokens: list[list[int]], la
     for depth in range(1, tree.max_depth + 1):
         level = [n for n in range(tree.num_nodes) if tree.depth[n] == depth]
         for s, session in enumerate(sessions):
+            tops: dict[int, list[int]] = {}  # per parent its ranked tokens, once for all its children
             for node in level:
                 parent = tree.parent[node]
-                top = torch.topk(node_logits[s][parent], tree.max_rank(parent) + 1).indices
-                node_tokens[s][node] = int(session.to_target_vocab(top[tree.rank[node]]))
+                if parent not in tops:
+                    tops[parent] = torch.topk(node_logits[s][parent], tree.max_rank(parent) + 1).indices.tolist()
+                node_tokens[s][node] = int(session.to_target_vocab(tops[parent][tree.rank[node]]))
         expand = [n for n in level if tree.children[n]]
         if not expand:
             break
+        # [expand, fed]: which nodes fed before each expanded node sees (its ancestors); the same for every session
+        seen = tree.ancestors[expand][:, fed] if fed else None
         feeds = []
         for s, session in enumerate(sessions):
             committed = session.committed
             past = committed + len(fed)
             mask = torch.zeros(len(expand), past + len(expand), dtype=torch.bool)
             mask[:, :committed] = True
-            for row, node in enumerate(expand):
-                for column, other in enumerate(fed):
-                    mask[row, committed + column] = bool(tree.ancestors[node, other])
-                mask[row, past + row] = True
+            if seen is not None:
+                mask[:, committed:past] = seen
+            mask[:, past:] = torch.eye(len(expand), dtype=torch.bool)  # and itself
             base = len(tokens[s]) - 2  # EAGLE position of the root (it predicts depth 1)
             feeds.append(HeadFeed(session.kv, [node_tokens[s][n] for n in expand],
                                   torch.stack([node_h[s][tree.parent[n]] for n in expand]),
