@@ -271,7 +271,8 @@ def _phase_lines(report: dict[str, Any]) -> list[str]:
     adds_up = {True: "they add up to the run's", False: "they do NOT add up to the run's (another client, or a "
                "read while the server was busy): the rows may hold a neighbour's drafts", None: "no run total to check"}
     lines = [f"acceptance by category and context length: each of {len(report['phases'])} (category, bucket) phases "
-             f"run alone, its counters diffed; {adds_up[report.get('phases_add_up')]}"]
+             f"run alone, its counters diffed; {adds_up[report.get('phases_add_up')]}. A one-token probe of every "
+             "prompt came first (its length): a server that keeps prompts served even the first cell's from cache"]
     check = report.get("acceptance_cross_check") or {}
     if check.get("disagreement"):
         lines.append(f"warning: over the run, {check['disagreement']}")
