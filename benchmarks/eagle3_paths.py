@@ -37,7 +37,7 @@ PATHS = ("chain:4", "choices", "tree:2,4,8")
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--head", default="random", help="an EAGLE-3 head directory, or random (the default)")
-    parser.add_argument("--paths", default=",".join(PATHS), help=f"of {', '.join(PATHS)}")
+    parser.add_argument("--paths", nargs="+", default=list(PATHS), help=f"any of {' '.join(PATHS)}")
     parser.add_argument("--concurrency", default="1,4")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--prompts", type=int, default=4, help="requests per concurrency slot")
@@ -55,7 +55,7 @@ def main() -> None:
 
     torch.set_num_threads(1)
     concurrencies = [int(c) for c in args.concurrency.split(",")]
-    paths, layouts = args.paths.split(","), args.layouts.split(",")
+    paths, layouts = args.paths, args.layouts.split(",")
     with tempfile.TemporaryDirectory() as scratch:
         head = Path(args.head) if args.head != "random" else random_head(
             Path(scratch) / "head", json.loads((smollm2() / "config.json").read_text()))
