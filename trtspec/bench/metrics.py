@@ -287,11 +287,12 @@ def summarize_cell(cell: Cell) -> dict[str, Any]:
         result["engine_steps_on_fewer_threads"] = fewer
     if unsettled := unsettled_reads(cell.counters):
         result["server_counters_unsettled_reads"] = unsettled  # read while busy: steps may be a neighbour's
-    counts = sum_counts(ok)
+    counts, server, source = sum_counts(ok), spec_counts_from_counters(cell.counters), "responses"
+    if counts is None and cell.variant == SPECULATIVE and server is not None and server.num_drafts:
+        counts, source = server, "server counters"  # answers that count nothing (OpenAI without usage details)
+    elif counts is not None and counts.accepted_per_position is None and server:
+        counts, source = server, "server counters"  # responses carry no positions; the server does
     if counts is not None:
-        source = "responses"
-        if counts.accepted_per_position is None and (server := spec_counts_from_counters(cell.counters)):
-            counts, source = server, "server counters"  # responses carry no positions; the server does
         result.update(spec_summary(counts))
         result["spec_decode_source"] = source
         # Each request's first token comes from the prefill; every later target pass commits its
