@@ -13,7 +13,6 @@ from trtspec.bench.metrics import (
     RequestRecord,
     SpecCounts,
     accepted_histogram,
-    by_category,
     group_cells,
     leviathan_speedup,
     percentile,
@@ -22,6 +21,7 @@ from trtspec.bench.metrics import (
 )
 from trtspec.bench.scaling import scaling
 from trtspec.bench.server_counters import diff_counters
+from trtspec.bench.table_rows import by_category
 
 
 def rec(variant, index, category, chunks, tokens, e2e, spec=None, repeat=0, concurrency=1, error=None):

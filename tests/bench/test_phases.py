@@ -1,5 +1,5 @@
 """Acceptance per category and per context-length bucket from counters (trtspec.bench.phases and
-server_counters.row_acceptance): which phases a prompt set is cut into, which rows may take a phase's
+table_rows.row_acceptance): which phases a prompt set is cut into, which rows may take a phase's
 counters, the answers' usage against the counters, and the head check for OpenAI-API targets.
 Against real servers: tests/bench/test_e2e.py (trtspec's OpenAI endpoint beside tritonserver, the
 same prompts through Triton) and tests/serve/dynamo/test_dynamo_local.py (a Dynamo stack)."""
@@ -10,9 +10,10 @@ import json
 
 import pytest
 
-from trtspec.bench.metrics import RequestRecord, SpecCounts, by_category
+from trtspec.bench.metrics import RequestRecord, SpecCounts
 from trtspec.bench.phases import plan
-from trtspec.bench.server_counters import Phase, phase_delta, phases_add_up, row_acceptance
+from trtspec.bench.server_counters import Phase, phases_add_up
+from trtspec.bench.table_rows import by_category, phase_delta, row_acceptance
 from trtspec.prompts import Prompt
 
 DRAFTS = "trtspec:spec_decode_num_drafts"

@@ -56,9 +56,9 @@ def bucket_label(bounds: list[int], bucket: int) -> str:
 def by_context_length(records: Iterable[Any], max_seq_len: int | None, numerator: str = "speculative",
                       denominator: str = "baseline", phases: Sequence[Any] | None = None) -> dict[str, Any]:
     """{"max_seq_len", "edges", "rows": [per (concurrency, bucket) with requests], "unmeasured": records
-    without a prompt length}. The numerator's acceptance per row is server_counters.row_acceptance's:
+    without a prompt length}. The numerator's acceptance per row is table_rows.row_acceptance's:
     the answers' counts, or with `phases` (an OpenAI-API target) the counters of the bucket's phases."""
-    from trtspec.bench.server_counters import row_acceptance
+    from trtspec.bench.table_rows import row_acceptance
 
     ok = [r for r in records if r.ok]
     measured = [r for r in ok if r.prompt_tokens is not None]

@@ -37,9 +37,7 @@ from typing import Any
 from trtspec.bench.full_load import full_load
 from trtspec.bench.server_counters import (
     SPEC_PREFIX,
-    Phase,
     prompt_share_copied,
-    row_acceptance,
     steps_by_draft,
     steps_on_fewer_threads,
     unsettled_reads,
@@ -320,37 +318,15 @@ def speedups(summaries: Sequence[dict[str, Any]], numerator: str = SPECULATIVE,
         row = {"max_concurrency": concurrency,
                "output_throughput_speedup": statistics.median(ratios) if ratios else math.nan,
                "output_throughput_speedup_by_repeat": ratios,
-               "tpot_speedup": _ratio(base["mean_tpot_ms"], spec["mean_tpot_ms"]),
-               "e2el_speedup": _ratio(base["mean_e2el_ms"], spec["mean_e2el_ms"]),
-               "ttft_ratio": _ratio(spec["mean_ttft_ms"], base["mean_ttft_ms"])}
+               "tpot_speedup": ratio(base["mean_tpot_ms"], spec["mean_tpot_ms"]),
+               "e2el_speedup": ratio(base["mean_e2el_ms"], spec["mean_e2el_ms"]),
+               "ttft_ratio": ratio(spec["mean_ttft_ms"], base["mean_ttft_ms"])}
         # The memory-bound ceiling: if verifying a draft cost one plain decode step and drafting
         # were free, the speedup would equal the tokens each target pass commits.
         # Only against a non-speculative denominator (not, e.g., triton over in-process).
         ceiling = spec.get("tokens_per_target_pass", math.nan) if "tokens_per_target_pass" not in base else math.nan
         row["theoretical_speedup"] = ceiling
-        row["measured_over_theoretical"] = _ratio(row["output_throughput_speedup"], ceiling)
-        out.append(row)
-    return out
-
-
-def by_category(records: Iterable[RequestRecord], numerator: str = SPECULATIVE,
-                denominator: str = BASELINE, phases: Sequence[Phase] | None = None) -> list[dict[str, Any]]:
-    """Per (concurrency, category): per-user tokens/s (sum tokens / sum E2EL) for each variant,
-    numerator over denominator (`speedup`), and the numerator's acceptance (server_counters.row_acceptance:
-    the answers' counts, or with `phases` the counters of the phases the category ran in)."""
-    groups: dict[tuple[int, str], dict[str, list[RequestRecord]]] = {}
-    for record in records:
-        if record.ok:
-            groups.setdefault((record.concurrency, record.category), {}).setdefault(record.variant, []).append(record)
-    out = []
-    for (concurrency, category), variants in sorted(groups.items()):
-        row: dict[str, Any] = {"max_concurrency": concurrency, "category": category}
-        for variant, recs in variants.items():
-            row[f"{variant}_requests"] = len(recs)
-            row[f"{variant}_user_tokens_per_s"] = _ratio(sum(r.output_tokens for r in recs), sum(r.e2e_s for r in recs))
-        row.update(row_acceptance(variants.get(numerator, []), phases))
-        if numerator in variants and denominator in variants:
-            row["speedup"] = _ratio(row[f"{numerator}_user_tokens_per_s"], row[f"{denominator}_user_tokens_per_s"])
+        row["measured_over_theoretical"] = ratio(row["output_throughput_speedup"], ceiling)
         out.append(row)
     return out
 
@@ -364,7 +340,7 @@ def leviathan_speedup(alpha: float, gamma: int, cost_ratio: float) -> float:
     return (1 - alpha ** (gamma + 1)) / ((1 - alpha) * (gamma * cost_ratio + 1))
 
 
-def _ratio(numerator: float, denominator: float) -> float:
+def ratio(numerator: float, denominator: float) -> float:
     if not denominator or math.isnan(denominator) or math.isnan(numerator):
         return math.nan
     return numerator / denominator

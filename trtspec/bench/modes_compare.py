@@ -244,7 +244,7 @@ def per_mode_sections(records: Sequence[Any], measured: Sequence[str], max_seq_l
     """Per mode against plain decoding: `by_category` (bench.metrics.by_category) and
     `by_context_length` (bench.context_buckets), keyed by mode."""
     from trtspec.bench.context_buckets import by_context_length
-    from trtspec.bench.metrics import by_category
+    from trtspec.bench.table_rows import by_category
 
     return {"by_category": {mode: by_category(records, mode, BASELINE) for mode in measured},
             "by_context_length": {mode: by_context_length(records, max_seq_len, mode, BASELINE) for mode in measured}}

@@ -7,7 +7,7 @@ which add up every request they served. A counter delta belongs to some prompts 
 alone ran while it grew. So bench runs each (category, context-length bucket) of its prompts as a
 phase of its own, one after the other, and each phase's cells are diffed as every cell is
 (trtspec.bench.load.run_variants: a read waits for the workers to settle); a category's acceptance
-is then its phases' deltas summed, a bucket's likewise (server_counters.row_acceptance). The
+is then its phases' deltas summed, a bucket's likewise (table_rows.row_acceptance). The
 Triton and in-process paths need none of this: their answers carry num_drafts.
 
 Order: the warm-up; a probe, each prompt once for one token, whose answer gives its prompt tokens

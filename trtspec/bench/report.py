@@ -24,7 +24,6 @@ from trtspec.bench.metrics import (
     BASELINE,
     SPECULATIVE,
     RequestRecord,
-    by_category,
     group_cells,
     spec_counts_from_counters,
     speedups,
@@ -32,7 +31,8 @@ from trtspec.bench.metrics import (
     summarize_cell,
 )
 from trtspec.bench.scaling import scaling
-from trtspec.bench.server_counters import Phase, disagreement, phases_add_up
+from trtspec.bench.server_counters import Phase, phases_add_up
+from trtspec.bench.table_rows import by_category, disagreement
 
 BENCH_JSON = "bench.json"
 BENCH_CSV = "bench.csv"

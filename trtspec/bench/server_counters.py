@@ -2,11 +2,8 @@
 then summed by name (the cpu model's Prometheus metrics; trtspec.bench.targets gives the in-process
 engine's the same names, trtspec.bench.openai_target a Dynamo worker's vLLM-named ones). Pure: no I/O.
 
-A table row's acceptance (`row_acceptance`: per prompt category, per context-length bucket) comes
-from the answers' own counts where they count drafts (the cpu model through Triton, the engine in
-process); an OpenAI-API answer counts only accepted and rejected draft tokens, so there it comes
-from the counters of the phases its requests ran in (trtspec.bench.phases: each (category, bucket)
-run alone), and the answers' usage is kept beside them as a cross-check.
+A table row's acceptance is trtspec.bench.table_rows'; the phases' deltas it may take are
+trtspec.bench.phases'.
 """
 
 from __future__ import annotations
@@ -97,66 +94,7 @@ class Phase:
                           for (variant, concurrency), delta in self.cells.items()]}
 
 
-SPEC_PREFIX = "trtspec:spec_decode_"  # trtspec.bench.metrics.COUNTER_PREFIX (imported there from here: no cycle)
-
-
-def phase_delta(records: Sequence[Any], phases: Sequence[Phase] | None) -> dict[str, float] | None:
-    """The summed counter deltas of the phases `records` ran in (one variant at one concurrency), or
-    None unless the records' prompts are exactly those phases' prompts (a row holding part of a phase
-    cannot be given its counters)."""
-    if not records or not phases:
-        return None
-    indices = {r.prompt_index for r in records}
-    mine = [p for p in phases if indices & set(p.prompt_indices)]
-    if {i for p in mine for i in p.prompt_indices} != indices:
-        return None
-    total: dict[str, float] = {}
-    for phase in mine:
-        cell = phase.cells.get((records[0].variant, records[0].concurrency))
-        if cell is None:
-            return None
-        for key, value in cell.items():
-            total[key] = total.get(key, 0) + value
-    return total
-
-
-def row_acceptance(records: Sequence[Any], phases: Sequence[Phase] | None = None) -> dict[str, Any]:
-    """A table row's acceptance (one variant at one concurrency): AL, rate and per-position rates
-    from the answers' counts where they count drafts, else from their phases' counters
-    (`spec_decode_source`); where both the answers' usage and the counters count draft tokens and
-    they differ, `acceptance_disagreement` says by how much. {} without either."""
-    from trtspec.bench.metrics import spec_counts_from_counters, spec_summary, sum_counts
-
-    answers = sum_counts(records)
-    delta = phase_delta(records, phases)
-    counters = spec_counts_from_counters(delta)
-    counts, source = answers, "responses"
-    if counters is not None and (answers is None or not answers.num_drafts):
-        counts, source = counters, "phase counters"
-    if counts is None:
-        return {}
-    summary = spec_summary(counts)
-    row = {key: summary[key] for key in ("spec_decode_acceptance_length", "spec_decode_acceptance_rate",
-                                         "spec_decode_per_position_acceptance_rates")}
-    row["spec_decode_source"] = source
-    if unsettled := unsettled_reads(delta):
-        row["server_counters_unsettled_reads"] = unsettled
-    if (problem := disagreement(answers, counters)) is not None:
-        row["acceptance_disagreement"] = problem
-    return row
-
-
-def disagreement(answers: Any, counters: Any) -> str | None:
-    """Where the answers' usage (accepted and rejected prediction tokens, summed) and the workers'
-    counters count different draft tokens, one line saying both; None where they agree or one is missing."""
-    if answers is None or counters is None:
-        return None
-    said = (answers.num_accepted_tokens, answers.num_draft_tokens)
-    counted = (counters.num_accepted_tokens, counters.num_draft_tokens)
-    if said == counted:
-        return None
-    return (f"the answers' usage says {said[0]} of {said[1]} draft tokens accepted, the workers' counters "
-            f"{counted[0]} of {counted[1]}")
+SPEC_PREFIX = "trtspec:spec_decode_"  # trtspec.bench.metrics.COUNTER_PREFIX (imported there from here)
 
 
 def phases_add_up(phases: Sequence[Phase], total: dict[str, float] | None) -> bool | None:
