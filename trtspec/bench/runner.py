@@ -98,7 +98,7 @@ def open_triton(spec: Any, url: str | None, metrics_url: str | None = None, raw:
         raise ServerError(f"no ready model {target.client.model!r} at {address}",
                           fix="start one with `trtspec deploy`, pass --url, or bench in-process with --engine DIR")
     return target, {"target": f"triton {address}", "mode": spec.speculative.mode,
-                    "max_draft_len": spec.speculative.max_draft_len, "dtype": spec.model.dtype,
+                    "max_draft_len": spec.speculative.draft_cap, "dtype": spec.model.dtype,
                     "metrics_url": metrics_url, "prompts_sent": render.describe(), **served_head(spec)}
 
 
@@ -135,7 +135,7 @@ def open_openai(spec: Any, openai_url: str | None, metrics_url: str | None = Non
         from trtspec.artifacts import Layout
 
         target, described = dynamo_target(spec, Layout.from_spec(spec), raw)
-    return target, {"mode": spec.speculative.mode, "max_draft_len": spec.speculative.max_draft_len,
+    return target, {"mode": spec.speculative.mode, "max_draft_len": spec.speculative.draft_cap,
                     "dtype": spec.model.dtype, "acceptance_source": target.acceptance_source, **described,
                     **served_head(spec)}
 
