@@ -183,7 +183,7 @@ def test_the_catch_up_of_a_drafter_left_behind_is_priced():
     the 8 drafters 400 rows behind, the catch-up adds 0.005 x 400 / CATCH_UP_HORIZON = 0.5 s to
     the step: 8.8 -> 6.6, below off. A short backlog (8 rows, one step's accepted tokens) changes
     nothing."""
-    from trtspec.runtime.policy.by_load import CATCH_UP_HORIZON
+    from trtspec.runtime.policy.step_rates import CATCH_UP_HORIZON
 
     model = CostModel(1, drafts_cost=True)
     for n in (8, 16, 24, 32) * 20:

@@ -83,6 +83,7 @@ from trtspec.runtime.policy.choices import Choice, draft_work, tree_budgets, wit
 from trtspec.runtime.policy.decayed_line import DecayedLine
 from trtspec.runtime.policy.forward_costs import ForwardCosts
 from trtspec.runtime.policy.ngram_matches import MatchStats
+from trtspec.runtime.policy.step_rates import StepRates
 
 PROBE_EVERY = 8
 DECAY = 0.98            # forgetting per observation: the machine's speed and the text change
@@ -101,12 +102,6 @@ MAX_BACKOFF = 3         # ... at most 2^3 times more rarely
 # nothing (speculation must never lose under load; at concurrency 16 chains estimated just
 # above off measured 0.93-0.98x of it, docs/BENCHMARKS-log.md)
 SPEC_MARGIN = 0.05
-# While drafting is off, a model drafter's cache falls behind (the EAGLE-3 head, a draft model):
-# the first draft after plain steps feeds every position verified since, in one forward. That
-# catch-up is priced, spread over this many steps (a resumed draft usually lasts several): at
-# concurrency 8 through Triton, drafts chosen on estimates a few percent above off after long
-# off stretches, catch-up unpriced, made the run 0.94x of plain decoding (docs/BENCHMARKS-log.md).
-CATCH_UP_HORIZON = 4
 # Probes (one sequence drafts while the choice is off) are spaced so that they cost at most this
 # share of the engine's time, at least every probe_every() steps: at concurrency 8 through Triton,
 # EAGLE-3 chain probes every 8th step (10 % of the steps, each a catch-up and 4 head forwards)
@@ -251,16 +246,23 @@ class CostModel:
         """G(k): a chain of k's expected accepted tokens, sum over j < k of q_j, the product of the
         pass rates of positions 0..j (each measured where it was at stake); with `min_match`, of
         the drafts from lookups that matched at least that many tokens (the same prior)."""
+        gains = self.chain_gains(k, min_match)
+        return gains[-1] if gains else 0.0
+
+    def chain_gains(self, k: int, min_match: int = 0) -> list[float]:
+        """[G(1), ..., G(k)] in one running sum (`chain_gain`)."""
         self._grow(k)
-        gain, survive = 0.0, 1.0
-        for j in range(k):
-            if min_match:
-                offered, accepted = self.matches.at_least(min_match, j)
-                survive *= (accepted + 2.0 * PRIOR_ACCEPT) / (offered + 2.0)
-            else:
-                survive *= self.accepted[j] / self.offered[j]
+        if min_match:
+            offered, accepted = self.matches.at_least_positions(min_match, k)
+            rates = [(a + 2.0 * PRIOR_ACCEPT) / (o + 2.0) for o, a in zip(offered, accepted, strict=True)]
+        else:
+            rates = [self.accepted[j] / self.offered[j] for j in range(k)]
+        gains, gain, survive = [], 0.0, 1.0
+        for rate in rates:
+            survive *= rate
             gain += survive
-        return gain
+            gains.append(gain)
+        return gains
 
     def tree_gain(self, tree: Any) -> float:
         """E(N) = R(N) G(depth): a tree's expected accepted tokens."""
@@ -281,20 +283,13 @@ class CostModel:
 
     def rate(self, batch_size: int, choice: Choice, backlog: int = 0) -> float:
         """Expected committed tokens per second when every sequence drafts `choice`, its drafters
-        `backlog` rows behind (their catch-up spread over CATCH_UP_HORIZON steps)."""
-        found = (self.matches.found_at_least(choice.min_match) if choice.min_match else self.found) / self.proposed
-        if choice.length == 0:
-            gain, width = 0.0, 0
-        elif choice.tree is None:
-            gain, width = self.chain_gain(choice.length, choice.min_match), choice.length
-        else:
-            gain, width = self.tree_gain(choice.tree), self.verified_nodes(choice.tree)
-        forwards, rows = draft_work(choice)
-        seconds = self.forward_seconds(batch_size * (1 + found * width), batch_size) + forwards * self.draft_seconds(batch_size * rows)
-        if choice.length and backlog:
-            first = batch_size * rows
-            seconds += (self.draft_seconds(first + backlog) - self.draft_seconds(first)) / CATCH_UP_HORIZON
-        return batch_size * (1 + found * gain) / seconds
+        `backlog` rows behind (their catch-up spread over CATCH_UP_HORIZON steps;
+        trtspec.runtime.policy.step_rates prices a step's options together)."""
+        return self.step_rates(batch_size, backlog).rate(choice)
+
+    def step_rates(self, batch_size: int, backlog: int = 0) -> StepRates:
+        """`rate` for every option of one step, what they share worked out once (step_rates.py)."""
+        return StepRates(self, batch_size, backlog)
 
     def candidates(self, tree: Any = None) -> list[Choice]:
         """What a step may draft, cheapest first: off, every chain (not beside a static tree, which
@@ -315,7 +310,8 @@ class CostModel:
         half as often after each probe while the probed draft's estimate stays below PROBE_FAR of
         the best (up to 2^MAX_BACKOFF times rarer; back to normal once it comes near)."""
         options = self.candidates(tree)
-        estimates = [self.rate(batch_size, option, backlog) for option in options]
+        prices = self.step_rates(batch_size, backlog)
+        estimates = [prices.rate(option) for option in options]
         scale = self.calibration()
         rates = [rate * scale if option.length else rate for rate, option in zip(estimates, options, strict=True)]
         chosen = rates.index(max(rates))

@@ -24,6 +24,12 @@ class DecayedLine:
     def predict(self, x: float, prior: Callable[[float], float]) -> float | None:
         """a + b x; with too little spread in x so far, the mean scaled along the prior's shape
         (mean y * prior(x) / prior(mean x)); None before any data."""
+        curve = self.curve(prior)
+        return curve(x) if curve is not None else None
+
+    def curve(self, prior: Callable[[float], float]) -> Callable[[float], float] | None:
+        """`predict` as a function of x, its fit worked out once (None before any data): what the
+        load policy reads at many x per step (the same floats as `predict`, which calls it)."""
         if self.s < 1e-9:
             return None
         mean_x, mean_y = self.sx / self.s, self.sy / self.s
@@ -31,5 +37,6 @@ class DecayedLine:
         if self.s >= 4 and variance > 1.0:
             b = max((self.sxy / self.s - mean_x * mean_y) / variance, 0.0)
             a = max(mean_y - b * mean_x, 1e-6)
-            return a + b * x
-        return mean_y * prior(x) / prior(mean_x)
+            return lambda x: a + b * x
+        at_mean = prior(mean_x)
+        return lambda x: mean_y * prior(x) / at_mean

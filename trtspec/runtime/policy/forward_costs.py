@@ -34,6 +34,8 @@ over the plain steps of every size (`across`), which the steps at neighbouring s
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from trtspec.runtime.policy.decayed_line import DecayedLine
 
 # cost of each token of a forward relative to one plain step, before measurements
@@ -71,28 +73,36 @@ class ForwardCosts:
         """T(n) for a decode step of `batch_size` sequences, or for any forward when None: without
         drafts their measured mean, with drafts the line over such steps, each along the overall
         line's shape where the other is not measured yet."""
-        plain = self._plain(batch_size) if batch_size else None
-        drafted = self.by_batch.get(batch_size) if batch_size else None
-        first = (plain, drafted) if num_tokens <= (batch_size or 0) else (drafted, plain)
-        for fit in first:
-            measured = fit.predict(num_tokens, self._overall) if fit is not None else None
-            if measured is not None:
-                return measured
-        return self._overall(num_tokens)
+        return self.at_batch(batch_size)(num_tokens)
 
-    def _plain(self, batch_size: int) -> DecayedLine | None:
+    def at_batch(self, batch_size: int | None) -> Callable[[float], float]:
+        """`seconds(n, batch_size)` as a function of n, the fits it reads worked out once: the load
+        policy prices every option of a step at one batch size (the same floats as `seconds`)."""
+        overall = self.overall.curve(_prior) or _prior
+        plain_fit = self._plain(batch_size, overall) if batch_size else None
+        drafted_fit = self.by_batch.get(batch_size) if batch_size else None
+        plain = plain_fit.curve(overall) if plain_fit is not None else None
+        drafted = drafted_fit.curve(overall) if drafted_fit is not None else None
+        edge = batch_size or 0
+
+        def seconds(num_tokens: float) -> float:
+            for fit in (plain, drafted) if num_tokens <= edge else (drafted, plain):
+                if fit is not None:
+                    return fit(num_tokens)
+            return overall(num_tokens)
+
+        return seconds
+
+    def _plain(self, batch_size: int, overall: Callable[[float], float]) -> DecayedLine | None:
         """The plain steps' fit at `batch_size`: its own once it holds THIN steps, else (where
-        plain steps of other sizes were measured) a single point read off the line across sizes."""
+        plain steps of other sizes were measured) a single point read off the line across sizes
+        (`overall`: T(n) over every forward, the shape a point is carried along)."""
         own = self.plain.get(batch_size)
         if (own is not None and own.s >= THIN) or self.across.s < THIN:
             return own
         level = DecayedLine(1.0)  # one point: predict() carries it along the overall line's shape
-        level.add(float(batch_size), self.across.predict(float(batch_size), self._overall))
+        level.add(float(batch_size), self.across.predict(float(batch_size), overall))
         return level
-
-    def _overall(self, num_tokens: float) -> float:
-        measured = self.overall.predict(num_tokens, _prior)
-        return measured if measured is not None else _prior(num_tokens)
 
 
 def _prior(num_tokens: float) -> float:

@@ -66,3 +66,15 @@ class MatchStats:
                 offered += at_stake[position]
                 accepted += self.accepted[match][position]
         return offered, accepted
+
+    def at_least_positions(self, level: int, positions: int) -> tuple[list[float], list[float]]:
+        """`at_least(level, j)` for j < `positions`, in one walk over the match lengths (the same
+        sums, added in the same order)."""
+        offered, accepted = [0.0] * positions, [0.0] * positions
+        for match, at_stake in self.offered.items():
+            if match >= level:
+                passed = self.accepted[match]
+                for j in range(min(positions, len(at_stake))):
+                    offered[j] += at_stake[j]
+                    accepted[j] += passed[j]
+        return offered, accepted
