@@ -20,6 +20,7 @@ FINAL = 1
 
 def recording_replies(log: list, stream_interval: int = 1) -> Replies:
     return Replies(post=lambda sender, response, flags, on_error: log.append(("post", response, flags)),
+                   send_now=lambda sender, response, flags, on_error: log.append(("now", response, flags)),
                    final_flag=FINAL,
                    response=lambda text, reason, extra: ("response", text, reason, extra),
                    error=lambda message, code: ("error", message, code),
@@ -50,7 +51,7 @@ def test_a_stream_sends_its_first_piece_at_once_then_every_interval_and_the_last
     for piece in ("a", "b", "c"):
         responder(chunk(piece))
     responder(chunk("d", "length"))
-    assert log == [("post", ("response", "a", None, None), 0),      # the first at once
+    assert log == [("now", ("response", "a", None, None), 0),       # the first at once, from the loop's thread
                    ("post", ("response", "bc", None, None), 0),     # then two steps' pieces
                    ("record", 2),
                    ("post", ("response", "d", "length", None), FINAL)]

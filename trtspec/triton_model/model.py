@@ -19,7 +19,8 @@ here, so the serving code is versioned, linted and tested with the rest of trtsp
   `Replies`, never the model); there is no thread per request. The engine's
   one loop thread runs every admitted request's steps together and the responders queue what each
   step committed (decoupled: streamed pieces, then the last with the final flag) for the model's
-  one sending thread (trtspec.triton_model.outbox), so the loop does not wait on Triton. A request whose
+  one sending thread (trtspec.triton_model.outbox), so the loop does not wait on Triton; only a
+  request's first streamed piece is sent from the loop's thread (time to first token). A request whose
   client went away (`is_cancelled()`) leaves the batch at the next step and frees its KV blocks.
 - Refusals cost nothing: a bad request gets an INVALID_ARG error naming the problem (checks in
   trtspec.triton_model.request, pure), a full queue (serve.max_queue_size) an UNAVAILABLE
@@ -138,7 +139,8 @@ class TritonPythonModel:
         self.engine.scheduler.on_step = self._set_gauges
         self._set_gauges(self.engine.scheduler.snapshot())
         # all the sinks know of this model (they never import it)
-        self.replies = Replies(post=self.outbox.post, final_flag=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+        self.replies = Replies(post=self.outbox.post, send_now=self.outbox.send_now,
+                               final_flag=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
                                response=self.response, error=self.error_response, record=self.record,
                                count_failure=self.count_failure, count_cancelled=self.count_cancelled,
                                stream_interval=self.stream_interval)

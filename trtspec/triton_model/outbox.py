@@ -10,9 +10,12 @@ those cores), and throughput through Triton did not change beyond run-to-run noi
 (docs/BENCHMARKS-log.md, "Per-step costs under load"); where cores are to spare, the loop stops waiting.
 
 Order is kept: one FIFO and one thread, so a request's pieces arrive in order and its final flag
-last. A send that fails (the request already closed on the server's side) is handed to the
-caller's `on_error`, which ends that request at the engine's next step (its cancel probe), as a
-sink failure in the loop did before.
+last. `send_now` is the one exception, for a request's first streamed piece only (nothing of that
+request is queued before it): sent on the engine loop's thread, so the time to first token does
+not wait for this thread to be woken and get the GIL (3.7 ms median through the OpenAI frontend at
+load ~6 on 2 cores; docs/BENCHMARKS-log.md, "Where trtspec's first token goes"). A send that fails
+(the request already closed on the server's side) is handed to the caller's `on_error`, which ends
+that request at the engine's next step (its cancel probe), as a sink failure in the loop did before.
 """
 
 from __future__ import annotations
@@ -43,6 +46,11 @@ class Outbox:
                 self._thread.start()
         self._queue.put((sender, response, flags, on_error))
 
+    def send_now(self, sender: Any, response: Any = None, flags: int = 0,
+                 on_error: Callable[[BaseException], None] | None = None) -> None:
+        """Send on the calling thread, at once: only for a request's first response (module docstring)."""
+        _send(sender, response, flags, on_error)
+
     def close(self, timeout: float = 10.0) -> None:
         """Send what is queued, then stop the thread (Triton's finalize)."""
         with self._lock:
@@ -56,12 +64,15 @@ class Outbox:
             item = self._queue.get()
             if item is _CLOSE:
                 return
-            sender, response, flags, on_error = item
-            try:
-                if response is None:
-                    sender.send(flags=flags)
-                else:
-                    sender.send(response, flags=flags)
-            except Exception as error:  # noqa: BLE001 - one closed request must not stop the others' responses
-                if on_error is not None:
-                    on_error(error)
+            _send(*item)
+
+
+def _send(sender: Any, response: Any, flags: int, on_error: Callable[[BaseException], None] | None) -> None:
+    try:
+        if response is None:
+            sender.send(flags=flags)
+        else:
+            sender.send(response, flags=flags)
+    except Exception as error:  # noqa: BLE001 - one closed request must not stop the others' responses
+        if on_error is not None:
+            on_error(error)

@@ -1,7 +1,8 @@
 """The cpu model's request sinks: what the engine loop hands each step's output to, per request.
 
 `Responder` (decoupled): streams the steps' pieces through the model's outbox
-(trtspec.triton_model.outbox), the first at once and then every `serve.stream_interval` steps, and
+(trtspec.triton_model.outbox), the first at once (sent from the engine loop's thread) and then
+every `serve.stream_interval` steps, and
 answers the engine's cancel probe; `Collector` (not decoupled): keeps the whole answer for
 `execute` to return. Both end a request with a response or an error and count what it records.
 
@@ -27,6 +28,8 @@ class Replies:
 
     # Outbox.post(sender, response, flags, on_error): send after everything posted before
     post: Callable[[Any, Any, int, Callable[[BaseException], None] | None], None]
+    # Outbox.send_now: the same, sent on the calling thread at once (a request's first streamed piece only)
+    send_now: Callable[[Any, Any, int, Callable[[BaseException], None] | None], None]
     final_flag: int  # pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
     # (text, finish_reason or None, extra outputs: name -> (value, numpy dtype)) -> a response
     response: Callable[[str, str | None, dict[str, tuple[Any, str]] | None], Any]
@@ -113,9 +116,10 @@ class Responder(_Sink):
             extra = perf_outputs(item.stats, self.num_tokens, self.num_input_tokens) if parsed.perf_metrics else None
             self.finish(replies.response(self._piece(), item.finish_reason, extra))
         # 4. streaming: send what the steps since the last response committed, the first at once
-        # (time to first token) and then every stream_interval steps.
+        # and from this thread (time to first token: outbox.send_now), then every stream_interval steps.
         elif parsed.streaming and any(self.unsent) and (not self.streamed or len(self.unsent) >= replies.stream_interval):
-            replies.post(self.sender, replies.response(self._piece(), None, None), 0, self._on_send_error)
+            send = replies.post if self.streamed else replies.send_now
+            send(self.sender, replies.response(self._piece(), None, None), 0, self._on_send_error)
             self.unsent, self.streamed = [], True
 
     def _piece(self) -> str:

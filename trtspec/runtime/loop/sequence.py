@@ -50,8 +50,10 @@ class Sequence:
         self.num_prompt = len(self.tokens)
         self.reserve = reserve  # cache positions this sequence may ever need (its blocks are sized for it)
         self.generator = torch.Generator()
-        seed = request.seed if request.seed is not None else int(torch.seed()) % (2**63)
-        self.generator.manual_seed(seed)
+        if request.seed is not None:
+            self.generator.manual_seed(request.seed)
+        else:  # a seed of its own; torch.seed() also reseeded the process's default generators, 0.1-0.25 ms a request
+            self.generator.seed()
         self.stats = GenerationStats()
         self.output = OutputAssembler(tokenizer, eos_ids=eos_ids, max_new_tokens=request.max_new_tokens,
                                       stop=request.stop)
