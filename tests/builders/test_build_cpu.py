@@ -77,6 +77,26 @@ def test_the_memory_for_kept_prompts_reaches_the_loaded_engine(in_tmp, tiny_llam
         assert engine.config.kv_cache_reuse_mib == 3 and engine.scheduler.reuse.kept.max_bytes == 3 << 20
 
 
+@pytest.mark.parametrize("head_dtype", ["float32", "bfloat16"])
+def test_the_heads_dtype_reaches_the_loaded_engine(head_dtype, in_tmp, tiny_llama):
+    """speculative.eagle3.head_dtype: engine.json's runtime, then the kernel of every head linear."""
+    from trtspec.runtime.forward.linear_choice import ROWDOT_BF16
+    from trtspec.runtime.kernels import rowdot
+    from trtspec.runtime.loading import load_engine
+
+    if head_dtype == "bfloat16" and (why := rowdot.bfloat16_unavailable()) is not None:
+        pytest.skip(f"the bfloat16 row kernel cannot run here: {why}")
+    config = write_workspace(in_tmp, tiny_llama, eagle3=True, speculative={"mode": "eagle3",
+                                                                           "eagle3": {"head_dtype": head_dtype}})
+    result = _build(config)
+    assert result.exit_code == 0, result.output
+    engine_dir = in_tmp / "engines" / "tiny-eagle3-cpu"
+    assert json.loads((engine_dir / "engine.json").read_text())["runtime"]["head_dtype"] == head_dtype
+    with load_engine(engine_dir) as engine:
+        kernels = {m.kernel for m in engine.drafter.head.modules() if type(m).__name__ == "PackedLinear"}
+        assert (ROWDOT_BF16 in kernels) == (head_dtype == "bfloat16") and kernels
+
+
 def test_a_head_made_for_another_target_is_refused(in_tmp, tiny_llama, tiny_llama_draft):
     config = write_workspace(in_tmp, tiny_llama)
     # a head whose manifest names the draft model as its target

@@ -241,6 +241,7 @@ def engine_json(spec: Any, name: str, inputs: BuildInputs, *, target_path: str =
                     **({"medusa_choices": medusa_choices(spec)} if s.mode == "medusa" else {}),
                     **({"mtp_layers": s.mtp.num_layers} if s.mode == "mtp" else {}),
                     **({"suffix": s.suffix.model_dump()} if s.mode == "suffix" else {}),
+                    **({"head_dtype": s.eagle3.head_dtype} if s.mode == "eagle3" and spec.build.backend == "cpu" else {}),
                     **({"tree": [s.tree.topk, s.tree.depth, s.tree.num_draft_tokens],
                         "tree_min_path_prob": s.tree.min_path_prob} if s.tree else {})},
         **backend_keys,

@@ -15,6 +15,13 @@ class Eagle3Training(Section):
     id (HF_HOME / HF_HUB_OFFLINE honoured), in any layout (the EAGLE authors', SpecForge's, ModelOpt's
     before and after 0.43, speculators'). Checked against the target, written as checkpoints/eagle3.
     With data or prompts set too, the head is fine-tuned on them instead."""
+    head_dtype: Literal["float32", "bfloat16"] = "float32"
+    """cpu backend: the served head's linear layers in float32, or on the bfloat16 row kernel (half the
+    bytes a draft position reads; needs AVX512_BF16, refused in one line where it cannot run). Drafts
+    may differ from the float32 head's; verification keeps greedy output the target's. A convert-made
+    SmolLM2 head kept its acceptance length in bfloat16 (docs/BENCHMARKS-log.md, "The head's attention
+    layout without per-row tensors"). GPU backends ignore it: TensorRT-LLM runs the head in the
+    checkpoint's dtype."""
     head_layer_convention: Literal["auto", "output", "input"] = "auto"
     """How the head's layer ids count: auto (from its layout), output (output of decoder layer i:
     ModelOpt, SpecForge, TensorRT-LLM) or input (input of layer i, HF hidden_states[i]: EAGLE code,
