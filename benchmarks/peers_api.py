@@ -14,7 +14,7 @@ token prompts; `--no-prompt-reuse` turns trtspec's off. The official `openai` cl
 prompt with the chat template applied once as the prompt text (both servers tokenize it to the same
 ids; no template is applied again), greedy (temperature 0), `--max-tokens`, streaming with usage.
 Concurrency 1 and 8 as closed loops (a thread per slot takes the next prompt as one ends); repeats
-interleaved, who goes first alternating.
+interleaved, who goes first alternating, SETTLE_S apart.
 
 Per request: TTFT (request sent to the first chunk with text), tokens (usage.completion_tokens; vLLM
 counts the EOS that ends an answer there, trtspec does not, so one is taken off vLLM's on
@@ -38,6 +38,10 @@ from typing import Any
 
 from benchmarks.common import smollm2
 
+# a pause after every cell: vLLM's engine core keeps spinning (0.9 of a core) for about 1 s after a
+# request, and trtspec requests sent into that spin took 650 ms median against 234 ms for the others
+# (docs/BENCHMARKS-log.md, "Where trtspec's first token goes, beside vLLM's CPU server")
+SETTLE_S = 1.5
 PER_POSITION = re.compile(r'position="(\d+)"')
 COUNTERS = {"vllm:spec_decode_num_drafts_total": "num_drafts",
             "vllm:spec_decode_num_draft_tokens_total": "num_draft_tokens",
@@ -153,11 +157,15 @@ def measure(args) -> dict:
                           prompt_reuse=not args.no_prompt_reuse) as bases:
             for name, base in bases.items():  # warm-up: first-request costs, connections
                 run_cell(base, prompts[:1], 4, 1, name == "vllm")
+                time.sleep(SETTLE_S)
             for repeat in range(args.repeats):
                 for concurrency in args.concurrency:
                     load = os.getloadavg()[0]
                     order = ("trtspec", "vllm") if (repeat + concurrency) % 2 == 0 else ("vllm", "trtspec")
-                    got = {n: run_cell(bases[n], prompts, args.max_tokens, concurrency, n == "vllm") for n in order}
+                    got = {}
+                    for n in order:
+                        got[n] = run_cell(bases[n], prompts, args.max_tokens, concurrency, n == "vllm")
+                        time.sleep(SETTLE_S)
                     cell = cells.setdefault(f"{method}@{concurrency}", {"trtspec": [], "vllm": [], "load": []})
                     for name in ("trtspec", "vllm"):
                         cell[name].append(got[name])
