@@ -107,7 +107,7 @@ class DraftSession:
     def backlog(self, num_tokens: int) -> int:
         """Rows the next draft's first forward feeds beyond the one every draft feeds, for a
         sequence of `num_tokens` tokens: the positions verified since this session last drafted
-        (0 for drafters without a cache). The load policy prices them (load_policy.CATCH_UP_HORIZON)."""
+        (0 for drafters without a cache). The load policy prices them (trtspec.runtime.policy.step_rates.CATCH_UP_HORIZON)."""
         return 0
 
 
