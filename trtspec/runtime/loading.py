@@ -12,13 +12,16 @@ from pathlib import Path
 from typing import Any
 
 from trtspec.errors import IncompatibleArtifactError, ModelSourceError
+from trtspec.runtime.drafters.registry import DRAFTER_OPTIONS
 from trtspec.runtime.engine import Engine
 
 ENGINE_FORMAT = "trtspec-engine/1"
-RUNTIME_KEYS = ("dtype", "ngram_min", "ngram_max", "dynamic_draft", "confidence_threshold", "acceptance_floor",
+# the engine's own keys, then every drafter's (registry.DRAFTER_OPTIONS: one list, so a new drafter
+# option is not dropped here)
+RUNTIME_KEYS = ("dtype", "dynamic_draft", "confidence_threshold", "acceptance_floor",
                 "eagle_choices", "tree", "prepack", "kv_cache_max_tokens", "draft_len_schedule",
                 "kv_cache_reuse", "tree_min_path_prob", "kv_cache_reuse_mib", "adapt_threads",
-                "exit_layer", "lookahead", "medusa_choices", "mtp_layers", "suffix", "head_dtype")
+                *dict.fromkeys(key for keys in DRAFTER_OPTIONS.values() for key in keys))
 # build_config keys the engine's scheduler reads (engine.json's contract with TensorRT-LLM's names)
 SCHEDULER_KEYS = ("max_batch_size", "max_num_tokens", "tokens_per_block")
 
