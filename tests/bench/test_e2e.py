@@ -204,9 +204,14 @@ def test_acceptance_by_category_and_length_through_the_openai_endpoint_equals_tr
             if not row.get("server_counters_unsettled_reads"):
                 assert row["spec_decode_acceptance_length"] == pytest.approx(same["spec_decode_acceptance_length"])
                 assert row["spec_decode_acceptance_rate"] == pytest.approx(same["spec_decode_acceptance_rate"])
-    # trtspec's endpoint sends no completion_tokens_details: nothing to cross-check the counters with,
-    # and the cell's acceptance is the server's counters' alone (as Triton's cell takes its positions)
-    assert openai["acceptance_cross_check"]["answers_draft_tokens"] is None
+    # each answer's usage.completion_tokens_details, summed, against the server's counters over the run
+    check = openai["acceptance_cross_check"]
+    assert check["answers_draft_tokens"] is not None and check["answers_draft_tokens"] > 0, check
+    if not unsettled:
+        assert check["disagreement"] is None, check
+        assert check["answers_draft_tokens"] == check["counters_draft_tokens"]
+        assert check["answers_accepted_tokens"] == check["counters_accepted_tokens"]
+    # the cell's drafts and positions are the server's counters' (as Triton's cell takes its positions)
     (cell,), (same,) = openai["results"], triton["results"]
     assert cell["spec_decode_source"] == same["spec_decode_source"] == "server counters"
     if not unsettled:

@@ -63,6 +63,16 @@ def test_chat_greedy_equals_tritonclient_with_usage_and_speculative_stats(openai
     stats = answer.model_extra["speculative_decoding"]
     assert stats["num_drafts"] == direct["num_drafts"] and stats["num_accepted_tokens"] == \
         direct["total_accepted_draft_tokens"]
+    # OpenAI's names for the same counts: accepted + rejected = the request's draft tokens
+    details = answer.usage.completion_tokens_details
+    assert direct["total_draft_tokens"] > 0, direct  # ngram on this prompt drafts, or the check below is empty
+    assert details.accepted_prediction_tokens == direct["total_accepted_draft_tokens"]
+    assert details.accepted_prediction_tokens + details.rejected_prediction_tokens == direct["total_draft_tokens"]
+    # without speculation nothing is drafted: 0 and 0
+    plain = api.chat.completions.create(model="tiny", messages=[{"role": "user", "content": PROMPT}], temperature=0,
+                                        max_completion_tokens=12, extra_body={"speculative": False})
+    assert plain.usage.completion_tokens_details.accepted_prediction_tokens == 0
+    assert plain.usage.completion_tokens_details.rejected_prediction_tokens == 0
 
 
 def test_chat_stream_with_usage_chunk_equals_the_whole_answer(openai_served):
@@ -78,6 +88,10 @@ def test_chat_stream_with_usage_chunk_equals_the_whole_answer(openai_served):
     assert len(finish) == 1 and "speculative_decoding" in finish[0].model_extra
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
     assert chunks[-1].usage.prompt_tokens == whole.usage.prompt_tokens
+    # the usage chunk's draft tokens are the answer's own, counted once
+    streamed, counted = chunks[-1].usage.completion_tokens_details, finish[0].model_extra["speculative_decoding"]
+    assert streamed.accepted_prediction_tokens == counted["num_accepted_tokens"]
+    assert streamed.accepted_prediction_tokens + streamed.rejected_prediction_tokens == counted["num_draft_tokens"]
 
 
 def test_completions_plain_text_stream_and_not_equal_tritonclient(openai_served):

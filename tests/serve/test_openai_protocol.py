@@ -6,7 +6,15 @@ import json
 
 import pytest
 
-from trtspec.serve.openai_protocol import OpenAIError, chat_request, chunk, completion_request, triton_error
+from trtspec.serve.openai_protocol import (
+    OpenAIError,
+    chat_request,
+    chunk,
+    completion_request,
+    triton_error,
+    usage,
+    usage_chunk,
+)
 
 SERVED = ("tiny", "tensorrt_llm")
 
@@ -24,6 +32,23 @@ def test_chat_body_becomes_messages_for_the_model():
                               "stream_delta": True, "sampling_param_return_perf_metrics": True}
     assert forward.stream and forward.include_usage
     assert chunk(forward, "x")["usage"] is None  # include_usage: every chunk says usage null
+
+
+def test_usage_carries_the_draft_tokens_as_completion_tokens_details():
+    forward = chat_request({"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "stream": True,
+                            "stream_options": {"include_usage": True}}, SERVED)
+    # the cpu model's final response: 9 draft tokens, 4 kept by the target
+    stats = {"num_input_tokens": 11, "num_output_tokens": 6, "total_draft_tokens": 9, "total_accepted_draft_tokens": 4,
+             "num_drafts": 3}
+    assert usage(stats) == {"prompt_tokens": 11, "completion_tokens": 6, "total_tokens": 17,
+                            "completion_tokens_details": {"accepted_prediction_tokens": 4,
+                                                          "rejected_prediction_tokens": 5}}
+    assert usage_chunk(forward, stats)["usage"] == usage(stats)
+    # a request that drafted nothing says 0 and 0 (as the Dynamo worker does)
+    nothing = usage({**stats, "total_draft_tokens": 0, "total_accepted_draft_tokens": 0})
+    assert nothing["completion_tokens_details"] == {"accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}
+    # a model that sent no perf metrics: no details rather than zeros nobody counted
+    assert "completion_tokens_details" not in usage({"num_input_tokens": 11, "num_output_tokens": 6})
 
 
 def test_completion_defaults_are_openais():

@@ -228,9 +228,29 @@ def _content(content: Any, index: int) -> str:
 
 # -- responses -----------------------------------------------------------------------------------
 
-def usage(stats: dict[str, Any]) -> dict[str, int]:
+def completion_usage(prompt_tokens: int, completion_tokens: int, accepted: int | None = None,
+                     drafted: int | None = None) -> dict[str, Any]:
+    """OpenAI's `usage` of one answer, with `completion_tokens_details` when the engine counted its
+    draft tokens: accepted_prediction_tokens (drafted and kept by the target) and
+    rejected_prediction_tokens (drafted and refused), so accepted + rejected is the request's draft
+    tokens; 0 and 0 for an answer that drafted nothing. Shared by trtspec's OpenAI endpoint and its
+    Dynamo worker, so both servers say it alike."""
+    body: dict[str, Any] = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                            "total_tokens": prompt_tokens + completion_tokens}
+    if accepted is not None and drafted is not None:
+        body["completion_tokens_details"] = {"accepted_prediction_tokens": int(accepted),
+                                             "rejected_prediction_tokens": int(drafted) - int(accepted)}
+    return body
+
+
+def usage(stats: dict[str, Any]) -> dict[str, Any]:
+    """The usage of an answer from the Triton model's final response: the token counts and, where the
+    model sent them (its perf metrics), the draft counts (`total_draft_tokens`,
+    `total_accepted_draft_tokens`) as completion_tokens_details."""
     prompt, completion = int(stats.get("num_input_tokens") or 0), int(stats.get("num_output_tokens") or 0)
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    accepted, drafted = stats.get("total_accepted_draft_tokens"), stats.get("total_draft_tokens")
+    return completion_usage(prompt, completion, None if accepted is None else int(accepted),
+                            None if drafted is None else int(drafted))
 
 
 def speculative_stats(stats: dict[str, Any]) -> dict[str, Any]:

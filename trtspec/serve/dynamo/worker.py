@@ -96,6 +96,7 @@ class TrtspecEngine(LLMEngine):
 
     async def generate(self, request: Any, context: Any):  # type: ignore[override]
         from trtspec.runtime.loop.request import RequestCancelled
+        from trtspec.serve.openai_protocol import completion_usage
 
         prompt = list(request["token_ids"])
         sampling = request.get("sampling_options") or {}
@@ -129,14 +130,10 @@ class TrtspecEngine(LLMEngine):
                 chunk: dict[str, Any] = {"token_ids": list(item.token_ids), "index": 0}
                 if item.finish_reason is not None:
                     stats = item.stats
-                    accepted = int(stats.num_accepted_tokens)
                     chunk["finish_reason"] = item.finish_reason
-                    chunk["completion_usage"] = {
-                        "prompt_tokens": len(prompt), "completion_tokens": generated,
-                        "total_tokens": len(prompt) + generated,
-                        "completion_tokens_details": {"accepted_prediction_tokens": accepted,
-                                                      "rejected_prediction_tokens":
-                                                          int(stats.num_draft_tokens) - accepted}}
+                    chunk["completion_usage"] = completion_usage(len(prompt), generated,
+                                                                 int(stats.num_accepted_tokens),
+                                                                 int(stats.num_draft_tokens))
                     counted = self.engine.scheduler.stats
                     self.metrics.record(stats, prompt_tokens=len(prompt), generated=generated,
                                         finish_reason=item.finish_reason,
