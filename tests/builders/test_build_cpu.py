@@ -65,16 +65,18 @@ def test_a_trees_path_probability_floor_reaches_the_loaded_engine(in_tmp, tiny_l
         assert engine.config.tree == (2, 2, 3) and engine.config.tree_min_path_prob == 0.05
 
 
-def test_the_memory_for_kept_prompts_reaches_the_loaded_engine(in_tmp, tiny_llama):
+def test_the_memory_for_kept_prompts_and_the_prefill_budget_reach_the_loaded_engine(in_tmp, tiny_llama):
     from trtspec.runtime.loading import load_engine
 
-    config = write_workspace(in_tmp, tiny_llama, build={"kv_cache_reuse_mib": 3})
+    config = write_workspace(in_tmp, tiny_llama, build={"kv_cache_reuse_mib": 3, "max_prefill_tokens": 48})
     result = _build(config)
     assert result.exit_code == 0, result.output
     engine_dir = in_tmp / "engines" / "tiny-ngram-cpu"
-    assert json.loads((engine_dir / "engine.json").read_text())["runtime"]["kv_cache_reuse_mib"] == 3
+    runtime = json.loads((engine_dir / "engine.json").read_text())["runtime"]
+    assert runtime["kv_cache_reuse_mib"] == 3 and runtime["max_prefill_tokens"] == 48
     with load_engine(engine_dir) as engine:
         assert engine.config.kv_cache_reuse_mib == 3 and engine.scheduler.reuse.kept.max_bytes == 3 << 20
+        assert engine.config.max_prefill_tokens == 48
 
 
 @pytest.mark.parametrize("head_dtype", ["float32", "bfloat16"])

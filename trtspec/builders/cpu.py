@@ -79,7 +79,8 @@ def runtime_options(spec: Any) -> dict[str, Any]:
     return {"prepack": spec.build.prepack, "kv_cache_max_tokens": spec.build.kv_cache_max_tokens,
             "kv_cache_reuse": spec.build.kv_cache_reuse, "kv_cache_reuse_mib": spec.build.kv_cache_reuse_mib,
             "adapt_threads": spec.build.adapt_threads,
-            "draft_len_schedule": spec.speculative.draft_len_schedule}
+            "draft_len_schedule": spec.speculative.draft_len_schedule,
+            **({"max_prefill_tokens": spec.build.max_prefill_tokens} if spec.build.max_prefill_tokens else {})}
 
 
 def write_bundle(staging: Path, inputs: Any) -> None:

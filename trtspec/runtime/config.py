@@ -44,6 +44,9 @@ class EngineConfig:
     """Most sequences in one engine step (running at once)."""
     max_num_tokens: int = 8192
     """Most tokens in one target forward: every running sequence's [pending] + draft, then prompt chunks."""
+    max_prefill_tokens: int | None = None
+    """Most prompt tokens one step prefills across the batch (chunks, in arrival order), apart from
+    the decode and draft rows, which it never cuts; None: whatever max_num_tokens leaves."""
     tokens_per_block: int = 32
     """Paged KV cache block size in tokens."""
     kv_cache_max_tokens: int | None = None

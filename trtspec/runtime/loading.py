@@ -21,6 +21,7 @@ ENGINE_FORMAT = "trtspec-engine/1"
 RUNTIME_KEYS = ("dtype", "dynamic_draft", "confidence_threshold", "acceptance_floor",
                 "eagle_choices", "tree", "prepack", "kv_cache_max_tokens", "draft_len_schedule",
                 "kv_cache_reuse", "tree_min_path_prob", "kv_cache_reuse_mib", "adapt_threads",
+                "max_prefill_tokens",
                 *dict.fromkeys(key for keys in DRAFTER_OPTIONS.values() for key in keys))
 # build_config keys the engine's scheduler reads (engine.json's contract with TensorRT-LLM's names)
 SCHEDULER_KEYS = ("max_batch_size", "max_num_tokens", "tokens_per_block")

@@ -199,6 +199,12 @@ class BuildSpec(Section):
     """Longest prompt plus output in tokens."""
     max_num_tokens: int = Field(8192, ge=1)
     """Most tokens in one engine step across the batch."""
+    max_prefill_tokens: int | None = Field(None, ge=1)
+    """cpu backend: most prompt tokens one engine step prefills across the batch, in chunks and in
+    arrival order, beside the running sequences' decode and draft rows (which it never cuts, unlike
+    max_num_tokens), so prompts arriving together get their first tokens one after another instead
+    of all after one long prefill. Empty: what max_num_tokens leaves. GPU backends ignore it
+    (TensorRT-LLM chunks context under max_num_tokens)."""
     tokens_per_block: int = Field(32, ge=1)
     """Paged KV cache block size in tokens (a power of two)."""
     tp_size: int = Field(1, ge=1, le=64)

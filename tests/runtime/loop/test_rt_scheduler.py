@@ -295,6 +295,29 @@ def test_prefill_shares_steps_and_is_chunked_by_the_token_budget(ngram_engine):
         assert len(steps) >= 60 // 8 + 9 and max(s.last_batch_size for s in steps) == 2
 
 
+@pytest.mark.parametrize(("fixture", "speculative"), [("ngram_engine", False), ("ngram_engine", True),
+                                                     ("eagle_engine", True)], ids=["plain", "ngram", "eagle3"])
+def test_a_prefill_budget_takes_prompts_in_order_beside_uncut_drafts(fixture, speculative, request):
+    """max_prefill_tokens 16: prompts arriving together are prefilled 16 tokens a step in arrival
+    order, so the first arrivals decode while later prompts still prefill (with the whole prompt
+    budget of max_num_tokens, all 146 tokens go in one step, beside one decoding sequence), the
+    decode and draft rows are not counted against it (sequences draft their 4 in the prefill
+    steps), and every sequence's tokens are its own greedy tokens alone."""
+    engine = request.getfixturevalue(fixture)
+    alone = [engine.generate(p, max_new_tokens=16, speculative=False).token_ids for p in PROMPTS]
+    # no kept prompts: every prompt token is prefilled here, not copied from the runs above
+    with engine.variant(max_prefill_tokens=16, kv_cache_reuse=False, draft_len_schedule=((1, 4),)) as budgeted:
+        sequences, steps = run_in_flight(budgeted, PROMPTS, 16, speculative=speculative)
+    assert [s.output.token_ids for s in sequences] == alone
+    assert max(s.last_prefill_tokens for s in steps) == 16
+    assert sum(s.last_prefill_tokens for s in steps) == sum(map(len, PROMPTS))
+    prefill_steps = [s for s in steps if s.last_prefill_tokens]
+    assert len(prefill_steps) >= 1 + -(-sum(map(len, PROMPTS[1:])) // 16)
+    assert max(s.last_num_decoding for s in prefill_steps) >= 3, "no arrival decoded before the last was prefilled"
+    if speculative:
+        assert any(s.last_draft_len == 4 and s.last_num_decoding >= 3 for s in prefill_steps)
+
+
 def test_close_ends_waiting_and_running_requests(ngram_engine):
     engine = ngram_engine.variant(max_batch_size=1)
     items = []

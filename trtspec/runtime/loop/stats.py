@@ -83,6 +83,7 @@ class SchedulerStats:
     last_batch_size: int = 0     # sequences in the last step (decoding and prefilling)
     last_num_decoding: int = 0   # of which decoding
     last_draft_len: int = 0      # the longest draft the last step asked for
+    last_prefill_tokens: int = 0  # prompt tokens the last step prefilled (its chunks)
     num_steps: int = 0
     num_refused: int = 0
     num_failed: int = 0

@@ -4,7 +4,8 @@
 1. Plan: decoding sequences verify [pending] + a draft whose length the load policy picks for
    this batch size (and each sequence's own policy may shorten; a probe while speculation is off
    drafts for one sequence only; with a dynamic tree the length is its node budget); prompt chunks of new sequences fill what is left of the
-   `max_num_tokens` budget (chunked prefill).
+   `max_num_tokens` budget, at most `max_prefill_tokens` of them (chunked prefill, in arrival
+   order; the decode and draft rows are not counted against max_prefill_tokens).
 2. Draft: one drafter call for every decoding sequence that speculates (batched inside); when
    the policy drafts only on long n-gram matches (chain:K@M), shorter matches' drafts are dropped;
    a sequence with a grammar cuts its draft at the first token the grammar rejects
@@ -107,7 +108,7 @@ def run_step(view: StepView, batch: list[Any]) -> None:
               for s, d in zip(decoding, drafts, strict=True)]
     # 3. One target forward: [pending] + draft per decoding sequence, then prompt chunks.
     feeds = [_verify_feed(s, d) for s, d in zip(decoding, drafts, strict=True)]
-    budget = max(1, config.max_num_tokens - sum(len(f.token_ids) for f in feeds))
+    budget = prefill_budget(config, sum(len(f.token_ids) for f in feeds))
     chunked = []
     for sequence in prefilling:
         if budget <= 0:
@@ -120,12 +121,13 @@ def run_step(view: StepView, batch: list[Any]) -> None:
         budget -= len(chunk)
     started = time.perf_counter()
     aux_ids = engine.drafter.aux_layer_ids if engine.drafter is not None else ()
-    if not any(s.session is not None for s in decoding + chunked):
-        aux_ids = ()
+    if not any(s.session is not None for s in decoding + chunked) and all(s.prompt_aux is None for s in chunked):
+        aux_ids = ()  # nothing takes layer outputs this step (a prompt to keep for EAGLE-3 does)
     logits, aux = forward(engine.target, feeds, engine.layer_outputs(), aux_ids)
     record.forward_seconds = time.perf_counter() - started
     record.forward_tokens = sum(len(f.token_ids) for f in feeds)
     record.decode_batch = None if chunked else len(decoding)
+    view.stats.last_prefill_tokens = record.forward_tokens - sum(len(f.token_ids) for f in feeds[:len(decoding)])
     # 4. + 5. Accept, roll back and commit, sequence by sequence (each saw the whole step's times).
     for index, (sequence, draft) in enumerate(zip(decoding, drafts, strict=True)):
         committed = _accept(view, record, sequence, draft, logits[index], aux[index])
@@ -135,8 +137,9 @@ def run_step(view: StepView, batch: list[Any]) -> None:
         _commit(view, sequence, committed)
     for offset, sequence in enumerate(chunked):
         index = len(decoding) + offset
-        if sequence.session is not None and aux_ids:
-            sequence.session.on_verified(aux[index])
+        if aux_ids:
+            if sequence.session is not None:
+                sequence.session.on_verified(aux[index])
             if sequence.prompt_aux is not None:
                 sequence.prompt_aux.append(aux[index])
         if sequence.kv.length == sequence.num_prompt:
@@ -148,6 +151,16 @@ def run_step(view: StepView, batch: list[Any]) -> None:
             _commit(view, sequence, [choose(last, sequence.params, sequence.generator)])
     # 6. What the step measured, to the cost model.
     record_step(view.cost_model, record)
+
+
+def prefill_budget(config: EngineConfig, decode_rows: int) -> int:
+    """Prompt tokens a step may prefill beside `decode_rows` ([pending] + draft rows): what
+    max_num_tokens leaves (one at least), and no more than max_prefill_tokens where it is set. The
+    decode rows never count against max_prefill_tokens, so it cuts prompt chunks, never drafts."""
+    budget = max(1, config.max_num_tokens - decode_rows)
+    if config.max_prefill_tokens:
+        budget = min(budget, config.max_prefill_tokens)
+    return budget
 
 
 def _draft(engine: Any, decoding: list[Any], lengths: list[int], shape: TreeShape | None = None) -> list[Any]:
