@@ -14,7 +14,7 @@ GROUPS = {
     "through servers": ("servers", "openai-overhead", "dynamo"),
     "drafting": ("trees", "self-drafting", "heads-layouts", "dtype-agreement", "eagle3-draft", "eagle3-paths",
                  "grammar", "suffix"),
-    "where the time goes": ("step-costs", "policy-cost", "scaling-ceiling", "prefill-share", "prompt-reuse", "decode-forward",
+    "where the time goes": ("step-costs", "policy-cost", "scaling-ceiling", "prefill-share", "prefill-budget", "prompt-reuse", "decode-forward",
                             "attention-split", "linear-kernels", "linear-sequence"),
 }
 COMMANDS = [name for names in GROUPS.values() for name in names]
