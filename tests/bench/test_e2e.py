@@ -191,6 +191,10 @@ def test_acceptance_by_category_and_length_through_the_openai_endpoint_equals_tr
         reports[name] = json.loads(result.stdout)["report"]
     triton, openai = reports["triton"], reports["openai"]
     assert "phases" not in triton and len(openai["phases"]) == 3   # copy <=128, qa <=128, copy 129-256
+    # the prompts' lengths were counted here with the engine's tokenizer (no probe) and equal the server's
+    lengths = openai["prompt_lengths"]
+    assert lengths["probe"] is False and "tokenizer" in lengths["source"], lengths
+    assert lengths["checked_against_server"] == 3 and lengths["num_differ_from_server"] == 0, lengths
     # the phases' deltas add up to the run's (unless a read found the server still busy)
     unsettled = any(c.get("counters", {}).get("trtspec_bench:unsettled_reads") for p in openai["phases"]
                     for c in p["cells"])
@@ -216,3 +220,33 @@ def test_acceptance_by_category_and_length_through_the_openai_endpoint_equals_tr
     assert cell["spec_decode_source"] == same["spec_decode_source"] == "server counters"
     if not unsettled:
         assert cell["spec_decode_acceptance_length"] == pytest.approx(same["spec_decode_acceptance_length"])
+
+
+@pytest.mark.parametrize("raw", [False, True], ids=["chat", "raw"])
+def test_phase_prompt_lengths_counted_here_equal_the_servers(served_spec, raw):
+    """A phased run (trtspec.bench.phases) counts each prompt's tokens with the engine's tokenizer,
+    the chat template applied as the server applies it, instead of prefilling it with a one-token
+    probe: the counts equal the prompt_tokens trtspec's OpenAI endpoint answers (the probe's)."""
+    from trtspec.bench.openai_target import OpenAITarget
+    from trtspec.bench.phases import PROBED, prompt_lengths
+    from trtspec.client.prompting import token_counter
+    from trtspec.prompts import Prompt
+    from trtspec.spec.loading import load_spec
+
+    spec = load_spec(served_spec)
+    prompts = [Prompt(0, "What is the capital of France?", "qa"),
+               Prompt(1, "the quick brown fox jumps over the lazy dog. " * 12, "copy")]
+    target = OpenAITarget(f"http://127.0.0.1:{spec.serve.openai_port}/v1", spec.model_name,
+                          [f"http://127.0.0.1:{spec.serve.metrics_port}/metrics"], raw=raw)
+    try:
+        probed = prompt_lengths(target, True, prompts, 0.0)    # no counter: a one-token request per prompt
+        counter = token_counter(spec, raw)
+        assert counter is not None  # the built engine's tokenizer
+        target.count_prompt_tokens, target.prompt_tokens_source = counter, counter.describe()
+        counted = prompt_lengths(target, True, prompts, 0.0)
+    finally:
+        target.close()
+    assert probed.probed and probed.source == PROBED and not counted.probed
+    assert ("chat template" in counted.source) is not raw
+    assert all(n and n > 0 for n in probed.tokens.values()) and counted.tokens == probed.tokens
+

@@ -92,3 +92,36 @@ def test_an_openai_target_gets_the_heads_context_warning(tmp_path, tiny_llama):
     assert described == {"max_seq_len": 1024, "head_max_position_embeddings": 256}
     report = assemble_report([_answer(0, "copy", 1, 1)], {("speculative", 1, 0): 1.0}, {"model": "tiny", **described})
     assert "max_position_embeddings is 256, below max_seq_len 1024" in report["head_context"]["warning"]
+
+
+def test_counted_prompt_lengths_are_set_against_the_servers_and_the_report_says_how_they_were_had():
+    from trtspec.bench.phases import PROBED, PromptLengths
+    from trtspec.bench.report import _phase_lines
+
+    answers = [_answer(0, "copy", 1, 1), _answer(1, "copy", 1, 1), _answer(0, "copy", 1, 1)]  # prompt_tokens 50
+    counted = PromptLengths({0: 50, 1: 49, 2: 12}, "counted here with the tokenizer of /e/target", probed=False)
+    check = counted.checked(answers)
+    # prompt 1 counted 49 where the server said 50; prompt 2 never answered: not checked
+    assert check == {"source": "counted here with the tokenizer of /e/target", "probe": False, "prompts": 3,
+                     "checked_against_server": 2, "num_differ_from_server": 1,
+                     "differ_from_server": [{"prompt_index": 1, "counted": 49, "server": 50}]}
+    report = {"phases": [{}], "phases_add_up": True, "prompt_lengths": check}
+    lines = _phase_lines(report)
+    assert "no probe request" in lines[0] and "probe of every prompt" not in lines[0]
+    assert lines[1].startswith("warning: 1 of 2 prompts counted other than the server's prompt_tokens (prompt 1")
+    probed = PromptLengths({0: 50, 1: 50}, PROBED, probed=True).checked(answers)
+    assert probed["num_differ_from_server"] == 0
+    lines = _phase_lines({**report, "prompt_lengths": probed})
+    assert "probe of every prompt came first" in lines[0] and len(lines) == 1
+
+
+
+def test_without_a_built_engine_there_is_no_tokenizer_to_count_with(tmp_path, tiny_llama):
+    """A workdir that never built the engine (a remote server's spec): no counter, so bench probes."""
+    from trtspec.client.prompting import token_counter
+    from trtspec.spec.schema import validate_spec
+
+    spec = validate_spec({"model": {"source": str(tiny_llama), "name": "tiny"}, "speculative": {"mode": "ngram"},
+                          "build": {"backend": "cpu", "output_dir": str(tmp_path / "engines")},
+                          "workdir": str(tmp_path / "work")})
+    assert token_counter(spec) is None

@@ -18,7 +18,7 @@ bench for that (trtspec.bench.phases).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from trtspec.bench.load import Chunk
@@ -92,6 +92,10 @@ class OpenAITarget:
                                   "category and context length from each run alone (bench.phases)")
         self.prompts_sent = ("completion prompt as given" if raw
                              else "one user turn; the server applies the target's chat template")
+        # prompt text -> its tokens as the server counts them, without a request (trtspec.bench.phases);
+        # None: a probe asks the server (set by trtspec.bench.runner where the model's tokenizer is here)
+        self.count_prompt_tokens: Callable[[str], int] | None = None
+        self.prompt_tokens_source = ""
 
     def stream(self, prompt: str, *, max_tokens: int, speculative: bool, temperature: float,
                seed: int | None) -> Iterator[Chunk]:

@@ -70,24 +70,26 @@ def machine_metadata() -> dict[str, Any]:
 def assemble_report(records: list[RequestRecord], durations: dict[tuple[str, int, int], float],
                     metadata: dict[str, Any], counters_delta: dict[str, float] | None = None,
                     cell_counters: dict[tuple[str, int], dict[str, float]] | None = None,
-                    ratio: tuple[str, str] = (SPECULATIVE, BASELINE), phases: list[Phase] | None = None
-                    ) -> dict[str, Any]:
+                    ratio: tuple[str, str] = (SPECULATIVE, BASELINE), phases: list[Phase] | None = None,
+                    prompt_lengths: Any = None) -> dict[str, Any]:
     """bench.json's content: metadata, results per cell, `ratio[0]` over `ratio[1]` per concurrency
     (key `speedup`), categories, server counters; with `phases` (trtspec.bench.phases) each phase's
-    counters, whether they add up to the run's, and the answers' usage against the counters."""
+    counters, whether they add up to the run's, the answers' usage against the counters, and how each
+    prompt's length was had (`prompt_lengths`, trtspec.bench.phases.PromptLengths)."""
     results = [summarize_cell(cell) for cell in group_cells(records, durations, cell_counters, order=ratio)]
     return {"metadata": {**metadata, "machine": metadata.get("machine") or machine_metadata()},
             "results": results, "ratio": {"numerator": ratio[0], "denominator": ratio[1]},
             "speedup": speedups(results, *ratio), "scaling": scaling(results),
             "by_category": by_category(records, *ratio, phases=phases),
             **context_sections(records, metadata, ratio, phases),
-            "server_counters": counters_delta, **phase_sections(records, phases, counters_delta, ratio[0])}
+            "server_counters": counters_delta,
+            **phase_sections(records, phases, counters_delta, ratio[0], prompt_lengths)}
 
 
 def phase_sections(records: list[RequestRecord], phases: list[Phase] | None, total: dict[str, float] | None,
-                   numerator: str) -> dict[str, Any]:
-    """`phases`, `phases_add_up` and `acceptance_cross_check` (the answers' usage summed against the
-    run's counter delta) for a phased run; {} otherwise."""
+                   numerator: str, prompt_lengths: Any = None) -> dict[str, Any]:
+    """`phases`, `phases_add_up`, `acceptance_cross_check` (the answers' usage summed against the
+    run's counter delta) and `prompt_lengths` for a phased run; {} otherwise."""
     if not phases:
         return {}
     answers = sum_counts(r for r in records if r.ok and r.variant == numerator)
@@ -98,7 +100,8 @@ def phase_sections(records: list[RequestRecord], phases: list[Phase] | None, tot
              "counters_draft_tokens": counters.num_draft_tokens if counters else None,
              "disagreement": disagreement(answers, counters)}
     return {"phases": [phase.to_dict() for phase in phases], "phases_add_up": phases_add_up(phases, total),
-            "acceptance_cross_check": check}
+            "acceptance_cross_check": check,
+            **({"prompt_lengths": prompt_lengths.checked(records)} if prompt_lengths is not None else {})}
 
 
 def context_sections(records: list[RequestRecord], metadata: dict[str, Any], ratio: tuple[str, str],
@@ -270,9 +273,18 @@ def _phase_lines(report: dict[str, Any]) -> list[str]:
         return []
     adds_up = {True: "they add up to the run's", False: "they do NOT add up to the run's (another client, or a "
                "read while the server was busy): the rows may hold a neighbour's drafts", None: "no run total to check"}
+    lengths = report.get("prompt_lengths") or {"probe": True}
+    how = ("A one-token probe of every prompt came first (its length; no tokenizer for the model here): a server "
+           "that keeps prompts served even the first cell's from cache" if lengths.get("probe") else
+           f"Prompt lengths {lengths.get('source')}: no probe request, the first cell's prompts as cold as in a run "
+           "without phases")
     lines = [f"acceptance by category and context length: each of {len(report['phases'])} (category, bucket) phases "
-             f"run alone, its counters diffed; {adds_up[report.get('phases_add_up')]}. A one-token probe of every "
-             "prompt came first (its length): a server that keeps prompts served even the first cell's from cache"]
+             f"run alone, its counters diffed; {adds_up[report.get('phases_add_up')]}. {how}"]
+    if lengths.get("num_differ_from_server"):
+        first = lengths["differ_from_server"][0]
+        lines.append(f"warning: {lengths['num_differ_from_server']} of {lengths.get('checked_against_server')} prompts "
+                     f"counted other than the server's prompt_tokens (prompt {first['prompt_index']}: {first['counted']} "
+                     f"here, {first['server']} there): their context-length buckets may be wrong")
     check = report.get("acceptance_cross_check") or {}
     if check.get("disagreement"):
         lines.append(f"warning: over the run, {check['disagreement']}")

@@ -125,6 +125,7 @@ def open_openai(spec: Any, openai_url: str | None, metrics_url: str | None = Non
     """An OpenAI-API server: `openai_url` (its .../v1; counters from the comma-separated worker
     `metrics_url`s), else the Dynamo stack this workdir runs (its record names every worker)."""
     from trtspec.bench.openai_target import OpenAITarget, dynamo_target
+    from trtspec.client.prompting import token_counter
 
     if openai_url:
         urls = [u.strip() for u in (metrics_url or "").split(",") if u.strip()]
@@ -135,6 +136,10 @@ def open_openai(spec: Any, openai_url: str | None, metrics_url: str | None = Non
         from trtspec.artifacts import Layout
 
         target, described = dynamo_target(spec, Layout.from_spec(spec), raw)
+    # prompt lengths for the phases without prefilling (trtspec.bench.phases): the built engine's tokenizer
+    counter = token_counter(spec, raw) if target.acceptance_by_phase else None
+    if counter is not None:
+        target.count_prompt_tokens, target.prompt_tokens_source = counter, counter.describe()
     return target, {"mode": spec.speculative.mode, "max_draft_len": spec.speculative.draft_cap,
                     "dtype": spec.model.dtype, "acceptance_source": target.acceptance_source, **described,
                     **served_head(spec)}
@@ -208,7 +213,8 @@ def run(variants: dict[str, tuple[Any, bool]], ratio: tuple[str, str], descripti
                                 "ratios",
                 "machine": machine_metadata()}
     report = assemble_report(result.records, result.durations, metadata, result.counters_delta,
-                             result.cell_counters, ratio=ratio, phases=getattr(result, "phases", None))
+                             result.cell_counters, ratio=ratio, phases=getattr(result, "phases", None),
+                             prompt_lengths=getattr(result, "prompt_lengths", None))
     # where acceptance comes from on this backend and release; zeros it cannot trust left out
     from trtspec.bench import acceptance
 

@@ -74,3 +74,37 @@ def renderer(spec: Any, raw: bool = False) -> Renderer:
     if not has_chat_template(tokenizer):
         return Renderer()
     return Renderer(tokenizer, spec.model.source)
+
+
+@dataclass(frozen=True)
+class TokenCounter:
+    """prompt text -> its prompt tokens as trtspec's served model counts them (trtspec.chat, the rule
+    the cpu model and the engine use): one user turn through the chat template (`chat`: the server
+    applies the target's template, as trtspec's OpenAI endpoint and Dynamo's frontend do for a chat
+    request), or the text as it is (a raw completion). No request is sent."""
+
+    tokenizer: Any
+    chat: bool
+    source: str
+
+    def __call__(self, prompt: str) -> int:
+        from trtspec.chat import prompt_ids
+
+        return len(prompt_ids(self.tokenizer, prompt, chat=None if self.chat else False))
+
+    def describe(self) -> str:
+        how = "one user turn through its chat template, as the server applies it" if self.chat else "the text as sent"
+        return f"counted here with the tokenizer of {self.source} ({how})"
+
+
+def token_counter(spec: Any, raw: bool = False) -> TokenCounter | None:
+    """The spec's built engine's tokenizer (the one its servers load) as a TokenCounter; None where
+    this workdir has no built engine (then bench asks the server: trtspec.bench.phases)."""
+    path = built_tokenizer_dir(spec)
+    if path is None:
+        return None
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=spec.model.trust_remote_code)
+    return TokenCounter(tokenizer, chat=not raw, source=str(path))
+

@@ -301,6 +301,17 @@ def test_bench_measures_the_stack_through_its_openai_frontend(stack, tmp_path):
     report = json.loads(result.stdout)["report"]
     assert report["metadata"]["target"].startswith("dynamo http://127.0.0.1") and report["metadata"]["workers"] == 2
     assert "completion_tokens_details" in report["metadata"]["acceptance_source"]
+    # each prompt's length counted with the engine's tokenizer (no probe), equal to the frontend's prompt_tokens
+    lengths = report["prompt_lengths"]
+    assert lengths["probe"] is False and lengths["checked_against_server"] == 3, lengths
+    assert lengths["num_differ_from_server"] == 0, lengths
+    # and a chat turn: the frontend applies the target's chat template as trtspec counts it
+    from trtspec.client.prompting import token_counter
+
+    counter = token_counter(stack["spec"], raw=False)
+    chat = stack["client"].chat.completions.create(model="tiny", messages=[{"role": "user", "content": PROMPTS[1]}],
+                                                   max_tokens=1, temperature=0)
+    assert counter is not None and chat.usage.prompt_tokens == counter(PROMPTS[1])
     cells = report["results"]
     assert [c["max_concurrency"] for c in cells] == [1, 2] and all(c["failed"] == 0 for c in cells), cells
     for cell in cells:
