@@ -226,9 +226,9 @@ def _backlogs_seen(engine_fixture):
     with engine_fixture.variant() as engine:
         seen, original = [], plan._choose
 
-        def spy(view, batch_size, backlog=0):
+        def spy(view, batch_size, backlog=0, *rest):
             seen.append(backlog)
-            return original(view, batch_size, backlog)
+            return original(view, batch_size, backlog, *rest)
 
         plan._choose = spy
         try:
