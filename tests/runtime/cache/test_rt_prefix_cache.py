@@ -170,6 +170,34 @@ def test_eagle3_heads_get_the_shared_starts_layer_outputs(eagle_engine):
         without.close()
 
 
+def test_a_prompt_kept_by_a_plain_request_serves_a_speculative_one(eagle_engine):
+    """Issue 69: a prompt first prefilled without speculation (a --baseline request on the same
+    engine) is kept with the target's layer outputs too, so a later speculative request copies all
+    of it but its last token, and the head drafts exactly what it drafts on a fresh prompt (chains
+    of 4 at every step, so measured times never pick the drafts)."""
+    import torch
+
+    with_reuse = eagle_engine.variant(kv_cache_reuse=True, draft_len_schedule=((1, 4),))
+    without = eagle_engine.variant(kv_cache_reuse=False, draft_len_schedule=((1, 4),))
+    try:
+        for text in TEXTS:
+            assert (with_reuse.generate(text, max_new_tokens=4, speculative=False).token_ids
+                    == without.generate(text, max_new_tokens=4, speculative=False).token_ids)
+            before = with_reuse.scheduler.snapshot().prefix_cache_hits
+            reused, fresh = with_reuse.generate(text, max_new_tokens=12), without.generate(text, max_new_tokens=12)
+            assert with_reuse.scheduler.snapshot().prefix_cache_hits - before == len(with_reuse.encode(text)) - 1
+            assert reused.token_ids == fresh.token_ids
+            assert ((reused.stats.num_drafts, reused.stats.num_accepted_tokens, reused.stats.accepted_per_position)
+                    == (fresh.stats.num_drafts, fresh.stats.num_accepted_tokens, fresh.stats.accepted_per_position))
+            assert reused.stats.num_drafts > 0
+            for (k1, v1), (k2, v2) in zip(_cache_after_prefill(with_reuse, text, draft_pool=True),
+                                          _cache_after_prefill(without, text, draft_pool=True), strict=True):
+                assert torch.equal(k1, k2) and torch.equal(v1, v2)   # the head's own cache of the prompt
+    finally:
+        with_reuse.close()
+        without.close()
+
+
 def test_a_tokenizer_without_a_template_shares_nothing(ngram_engine):
     import copy
 

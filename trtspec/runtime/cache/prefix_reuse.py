@@ -19,8 +19,10 @@ Exactness: the same argument as prefix_cache's: a position's keys and values dep
 tokens up to it, bit for bit whatever shared its forward (batch invariance), so a copied row is
 what the sequence's own prefill would have written. Only prompt rows are kept (a prefill's causal
 rows; decode rows of tree drafts attend with holes and are exact only up to rounding). An EAGLE-3
-head needs the target's layer outputs of every prompt position: they are kept with the rows, and a
-kept prompt without them is not offered to a sequence whose head needs them.
+head needs the target's layer outputs of every prompt position: they are kept with the rows (taken
+in the prefill of every prompt of such an engine, a request without speculation included, so that
+a later speculative one can copy it), and a kept prompt without them is not offered to a sequence
+whose head needs them.
 
 Memory: outside the KV pool, at most `max_bytes` (EngineConfig.kv_cache_reuse_mib), the least
 recently used prompt out first.
@@ -141,7 +143,10 @@ class PrefixReuse:
                 sequence.session.on_verified(best.aux[:count])
             self.stats.prefix_cache_hits += count
         sequence.reused = count
-        if self.kept is not None and needs_aux and (count == 0 or best.aux is not None):
+        # collected for every prompt of an engine whose head needs them, speculative or not: a prompt
+        # kept without them could not serve a later speculative request (issue 69: a --baseline
+        # request's prompts were kept bare, and the speculative ones re-prefilled them)
+        if self.kept is not None and self.needs_aux and (count == 0 or best.aux is not None):
             sequence.prompt_aux = [best.aux[:count]] if count > 0 else []
 
     def prefilled(self, sequence: Any) -> None:
