@@ -6,6 +6,8 @@ draft alone (trtspec.runtime.policy.plan.priced_alone)."""
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 from tests.runtime.conftest import TINY_PROMPTS
 from trtspec.runtime.policy.by_load import CostModel
 
@@ -59,22 +61,28 @@ def test_a_lone_greedy_sequence_drafts_a_short_chain_when_later_positions_never_
     """The EAGLE-3 engine alone, no schedule: its first draft token always passes, the later ones
     never. The cost model, which before drafted max_draft_len (4) at every lone step, learns that
     and drafts one token or none (with this tiny model a head forward costs about a target forward,
-    so none: 2 tokens for T(2) + D do not beat 1 for T(1)): no step of its own choice drafts 3 or 4
-    (probes while off may), most draft 1 or nothing; every token is the target's own greedy token."""
+    so mostly none: 2 tokens for T(2) + D do not beat 1 for T(1)): in the second half of the steps
+    none drafts more than 1 on its own choice (probes while off may); every token is the target's
+    own greedy token."""
     prompt = TINY_PROMPTS[0]
     with eagle_engine.variant() as engine:
         engine.scheduler.cost_model.price_alone = True
         plain = engine.generate(prompt, max_new_tokens=40, speculative=False).token_ids
         undo = _steer(engine, prompt, plain, passing=1)
+        snapshots = [engine.scheduler.stats.draft_shapes]
+        engine.scheduler.on_step = lambda stats: snapshots.append(stats.draft_shapes)
         try:
             result = engine.generate(prompt, max_new_tokens=40)
         finally:
             undo()
-        shapes = engine.scheduler.stats.draft_shapes
     assert result.token_ids == plain
     assert result.stats.num_drafts > 0
-    assert shapes.get("chain:4", 0) == 0 and shapes.get("chain:3", 0) == 0
-    assert shapes.get("chain:1", 0) + shapes.get("off", 0) > sum(shapes.values()) / 2, shapes
+    # each step's choice: the counter that grew (a snapshot keeps the counts it was taken with)
+    keys = [k for before, after in pairwise(snapshots) for k in after if after[k] != before.get(k, 0)]
+    # the priors (0.5 a position) may pick a longer chain at first; once a few drafts have shown
+    # the second token missing, a longer chain only adds cost
+    later = keys[len(keys) // 2:]
+    assert later and all(k in ("off", "chain:1") or k.startswith("probe:") for k in later), keys
 
 
 def test_a_seeded_sampler_alone_keeps_the_fixed_draft_and_repeats(eagle_engine):
