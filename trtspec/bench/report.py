@@ -242,8 +242,11 @@ def render_table(report: dict[str, Any]):
     copied = [f"{r['max_concurrency']} {r['variant']} {100 * r['prefix_cache_hit_rate']:.0f}%"
               for r in report["results"] if r.get("prefix_cache_hit_rate") is not None]
     if copied:
+        from trtspec.runtime.cache.prefix_reuse import BLOCK
+
         parts.append("prompt tokens copied from kept prompts or the shared chat start, not prefilled: "
-                     + ", ".join(copied))
+                     + ", ".join(copied) + f" (a prompt is prefilled by whichever cell meets it first, and one "
+                     f"under {BLOCK} tokens past the chat start is never kept)")
     contended = [f"{r['max_concurrency']} {r['variant']} ({r['engine_steps_on_fewer_threads']} steps)"
                  for r in report["results"] if r.get("engine_steps_on_fewer_threads")]
     if contended:
