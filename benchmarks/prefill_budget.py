@@ -34,20 +34,37 @@ def main() -> int:
     parser.add_argument("--modes", default="plain,ngram")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=0,
+                        help="torch threads, held (adapt_threads off); 0: the engine's own count, adapting to load")
+    parser.add_argument("--no-prompt-reuse", action="store_true",
+                        help="kv_cache_reuse off: the chat template's shared start is prefilled too")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
 
+    import torch
+
     from trtspec.runtime import Engine
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     budgets: list[int | None] = [None, *(int(b) for b in args.budgets.split(",") if b)]
     concurrencies = [int(c) for c in args.concurrency.split(",")]
     requests = dict(zip(concurrencies, (int(n) for n in args.requests.split(",")), strict=True))
     modes = args.modes.split(",")
     base = Engine.from_checkpoints(smollm2(), mode="ngram", max_draft_len=4, ngram_min=2, ngram_max=3,
-                                   kv_cache_reuse_mib=0)
+                                   kv_cache_reuse=not args.no_prompt_reuse, kv_cache_reuse_mib=0,
+                                   adapt_threads=not args.threads)
     engines = {b: base.variant(max_prefill_tokens=b) for b in budgets}
     prompts = [base.encode(row["prompt"]) for row in dev_rows(limit=max(requests.values()))]
     cells = [(mode, b) for mode in modes for b in budgets]
+    max_prefill = [0]  # the most prompt rows one step of the running cell prefilled
+
+    def on_step(stats) -> None:
+        max_prefill[0] = max(max_prefill[0], stats.last_prefill_tokens)
+
+    for engine in engines.values():
+        engine.scheduler.on_step = on_step
     results: dict[str, list[dict]] = {}
     try:
         for engine in engines.values():  # warm-up: lazy init, allocator growth, kernel choice
@@ -56,7 +73,7 @@ def main() -> int:
             for repeat in range(args.repeats):
                 shift = repeat % len(cells)
                 for mode, budget in cells[shift:] + cells[:shift]:
-                    load = os.getloadavg()[0]
+                    load, max_prefill[0] = os.getloadavg()[0], 0
                     run_one = trtspec_contender(engines[budget], args.max_tokens, mode != "plain")
                     seconds, records = closed_loop(run_one, prompts[:requests[concurrency]], concurrency)
                     records.sort(key=lambda r: r["prompt"])
@@ -64,14 +81,19 @@ def main() -> int:
                             "tokens_per_s": sum(r["tokens"] for r in records) / seconds,
                             "ttft_p50_ms": 1000 * percentile([r["ttft_s"] for r in records], 50),
                             "token_ids": [r["token_ids"] for r in records]}
+                    cell["prefill_tokens_max"] = max_prefill[0]
                     results.setdefault(f"{mode} c={concurrency} budget={budget}", []).append(cell)
                     print(f"c={concurrency} repeat {repeat} {mode} budget {budget}: {cell['tokens_per_s']:.1f} tok/s, "
-                          f"TTFT p50 {cell['ttft_p50_ms']:.0f} ms, load {load:.1f}", flush=True)
+                          f"TTFT p50 {cell['ttft_p50_ms']:.0f} ms, largest prefill step {max_prefill[0]} rows, "
+                          f"load {load:.1f}", flush=True)
     finally:
         for engine in engines.values():
             engine.close()
         base.close()
     summary = summarize(results, modes, concurrencies, budgets)
+    summary["settings"] = {"max_tokens": args.max_tokens, "repeats": args.repeats, "requests": requests,
+                           "threads": torch.get_num_threads(), "adapt_threads": not args.threads,
+                           "prompt_reuse": not args.no_prompt_reuse, "cpu_count": os.cpu_count()}
     print(to_markdown(summary))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -95,17 +117,18 @@ def summarize(results: dict[str, list[dict]], modes: list[str], concurrencies: l
                                                          [r["tokens_per_s"] for r in none]),
                     "ttft_p50_vs_none": median_ratio([r["ttft_p50_ms"] for r in runs], [r["ttft_p50_ms"] for r in none]),
                     "same_tokens": all(r["token_ids"] == n["token_ids"] for r, n in zip(runs, none, strict=True)),
+                    "largest_prefill_step": max(r["prefill_tokens_max"] for r in runs),
                     "load": [round(r["load"], 1) for r in runs]})
     return {"rows": rows}
 
 
 def to_markdown(summary: dict) -> str:
-    lines = ["| mode | conc | max_prefill_tokens | tok/s | TTFT p50 ms | tok/s vs none | TTFT p50 vs none | same tokens | load |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| mode | conc | max_prefill_tokens | tok/s | TTFT p50 ms | tok/s vs none | TTFT p50 vs none | same tokens "
+             "| largest prefill step | load |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in summary["rows"]:
         lines.append(f"| {r['mode']} | {r['concurrency']} | {r['budget'] or 'none'} | {r['tokens_per_s']:.1f} | "
                      f"{r['ttft_p50_ms']:.0f} | {r['tokens_per_s_vs_none']:.3f} | {r['ttft_p50_vs_none']:.3f} | "
-                     f"{r['same_tokens']} | {', '.join(map(str, r['load']))} |")
+                     f"{r['same_tokens']} | {r['largest_prefill_step']} | {', '.join(map(str, r['load']))} |")
     return "\n".join(lines)
 
 
