@@ -12,6 +12,8 @@ are compared token for token with no budget's.
 
     .venv/bin/python -m benchmarks prefill-budget --budgets 256,512 --concurrency 1,8 \\
         --requests 8,16 --max-tokens 64 --repeats 3 --out reports/prefill-budget.json
+    .venv/bin/python -m benchmarks prefill-budget --join 20 --budgets 256,512 --concurrency 8,1 \
+        --requests 8,3 --max-tokens 48 --repeats 3 --threads 1      # ~530-token prompts
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ def main() -> int:
     parser.add_argument("--budgets", default="256,512", help="max_prefill_tokens values beside none")
     parser.add_argument("--concurrency", default="1,8")
     parser.add_argument("--requests", default="8,16", help="dev prompts run per concurrency (the first N)")
+    parser.add_argument("--prompts", default=None, help="JSONL prompt file (default: the packaged dev prompts)")
+    parser.add_argument("--join", type=int, default=0,
+                        help="long prompts: prompt i asks to summarize dev prompts 3i .. 3i+N-1 (cycled), one per paragraph")
     parser.add_argument("--modes", default="plain,ngram")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
@@ -43,6 +48,7 @@ def main() -> int:
 
     import torch
 
+    from trtspec.prompts import load_prompts
     from trtspec.runtime import Engine
 
     if args.threads:
@@ -56,7 +62,16 @@ def main() -> int:
                                    kv_cache_reuse=not args.no_prompt_reuse, kv_cache_reuse_mib=0,
                                    adapt_threads=not args.threads)
     engines = {b: base.variant(max_prefill_tokens=b) for b in budgets}
-    prompts = [base.encode(row["prompt"]) for row in dev_rows(limit=max(requests.values()))]
+    count = max(requests.values())
+    if args.prompts:
+        texts = [p.text for p in load_prompts(args.prompts, limit=count)]
+    elif args.join:
+        rows = [row["prompt"] for row in dev_rows()]
+        texts = ["Summarize the following requests in one paragraph:\n\n"
+                 + "\n\n".join(rows[(3 * i + j) % len(rows)] for j in range(args.join)) for i in range(count)]
+    else:
+        texts = [row["prompt"] for row in dev_rows(limit=count)]
+    prompts = [base.encode(text) for text in texts]
     cells = [(mode, b) for mode in modes for b in budgets]
     max_prefill = [0]  # the most prompt rows one step of the running cell prefilled
 
@@ -91,7 +106,9 @@ def main() -> int:
             engine.close()
         base.close()
     summary = summarize(results, modes, concurrencies, budgets)
-    summary["settings"] = {"max_tokens": args.max_tokens, "repeats": args.repeats, "requests": requests,
+    source = args.prompts or (f"dev, {args.join} joined" if args.join else "dev")
+    summary["settings"] = {"prompts": source, "prompt_tokens": [len(p) for p in prompts],
+                           "max_tokens": args.max_tokens, "repeats": args.repeats, "requests": requests,
                            "threads": torch.get_num_threads(), "adapt_threads": not args.threads,
                            "prompt_reuse": not args.no_prompt_reuse, "cpu_count": os.cpu_count()}
     print(to_markdown(summary))
