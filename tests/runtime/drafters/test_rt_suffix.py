@@ -215,14 +215,17 @@ def capped_engine(request, tiny_llama):
 
 def test_the_own_cap_drafts_past_the_shared_one_and_equals_plain_in_flight(capped_engine):
     """Eight requests in flight, each its plain greedy answer token for token; the tiny random
-    target falls into loops, whose matches grow, so drafts run past 8 tokens and pass there."""
+    target falls into loops, whose matches grow, so drafts run past 8 tokens and pass there.
+    Under the load policy the chain length follows measured step times (a loaded machine chose
+    short chains in a fresh-clone CI run), so there only the equality and the cap are asserted."""
     prompts = [TINY_PROMPTS[i % len(TINY_PROMPTS)] + [i] for i in range(8)]
     results = assert_in_flight_equals_plain(capped_engine, prompts, 64)
     alone = capped_engine.generate(TINY_PROMPTS[3], max_new_tokens=64)
     assert alone.token_ids == capped_engine.generate(TINY_PROMPTS[3], max_new_tokens=64, speculative=False).token_ids
     positions = [r.stats.accepted_per_position for r in results] + [alone.stats.accepted_per_position]
     assert max(len(p) for p in positions) <= 24                           # never past the cap
-    assert any(len(p) > 8 and p[8] > 0 for p in positions)                # a 9th draft token accepted
+    if capped_engine.config.draft_len_schedule:                           # chains fixed at 24
+        assert any(len(p) > 8 and p[8] > 0 for p in positions)            # a 9th draft token accepted
 
 
 def test_sampling_at_the_cap_is_reproducible_and_drafts(tiny_llama):
