@@ -209,6 +209,9 @@ def test_blocks_return_at_finish_cancel_and_error(ngram_engine):
     with ngram_engine.variant() as engine:
         scheduler = engine.scheduler
         engine.generate(TINY_PROMPTS[0], max_new_tokens=5)
+        # the answer's last piece reaches the caller in the step that then retires the sequence, so
+        # a loaded machine can run this line first (busy fresh-clone run H did): wait for the step
+        _wait_until(lambda: scheduler.snapshot().running == 0)
         assert scheduler.snapshot().kv_blocks_used == 0
         # cancel: the caller stops reading; the loop frees the sequence at its next step
         chunks = engine.generate(TINY_PROMPTS[3], max_new_tokens=200, stream=True)
@@ -224,7 +227,8 @@ def test_blocks_return_at_finish_cancel_and_error(ngram_engine):
         errors = []
         engine.submit(TINY_PROMPTS[1], max_new_tokens=5, sink=broken)
         engine.submit(TINY_PROMPTS[2], max_new_tokens=5, sink=lambda item: errors.append(item))
-        _wait_until(lambda: scheduler.snapshot().running == 0)
+        _wait_until(lambda: scheduler.snapshot().running == 0 and scheduler.snapshot().waiting == 0
+                    and scheduler.snapshot().num_failed + scheduler.snapshot().num_finished >= 3)
         final = scheduler.snapshot()
         assert final.num_failed == 1 and final.kv_blocks_used == 0
         assert errors and errors[-1].finish_reason == "length"
