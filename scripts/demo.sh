@@ -61,7 +61,7 @@ step "5. generate in-process: speculative, then the same without speculation, me
 # one process, --compare: a warm-up of each pays the one-time costs (reported apart), then both are
 # timed the same way; two processes made the first figure pay them alone (issue 71: 2.6 vs 18.8 tok/s)
 if have generate && [ -f "$ENGINE/engine.json" ]; then
-  trtspec generate --engine "$ENGINE" --max-tokens 48 --compare "$PROMPT"
+  trtspec generate --engine "$ENGINE" --max-tokens 48 --compare --repeats 5 "$PROMPT"   # the median of 5 rounds
 else missing+=(generate); echo "not there yet: trtspec generate (needs build and the cpu engine)"; fi
 
 step "6. deploy: model repository + tritonserver on 127.0.0.1"

@@ -75,6 +75,22 @@ def test_generate_compare_measures_both_alike_in_one_process(tiny_bundle):
     assert "speculative / plain: " in text.stderr and text.stdout.count(spec["text"].strip()) == 1
 
 
+def test_generate_compare_repeats_gives_the_median_of_alternating_rounds(tiny_bundle):
+    out = CliRunner().invoke(main, ["generate", "--engine", str(tiny_bundle), "1 2 3 4 5 1 2 3 4 5",
+                                    "--max-tokens", "16", "--compare", "--repeats", "3", "--json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.stdout)
+    assert len(data["rounds"]) == 3 and data["speedup"] == pytest.approx(sorted(data["rounds"])[1])
+    assert data["speculative"]["token_ids"] == data["plain"]["token_ids"]
+    text = CliRunner().invoke(main, ["generate", "--engine", str(tiny_bundle), "1 2 3 4 5 1 2 3 4 5",
+                                     "--max-tokens", "16", "--compare", "--repeats", "3"])
+    assert text.exit_code == 0 and "median of 3 rounds: " in text.stderr, text.output
+    assert text.stdout.count(data["speculative"]["text"].strip()) == 1  # the answer streamed once
+    alone = CliRunner().invoke(main, ["generate", "--engine", str(tiny_bundle), "hi", "--repeats", "3"])
+    errors = [line for line in alone.stderr.splitlines() if line.startswith("error:")]
+    assert alone.exit_code != 0 and len(errors) == 1 and "--repeats" in errors[0], alone.stderr
+
+
 def test_generate_compare_and_no_spec_refused_in_one_line(tiny_bundle):
     out = CliRunner().invoke(main, ["generate", "--engine", str(tiny_bundle), "hi", "--compare", "--no-spec"])
     assert out.exit_code != 0

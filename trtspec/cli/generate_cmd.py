@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 import sys
 import time
 
@@ -16,6 +17,7 @@ Examples:
   trtspec generate --engine DIR "Tell me a story" --temperature 0.8 --top-p 0.95 --seed 1
   trtspec generate --engine DIR "Hi" --no-spec --json            # baseline, machine-readable
   trtspec generate --engine DIR "Hi" --compare                   # speculative and plain, measured alike
+  trtspec generate --engine DIR "Hi" --compare --repeats 5       # five rounds, order alternating: the median ratio
 
 Timing: a first generation in a process pays one-time costs (probes and kernels set up on first
 use, weights first read from memory), several times the answer's own time on a 2-core CPU. So a
@@ -36,6 +38,9 @@ WARMUP_TOKENS = 16  # the warm-up's length: the same request, cut short
 @click.option("--compare", is_flag=True,
               help="Generate speculatively, then without speculation, in this process after a warm-up of "
                    "each: both figures measured alike, and their ratio.")
+@click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
+              help="With --compare: rounds of both after the warm-ups, which goes first alternating; the "
+                   "ratio printed is the median of the rounds' ratios (one short answer is a noisy figure).")
 @click.option("--warmup/--no-warmup", default=True, show_default=True,
               help=f"Pay the one-time costs first: a {WARMUP_TOKENS}-token run of the same request, "
                    "reported apart.")
@@ -43,8 +48,8 @@ WARMUP_TOKENS = 16  # the warm-up's length: the same request, cut short
 @config_option
 @json_option
 def generate(prompt: str, engine_dir: str | None, max_tokens: int, temperature: float, top_p: float | None,
-             top_k: int | None, seed: int | None, stop: tuple[str, ...], no_spec: bool, compare: bool, warmup: bool,
-             raw: bool, config_path: str | None, as_json: bool) -> None:
+             top_k: int | None, seed: int | None, stop: tuple[str, ...], no_spec: bool, compare: bool, repeats: int,
+             warmup: bool, raw: bool, config_path: str | None, as_json: bool) -> None:
     """Generate text with the cpu engine, streaming it to stdout; statistics go to stderr."""
     from trtspec.errors import TrtSpecError
     from trtspec.runtime import load_engine
@@ -52,6 +57,9 @@ def generate(prompt: str, engine_dir: str | None, max_tokens: int, temperature: 
     if compare and no_spec:
         raise TrtSpecError("--compare runs both speculative and plain decoding; --no-spec asks for plain only",
                            fix="drop one of --compare and --no-spec")
+    if repeats > 1 and not compare:
+        raise TrtSpecError("--repeats sets the rounds of --compare; without it there is no ratio to repeat",
+                           fix="add --compare, or drop --repeats")
     if engine_dir is None:
         engine_dir = _engine_from_spec(config_path)
     engine = load_engine(engine_dir)
@@ -61,22 +69,28 @@ def generate(prompt: str, engine_dir: str | None, max_tokens: int, temperature: 
     variants = [True, False] if compare else [not no_spec]
     warmed = {speculative: _warm_up(engine, prompt, kwargs, speculative, as_json) if warmup else None
               for speculative in variants}
-    runs = []
-    for speculative in variants:
-        run = _timed(engine, prompt, kwargs, speculative, echo=not as_json and speculative == variants[0])
-        runs.append({**run, "engine": str(engine_dir), "mode": engine.mode, "speculative": speculative,
-                     "warmup_seconds": warmed[speculative]})
+    rounds = []
+    for index in range(repeats):
+        order = variants if index % 2 == 0 else variants[::-1]  # who goes first alternates
+        rounds.append({speculative: _timed(engine, prompt, kwargs, speculative,
+                                           echo=not as_json and index == 0 and speculative == variants[0])
+                       for speculative in order})
+    runs = [{**rounds[0][speculative], "engine": str(engine_dir), "mode": engine.mode, "speculative": speculative,
+             "warmup_seconds": warmed[speculative]} for speculative in variants]
+    ratios = [_ratio(timed[True], timed[False]) for timed in rounds] if compare else []
     if as_json:
         emit_json(runs[0] if not compare else {"speculative": runs[0], "plain": runs[1],
-                                                "speedup": _ratio(runs[0], runs[1])})
+                                                "speedup": statistics.median(ratios), "rounds": ratios})
         return
     for run in runs:
         if run is not runs[0] and run["text"] != runs[0]["text"]:
             click.echo(f"plain decoding wrote other text:\n{run['text']}")
         click.echo(_line(engine.mode, run), err=True)
     if compare:
-        click.echo(f"speculative / plain: {_ratio(runs[0], runs[1]):.2f}x tokens/s (one process, each after "
-                   f"{'its warm-up' if warmup else 'no warm-up'})", err=True)
+        of_rounds = (f"median of {repeats} rounds: {', '.join(f'{ratio:.2f}' for ratio in ratios)}; "
+                     if repeats > 1 else "")
+        click.echo(f"speculative / plain: {statistics.median(ratios):.2f}x tokens/s ({of_rounds}one process, each "
+                   f"after {'its warm-up' if warmup else 'no warm-up'})", err=True)
 
 
 def _warm_up(engine, prompt: str, kwargs: dict, speculative: bool, quiet: bool) -> float:
