@@ -1,4 +1,4 @@
-"""vLLM's CPU engine serves trtspec's speculators export with the target's greedy tokens, and its
+"""vLLM's CPU engine serves trtspec's speculators and eagle exports with the target's greedy tokens, and its
 EAGLE-3 acceptance equals trtspec's on the same prompts (issue 69 items 2 and 3), float32, chains of 4.
 
 Both engines must compute the same head function for their acceptance to agree: vLLM's Eagle3 layer
@@ -67,3 +67,9 @@ def test_vllm_serves_the_export_with_trtspecs_tokens_and_acceptance(vllm_python,
     assert len(vllm["per_position"]) == len(ours["per_position"]) == K
     for position, (a, b) in enumerate(zip(ours["per_position"], vllm["per_position"], strict=True)):
         assert abs(a - b) <= 0.03, (position, ours, vllm)
+    # the `eagle` layout (midlayer.*, d2t/t2d, EAGLE's own config) is the same head to vLLM
+    with VllmWorker(peer_target, {"method": "eagle3", "model": str(export(spec, "eagle", tmp_path / "eagle")),
+                                  "num_speculative_tokens": K}, python=vllm_python, threads=1) as worker:
+        from_eagle = worker.run(prompts, 48, 1)
+    assert [r["token_ids"] for r in from_eagle["records"]] == target_tokens
+    assert acceptance(from_eagle["spec"]) == vllm
