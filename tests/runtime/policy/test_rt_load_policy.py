@@ -226,9 +226,9 @@ def _backlogs_seen(engine_fixture):
     with engine_fixture.variant() as engine:
         seen, original = [], plan._choose
 
-        def spy(view, batch_size, backlog=0, *rest):
+        def spy(view, batch_size, backlog=0):
             seen.append(backlog)
-            return original(view, batch_size, backlog, *rest)
+            return original(view, batch_size, backlog)
 
         plan._choose = spy
         try:

@@ -13,9 +13,7 @@ Two sources, in this order:
    (`CostModel.choose`): per step it picks, among off, chains of 1..max_draft_len and the engine's
    tree (a dynamic tree also at smaller node budgets: N, N/2, N/4, ... down to its depth), the
    draft with the most committed tokens per second (a lone sequence drafts the engine's own
-   draft: its verify pass costs about one plain step, and its seeded sampling stays reproducible;
-   with `price_alone` set, a model drafter's chain, whose k draft forwards cost at batch 1 too, is
-   priced alone as well where no seed must reproduce the tokens: trtspec.runtime.policy.plan.priced_alone),
+   draft: its verify pass costs about one plain step, and its seeded sampling stays reproducible),
 
        chain k:  B (1 + f G(k))  / (T(B + f B k) + k D(B))
        tree N:   B (1 + f E(N))  / (T(B + f B V(N)) + d D(B r))  off: B / T(B)
@@ -140,10 +138,6 @@ class CostModel:
         self.probe = False   # the last best_length was a probe: one sequence drafts (step.py)
         self.min_match = 0   # ... and the match length its chains require (Choice.min_match)
         self.planned: Choice | None = None  # this step's draft, whoever chose it (policy.plan.plan_step)
-        # a lone sequence's model-drafter chain priced too (policy.plan.priced_alone). Off by default:
-        # the engine's tests and acceptance reports (convert, profile, the vLLM agreement) read
-        # chains of max_draft_len alone and need a [1, max_draft_len] schedule row before it is on
-        self.price_alone = False
         self.estimate: float | None = None  # tokens per second `choose` expected of the draft it chose this step
         self.outcomes = 0.0        # decayed sum over steps that drafted `choose`'s pick: realized / estimated rate
         self.outcome_steps = 0.0   # ... and their decayed count

@@ -11,12 +11,8 @@ full price and a short chain, or no draft, is faster.
 A schedule with no tree rows keeps its meaning from before trees: its length gates the engine's
 own draft (chain, static tree or dynamic tree). Without a schedule the cost model decides
 (trtspec.runtime.policy.by_load): off, a chain of any length, or the engine's dynamic tree at one of
-its budgets (a static tree: all or nothing); a lone sequence drafts the engine's own draft, except
-that with the cost model's `price_alone` a model drafter's chain is priced too where no seed must
-reproduce its tokens (`priced_alone`: at batch 1 a chain of 4 pays 4 draft forwards, and a
-demo-settings EAGLE-3 head ran 1.22x plain decoding at a chain of 1 but 0.99x at 4,
-docs/BENCHMARKS-log.md). This module only reads the table and tells the cost model what the step
-drafts; every step's choice is counted in SchedulerStats.draft_shapes.
+its budgets (a static tree: all or nothing). This module only reads the table and tells the cost
+model what the step drafts; every step's choice is counted in SchedulerStats.draft_shapes.
 
 Per sequence, each request's own policy (per_request.py) may shorten the step's length, and the
 step's token budget cuts the longest drafts first (`draft_lengths`). While speculation is off the
@@ -93,7 +89,7 @@ def plan_step(view: Any, decoding: list[Any]) -> StepPlan:
     if not speculating:
         return StepPlan([0] * len(decoding))
     backlog = sum(s.session.backlog(len(s.tokens)) for s in speculating)
-    choice = _choose(view, len(speculating), backlog, len(speculating) > 1 or priced_alone(view, speculating[0]))
+    choice = _choose(view, len(speculating), backlog)
     view.cost_model.planned = choice
     count_shape(view.stats, choice.key)
     shape = choice.tree if isinstance(choice.tree, TreeShape) else None
@@ -104,24 +100,9 @@ def plan_step(view: Any, decoding: list[Any]) -> StepPlan:
     return StepPlan(lengths, shape, choice.min_match)
 
 
-def priced_alone(view: Any, sequence: Any) -> bool:
-    """Whether a lone speculating `sequence`'s chain is priced by the cost model (else it drafts
-    the engine's own draft): only with the model's `price_alone` on, only where a draft token costs a forward of its own (EAGLE-3, a draft
-    model, MTP, layerskip: a chain of k pays k draft forwards, so a head whose later positions
-    rarely pass should draft a short chain or none), never beside a tree (a tree at batch 1 is what
-    trees are for), and never for a sequence that samples with a seed: the cost model's choices
-    follow measured times, and a seeded run must give the same tokens again. An n-gram lookup costs
-    nothing to draft and its verify pass about one step, so it keeps drafting max_draft_len."""
-    model = view.cost_model
-    if not (model.price_alone and model.drafts_cost) or view.engine.tree is not None:
-        return False
-    return bool(sequence.params.greedy or sequence.request.seed is None)
-
-
-def _choose(view: Any, batch_size: int, backlog: int, priced: bool = True) -> Any:
+def _choose(view: Any, batch_size: int, backlog: int) -> Any:
     """The step's Choice for `batch_size` speculating sequences whose drafters are `backlog` rows
-    behind (DraftSession.backlog): the spec's table, else the cost model (for a lone sequence only
-    where `priced`: priced_alone)."""
+    behind (DraftSession.backlog): the spec's table, else the cost model."""
     from trtspec.runtime.policy.by_load import Choice, schedule_length
 
     config, tree, model = view.config, view.engine.tree, view.cost_model
@@ -135,7 +116,7 @@ def _choose(view: Any, batch_size: int, backlog: int, priced: bool = True) -> An
         return model.choose(batch_size, tree, backlog)  # off, a chain, or the tree at some budget
     if schedule:
         length, probe, min_match = schedule_length(schedule, batch_size, config.max_draft_len), False, 0
-    elif batch_size <= 1 and not priced:  # alone: a verify pass costs about one step, and seeded runs stay reproducible
+    elif batch_size <= 1:  # alone: a verify pass costs about one step, and seeded runs stay reproducible
         length, probe, min_match = config.max_draft_len, False, 0
     else:
         length, probe, min_match = model.best_length(batch_size, tree, backlog), model.probe, model.min_match
